@@ -1,0 +1,1 @@
+"""modelfleet benchmarks: reproducible measurements behind the design targets."""

@@ -1,0 +1,1 @@
+"""modelfleet central: registry, placement, origin."""

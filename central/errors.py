@@ -1,0 +1,59 @@
+"""Central's errors. Each carries its HTTP status and gRPC code so both transports
+answer the same failure the same way (one map, here)."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class CentralError(Exception):
+    """Base of every error central reports to a client."""
+
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(CentralError):
+    """Input that cannot be used: not ONNX, truncated, malformed fields."""
+
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class InvalidName(CentralError):
+    """A model name or version label that is not path-safe."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(CentralError):
+    """Unknown model, version or chunk."""
+
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class Conflict(CentralError):
+    """The version exists already, or is in use."""
+
+    http_status = 409
+    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class TooLarge(CentralError):
+    """An upload over the configured limit."""
+
+    http_status = 413
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FetchFromOwners(CentralError):
+    """Origin protection: the requester must try the chunk's owners first."""
+
+    http_status = 409
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION

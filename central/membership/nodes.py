@@ -1,0 +1,86 @@
+"""The node directory: registered edges and their open desired-state streams.
+
+A node is a ring member from ``Register`` until it unregisters or its last watch
+stream closes. Streams are counted, so an edge that reconnects before central
+notices the old stream closing is not dropped from the ring by the stale close."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from central.placement import PlacementService, RingMember
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeRecord:
+    """What an edge announced about itself."""
+
+    node_id: str
+    grpc_address: str
+    http_address: str
+    capacity: int = 1
+    labels: dict[str, str] = field(default_factory=dict)
+    registered_at: float = field(default_factory=time.time)
+    streams: int = 0
+
+
+class NodeDirectory:
+    """Registered nodes; every membership change re-places chunks and notifies."""
+
+    def __init__(self, placement: PlacementService, on_change: Callable[[], None]) -> None:
+        self._placement = placement
+        self._on_change = on_change
+        self._nodes: dict[str, NodeRecord] = {}
+
+    def nodes(self) -> list[NodeRecord]:
+        """Registered nodes by id."""
+        return [self._nodes[k] for k in sorted(self._nodes)]
+
+    def get(self, node_id: str) -> NodeRecord | None:
+        """One node, or None."""
+        return self._nodes.get(node_id)
+
+    def peers(self) -> dict[str, str]:
+        """node id → gRPC address of its Peer service."""
+        return {n.node_id: n.grpc_address for n in self._nodes.values()}
+
+    def register(self, record: NodeRecord) -> None:
+        """Add or update a node and put it on the ring."""
+        old = self._nodes.get(record.node_id)
+        if old is not None:
+            record.streams = old.streams
+        self._nodes[record.node_id] = record
+        self._placement.join(RingMember(record.node_id, max(1, record.capacity)))
+        log.info("node %s registered (%s)", record.node_id, record.grpc_address)
+        self._on_change()
+
+    def unregister(self, node_id: str) -> bool:
+        """Remove a node; its chunks get new owners. False if it was unknown."""
+        if self._nodes.pop(node_id, None) is None:
+            return False
+        self._placement.leave(node_id)
+        log.info("node %s left", node_id)
+        self._on_change()
+        return True
+
+    def stream_opened(self, node_id: str) -> bool:
+        """Count a watch stream; False if the node never registered."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return False
+        node.streams += 1
+        return True
+
+    def stream_closed(self, node_id: str) -> None:
+        """A watch stream ended; the node leaves when it was its last one."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return
+        node.streams -= 1
+        if node.streams <= 0:
+            self.unregister(node_id)

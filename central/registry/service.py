@@ -1,0 +1,133 @@
+"""The registry: pushes, reads and deletes of model versions.
+
+Order of a push: stage the upload → run the pipeline (validate, chunk, manifest)
+in a worker thread → commit the version in one SQLite transaction → tell the
+distribution side. Blobs are durable before the commit, so a crash at any point
+leaves either the whole version or none of it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from central.errors import Conflict, InvalidName, NotFound
+from central.registry.blobs import BlobStore
+from central.registry.pipeline import PushContext, PushPipeline
+from central.registry.staging import StagedUpload
+from central.registry.store import MetadataStore, ModelRecord, VersionExists, VersionRecord
+from fleetwire import names
+from fleetwire.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """A committed push: its manifest and what the pipeline reported."""
+
+    manifest: Manifest
+    report: dict[str, Any]
+
+
+def check_name(kind: str, value: str) -> str:
+    """Validate a model name or version label; 422 when it is not path-safe."""
+    try:
+        return names.check_name(kind, value)
+    except names.InvalidName as exc:
+        raise InvalidName(str(exc)) from exc
+
+
+class RegistryService:
+    """Model versions: stored, listed, deleted."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        blobs: BlobStore,
+        pipeline: PushPipeline,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.blobs = blobs
+        self.pipeline = pipeline
+        self._on_change = on_change
+        # Deletes garbage-collect blobs; a push that reuses a blob must not race that.
+        self._mutation = asyncio.Lock()
+
+    def resolve_version(self, name: str, version: str | None) -> str:
+        """The version label a push will get: the one asked for, else the next number."""
+        check_name("model name", name)
+        if version is None or version == "":
+            return str(self.store.next_seq(name))
+        return check_name("version", version)
+
+    def ensure_new(self, name: str, version: str) -> None:
+        """409 before any work when the version exists already."""
+        if self.store.get_version(name, version) is not None:
+            raise Conflict(f"model {name!r} already has a version {version!r}")
+
+    async def push(self, name: str, version: str, labels: dict[str, str], upload: StagedUpload) -> PushResult:
+        """Run the pipeline on a staged upload and commit the version."""
+        ctx = PushContext(name, version, labels, upload.path, upload.sha256, upload.size)
+        try:
+            async with self._mutation:
+                self.ensure_new(name, version)
+                manifest = await asyncio.to_thread(self.pipeline.run, ctx)
+                try:
+                    await asyncio.to_thread(self.store.insert_version, manifest)
+                except VersionExists as exc:
+                    raise Conflict(f"model {name!r} already has a version {version!r}") from exc
+        finally:
+            upload.discard()
+        log.info("pushed %s:%s (%d bytes, %d chunks)", name, version, manifest.size, len(manifest.chunks))
+        self._on_change()
+        return PushResult(manifest=manifest, report=ctx.report)
+
+    def list_models(self) -> list[ModelRecord]:
+        """Every model."""
+        return self.store.list_models()
+
+    def list_versions(self, name: str) -> list[VersionRecord]:
+        """Versions of one model; 404 if it has none."""
+        check_name("model name", name)
+        versions = self.store.list_versions(name)
+        if not versions:
+            raise NotFound(f"unknown model {name!r}")
+        return versions
+
+    def get(self, name: str, version: str) -> VersionRecord:
+        """One version; 404 if unknown."""
+        check_name("model name", name)
+        check_name("version", version)
+        record = self.store.get_version(name, version)
+        if record is None:
+            raise NotFound(f"model {name!r} has no version {version!r}")
+        return record
+
+    def active_versions(self) -> list[Manifest]:
+        """The versions the fleet holds and serves: the latest of every model."""
+        active = []
+        for model in self.store.list_models():
+            if model.latest is not None:
+                record = self.store.get_version(model.name, model.latest)
+                if record is not None:
+                    active.append(record.manifest)
+        return active
+
+    async def delete(self, name: str, version: str) -> None:
+        """Delete a version that the fleet does not serve, and its unshared blobs."""
+        record = self.get(name, version)
+        if any(m.key == (name, version) for m in self.active_versions()):
+            raise Conflict(
+                f"{name}:{version} is the version the fleet serves; push a newer version before deleting it"
+            )
+        async with self._mutation:
+            await asyncio.to_thread(self.store.delete_version, name, version)
+            referenced = await asyncio.to_thread(self.store.referenced_digests)
+            for chunk in record.manifest.unique_chunks():
+                if chunk.digest not in referenced:
+                    self.blobs.path(chunk.digest).unlink(missing_ok=True)
+        self._on_change()

@@ -1,0 +1,135 @@
+"""SQLite metadata store (WAL). A version becomes visible in one transaction after
+all its chunks are durable, so a crash mid-push leaves no half version."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from central.registry.store import ModelRecord, VersionExists, VersionRecord
+from fleetwire.manifest import Manifest
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS models (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS versions (
+    name TEXT NOT NULL REFERENCES models(name),
+    version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    manifest TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (name, version)
+);
+CREATE INDEX IF NOT EXISTS versions_by_seq ON versions (name, seq);
+"""
+
+
+def utc_now() -> str:
+    """RFC 3339 timestamp, UTC, millisecond precision."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class SQLiteMetadataStore:
+    """``MetadataStore`` on one SQLite file; safe to call from worker threads."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    def list_models(self) -> list[ModelRecord]:
+        """Every model with at least one version, by name."""
+        rows = self._query(
+            "SELECT m.name, m.created_at, COUNT(v.version),"
+            " (SELECT version FROM versions WHERE name = m.name ORDER BY seq DESC LIMIT 1)"
+            " FROM models m JOIN versions v ON v.name = m.name GROUP BY m.name, m.created_at ORDER BY m.name"
+        )
+        return [ModelRecord(name=r[0], created_at=r[1], versions=r[2], latest=r[3]) for r in rows]
+
+    def list_versions(self, name: str) -> list[VersionRecord]:
+        """Versions of ``name``, oldest first."""
+        rows = self._query(
+            "SELECT name, version, seq, manifest, created_at FROM versions WHERE name = ? ORDER BY seq", (name,)
+        )
+        return [self._record(r) for r in rows]
+
+    def get_version(self, name: str, version: str) -> VersionRecord | None:
+        """One version, or None."""
+        rows = self._query(
+            "SELECT name, version, seq, manifest, created_at FROM versions WHERE name = ? AND version = ?",
+            (name, version),
+        )
+        return self._record(rows[0]) if rows else None
+
+    def next_seq(self, name: str) -> int:
+        """One more than the highest sequence number of ``name`` (1 for a new model)."""
+        rows = self._query("SELECT COALESCE(MAX(seq), 0) FROM versions WHERE name = ?", (name,))
+        return int(rows[0][0]) + 1
+
+    def insert_version(self, manifest: Manifest) -> VersionRecord:
+        """Commit ``manifest`` as a new version in one transaction."""
+        now = utc_now()
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(
+                    "INSERT INTO models (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                    (manifest.name, now),
+                )
+                (seq,) = self._db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM versions WHERE name = ?", (manifest.name,)
+                ).fetchone()
+                self._db.execute(
+                    "INSERT INTO versions (name, version, seq, manifest, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (manifest.name, manifest.version, seq, manifest.model_dump_json(), manifest.created_at),
+                )
+                self._db.execute("COMMIT")
+            except sqlite3.IntegrityError as exc:
+                self._db.execute("ROLLBACK")
+                raise VersionExists(f"{manifest.name}:{manifest.version}") from exc
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return VersionRecord(manifest.name, manifest.version, int(seq), manifest, manifest.created_at)
+
+    def delete_version(self, name: str, version: str) -> bool:
+        """Remove a version (and the model row once it has none left)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            cur = self._db.execute("DELETE FROM versions WHERE name = ? AND version = ?", (name, version))
+            self._db.execute(
+                "DELETE FROM models WHERE name = ? AND NOT EXISTS (SELECT 1 FROM versions WHERE name = ?)",
+                (name, name),
+            )
+            self._db.execute("COMMIT")
+        return cur.rowcount > 0
+
+    def referenced_digests(self) -> set[str]:
+        """Every chunk digest that some stored version uses."""
+        digests: set[str] = set()
+        for (manifest_json,) in self._query("SELECT manifest FROM versions"):
+            digests.update(c["digest"] for c in json.loads(manifest_json)["chunks"])
+        return digests
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    @staticmethod
+    def _record(row: tuple[object, ...]) -> VersionRecord:
+        manifest = Manifest.model_validate_json(str(row[3]))
+        return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]))  # type: ignore[call-overload]

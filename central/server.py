@@ -1,0 +1,94 @@
+"""Central's process: REST (uvicorn) and gRPC (grpcio aio) on one event loop,
+sharing one ``Central``. Owns start-up order, signals and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+import uvicorn
+
+from central.core import Central
+from central.settings import CentralSettings
+from central.transport.grpc_servicer import RegistryServicer
+from central.transport.rest import create_app
+from fleetwire.v1 import registry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+    ("grpc.max_send_message_length", 8 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class CentralServer:
+    """Start and stop one central; ports of 0 are resolved on start."""
+
+    def __init__(self, settings: CentralSettings) -> None:
+        self.settings = settings
+        self.central = Central(settings)
+        self._grpc: grpc.aio.Server | None = None
+        self._http: uvicorn.Server | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self.grpc_port = settings.grpc_port
+        self.http_port = settings.http_port
+
+    @property
+    def grpc_address(self) -> str:
+        """host:port of the Registry service."""
+        return f"{self.settings.grpc_host}:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the REST API."""
+        return f"http://{self.settings.http_host}:{self.http_port}"
+
+    async def start(self) -> None:
+        """Bind both servers; returns when they accept connections."""
+        self.central.start()
+        self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
+        registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(self.central), self._grpc)
+        self.grpc_port = self._grpc.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
+        await self._grpc.start()
+        config = uvicorn.Config(
+            create_app(self.central),
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_level="warning",
+            lifespan="off",
+        )
+        self._http = uvicorn.Server(config)
+        self._http_task = asyncio.create_task(self._http.serve())
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()
+                raise RuntimeError("central's HTTP server stopped during start-up")
+            await asyncio.sleep(0.01)
+        self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
+        log.info("central up: REST %s, gRPC %s", self.http_url, self.grpc_address)
+
+    async def stop(self) -> None:
+        """Close streams and listeners, then the store."""
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            await self._http_task
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        self.central.close()
+
+
+async def serve(settings: CentralSettings) -> None:
+    """Run a central until SIGINT or SIGTERM."""
+    server = CentralServer(settings)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"central ready http={server.http_url} grpc={server.grpc_address}", flush=True)
+    await stop.wait()
+    await server.stop()

@@ -1,0 +1,58 @@
+"""Central's settings: one pydantic-settings class, env prefix ``MODELFLEET_``,
+nested sections with ``__`` (``MODELFLEET_ORIGIN__EGRESS_BYTES_S=20000000``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ChunkingSettings(BaseModel):
+    """Content-defined chunking bounds (FastCDC). Edges dedupe across versions by digest,
+    so these are fixed for the life of a registry: changing them makes new chunks."""
+
+    avg_bytes: int = Field(1024 * 1024, ge=256, le=4 * 1024 * 1024, description="Target average chunk size.")
+    min_bytes: int = Field(256 * 1024, ge=64, description="No chunk is smaller, except the last.")
+    max_bytes: int = Field(4 * 1024 * 1024, le=16 * 1024 * 1024, description="No chunk is larger.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ChunkingSettings:
+        if not self.min_bytes <= self.avg_bytes <= self.max_bytes:
+            raise ValueError("chunking bounds must satisfy min_bytes <= avg_bytes <= max_bytes")
+        return self
+
+
+class PlacementSettings(BaseModel):
+    """How chunks are sharded over edges."""
+
+    enabled: bool = Field(True, description="Off: every edge fetches every chunk from central (the naive baseline).")
+    replicas: int = Field(2, ge=1, le=16, description="Owners per chunk.")
+    load_factor: float = Field(1.25, ge=1.0, le=4.0, description="No node owns more than ceil(factor × average) chunks of a version.")
+
+
+class OriginSettings(BaseModel):
+    """Central as the origin of chunk bytes."""
+
+    egress_bytes_s: int = Field(0, ge=0, description="Cap on central's chunk egress in bytes/s (token bucket); 0 = unlimited.")
+    max_concurrent_streams: int = Field(
+        4, ge=1, description="Chunk streams served at once; the rest queue, so chunks complete one after another and peers can start relaying early."
+    )
+
+
+class CentralSettings(BaseSettings):
+    """Everything central needs; validated at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="MODELFLEET_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(Path("./data/central"), description="SQLite database, chunk blobs and upload staging.")
+    http_host: str = Field("127.0.0.1", description="REST bind address.")
+    http_port: int = Field(8080, ge=0, le=65535, description="REST port; 0 picks a free one.")
+    grpc_host: str = Field("127.0.0.1", description="gRPC bind address.")
+    grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    max_upload_bytes: int = Field(2 * 1024**3, ge=1, description="Largest accepted model upload (413 beyond).")
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    origin: OriginSettings = Field(default_factory=OriginSettings)
+    log_level: str = Field("info", description="Python logging level name.")

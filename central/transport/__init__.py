@@ -1,0 +1,1 @@
+"""Thin transports over ``central.core.Central``: REST (FastAPI) and gRPC."""

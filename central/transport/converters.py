@@ -1,0 +1,38 @@
+"""protobuf ↔ central's own types, at the edge of the gRPC servicer."""
+
+from __future__ import annotations
+
+from central.distribution import DesiredState
+from central.membership import NodeRecord
+from fleetwire.convert import manifest_to_pb
+from fleetwire.v1 import registry_pb2
+
+
+def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
+    """A registration request's node."""
+    return NodeRecord(
+        node_id=pb.node_id,
+        grpc_address=pb.grpc_address,
+        http_address=pb.http_address,
+        capacity=max(1, pb.capacity),
+        labels=dict(pb.labels),
+    )
+
+
+def desired_state_to_pb(state: DesiredState) -> registry_pb2.DesiredState:
+    """A desired state for the watch stream."""
+    return registry_pb2.DesiredState(
+        generation=state.generation,
+        versions=[
+            registry_pb2.VersionAssignment(
+                manifest=manifest_to_pb(v.manifest),
+                serve=v.serve,
+                placement=[
+                    registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()
+                ],
+            )
+            for v in state.versions
+        ],
+        peers=[registry_pb2.PeerAddress(node_id=k, grpc_address=a) for k, a in sorted(state.peers.items())],
+        placement_enabled=state.placement_enabled,
+    )

@@ -1,0 +1,78 @@
+"""``modelfleet.v1.Registry`` over grpcio aio; each method is a call on ``Central``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from central.core import Central
+from central.errors import BadRequest, CentralError
+from central.transport.converters import desired_state_to_pb, node_from_pb
+from fleetwire import names
+from fleetwire.convert import manifest_to_pb
+from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: CentralError) -> None:
+    await context.abort(exc.grpc_code, exc.message)
+
+
+class RegistryServicer(registry_pb2_grpc.RegistryServicer):
+    """The Registry service for edges."""
+
+    def __init__(self, central: Central) -> None:
+        self._central = central
+
+    async def Register(
+        self, request: registry_pb2.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.RegisterReply:
+        node = request.node
+        try:
+            names.check_name("node id", node.node_id)
+        except names.InvalidName as exc:
+            await _abort(context, BadRequest(str(exc)))
+        if not node.grpc_address:
+            await _abort(context, BadRequest("a node must announce its gRPC address"))
+        self._central.nodes.register(node_from_pb(node))
+        return registry_pb2.RegisterReply(accepted=True, message="registered")
+
+    async def Unregister(
+        self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> registry_pb2.UnregisterReply:
+        self._central.nodes.unregister(request.node_id)
+        return registry_pb2.UnregisterReply()
+
+    async def GetManifest(
+        self, request: registry_pb2.GetManifestRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.Manifest:
+        try:
+            record = self._central.registry.get(request.name, request.version)
+        except CentralError as exc:
+            await _abort(context, exc)
+        return manifest_to_pb(record.manifest)
+
+    async def FetchChunk(
+        self, request: registry_pb2.OriginFetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[common_pb2.ChunkData]:
+        try:
+            stream = self._central.origin.stream(request.digest, request.node_id, set(request.failed_owners))
+            async for piece in stream:
+                yield common_pb2.ChunkData(data=piece)
+        except CentralError as exc:
+            await _abort(context, exc)
+
+    async def WatchDesiredState(
+        self, request: registry_pb2.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[registry_pb2.DesiredState]:
+        nodes = self._central.nodes
+        if not nodes.stream_opened(request.node_id):
+            await _abort(context, BadRequest(f"node {request.node_id!r} is not registered; call Register first"))
+        try:
+            async for state in self._central.desired.watch(request.node_id):
+                yield desired_state_to_pb(state)
+        finally:
+            nodes.stream_closed(request.node_id)

@@ -1,0 +1,122 @@
+"""Central's REST API (``/api/v1``) and health. Routes only translate HTTP to calls
+on ``Central`` and back; every error becomes ``{"error": "…"}`` with its status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from central.core import Central
+from central.errors import CentralError
+from central.registry.store import VersionRecord
+from central.transport.uploads import receive_push
+
+log = logging.getLogger(__name__)
+
+
+def _version_summary(r: VersionRecord) -> dict[str, Any]:
+    m = r.manifest
+    return {
+        "name": r.name,
+        "version": r.version,
+        "seq": r.seq,
+        "size": m.size,
+        "sha256": m.sha256,
+        "chunks": len(m.chunks),
+        "labels": m.labels,
+        "created_at": r.created_at,
+    }
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(CentralError)
+    async def central_error(_: Request, exc: CentralError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
+def create_app(central: Central) -> FastAPI:
+    """The FastAPI application for one ``Central``."""
+    app = FastAPI(title="modelfleet central", version="0.1.0")
+    _install_error_handlers(app)
+    registry = central.registry
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/api/v1/models")
+    async def list_models() -> list[dict[str, Any]]:
+        return [vars(m) for m in registry.list_models()]
+
+    @app.get("/api/v1/models/{name}/versions")
+    async def list_versions(name: str) -> list[dict[str, Any]]:
+        return [_version_summary(r) for r in registry.list_versions(name)]
+
+    @app.post("/api/v1/models/{name:path}/versions", status_code=201)
+    async def push(name: str, request: Request) -> dict[str, Any]:
+        version = registry.resolve_version(name, request.query_params.get("version"))
+        registry.ensure_new(name, version)
+        pushed = await receive_push(request, central.staging)
+        if pushed.version and pushed.version != version:  # given as a multipart field
+            version = registry.resolve_version(name, pushed.version)
+        result = await registry.push(name, version, pushed.labels, pushed.upload)
+        return {"manifest": result.manifest.model_dump(), "report": result.report}
+
+    @app.get("/api/v1/models/{name}/versions/{version}")
+    async def get_manifest(name: str, version: str) -> dict[str, Any]:
+        return registry.get(name, version).manifest.model_dump()
+
+    @app.delete("/api/v1/models/{name}/versions/{version}", status_code=204)
+    async def delete_version(name: str, version: str) -> Response:
+        await registry.delete(name, version)
+        return Response(status_code=204)
+
+    @app.get("/api/v1/nodes")
+    async def list_nodes() -> list[dict[str, Any]]:
+        placement = central.placement
+        return [
+            {
+                "node_id": n.node_id,
+                "grpc_address": n.grpc_address,
+                "http_address": n.http_address,
+                "capacity": n.capacity,
+                "labels": n.labels,
+                "owned_chunks": len(placement.owned_by(n.node_id)),
+            }
+            for n in central.nodes.nodes()
+        ]
+
+    @app.get("/api/v1/stats")
+    async def stats() -> dict[str, Any]:
+        o = central.origin.stats
+        return {
+            "generation": central.desired.generation,
+            "origin": {
+                "bytes_sent": o.bytes_sent,
+                "chunks_sent": o.chunks_sent,
+                "refused": o.refused,
+                "bytes_by_node": dict(o.bytes_by_node),
+            },
+        }
+
+    return app

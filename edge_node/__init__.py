@@ -1,0 +1,1 @@
+"""modelfleet edge node: cache, fetch, peer server."""

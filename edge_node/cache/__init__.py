@@ -1,0 +1,7 @@
+"""Local content-addressed chunk cache shared by the node processes of a host."""
+
+from __future__ import annotations
+
+from edge_node.cache.chunk_store import CacheStats, ChunkStore, CorruptChunk
+
+__all__ = ["CacheStats", "ChunkStore", "CorruptChunk"]

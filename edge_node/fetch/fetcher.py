@@ -1,0 +1,163 @@
+"""The chunk fetcher: cache → owners in placement order → origin, verified.
+
+- Single-flight: one fetch per digest in this process, however many callers (the
+  local sync loop and any number of peers asking this node as an owner) wait on it.
+- Two pools of slots: chunks this node owns go upstream (earlier owners, then
+  central), which never loops back, so they cannot deadlock behind fetches that
+  wait on other owners.
+- Every chunk is hashed before it enters the cache; a peer that sends wrong bytes,
+  too many bytes or nothing in time is skipped for that chunk and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import grpc
+
+from edge_node.cache import ChunkStore
+from edge_node.fetch.placement_view import PlacementView
+from edge_node.fetch.sources import OriginClient, OversizedChunk, PeerClient
+from edge_node.settings import FetchSettings
+from fleetwire.digest import chunk_digest
+
+log = logging.getLogger(__name__)
+
+
+class FetchFailed(Exception):
+    """Every source failed for a chunk, for every attempt."""
+
+
+@dataclass
+class FetchStats:
+    """What this node fetched, from where, and what went wrong."""
+
+    cache_hits: int = 0
+    chunks_from_peers: int = 0
+    chunks_from_origin: int = 0
+    bytes_from_peers: int = 0
+    bytes_from_origin: int = 0
+    rejected_corrupt: Counter[str] = field(default_factory=Counter)
+    peer_errors: Counter[str] = field(default_factory=Counter)
+    origin_refusals: int = 0
+    failures: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-friendly form."""
+        return {
+            "cache_hits": self.cache_hits,
+            "chunks_from_peers": self.chunks_from_peers,
+            "chunks_from_origin": self.chunks_from_origin,
+            "bytes_from_peers": self.bytes_from_peers,
+            "bytes_from_origin": self.bytes_from_origin,
+            "bytes_fetched": self.bytes_from_peers + self.bytes_from_origin,
+            "rejected_corrupt": dict(self.rejected_corrupt),
+            "peer_errors": dict(self.peer_errors),
+            "origin_refusals": self.origin_refusals,
+            "failures": self.failures,
+        }
+
+
+def upstream_owners(owners: list[str], node_id: str) -> list[str]:
+    """Owners to try before the origin: those ahead of this node, or all of them."""
+    return owners[: owners.index(node_id)] if node_id in owners else list(owners)
+
+
+class ChunkFetcher:
+    """Makes sure chunks are in the local ChunkStore."""
+
+    def __init__(
+        self,
+        node_id: str,
+        store: ChunkStore,
+        view: PlacementView,
+        peers: PeerClient,
+        origin: OriginClient,
+        settings: FetchSettings,
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.view = view
+        self._peers = peers
+        self._origin = origin
+        self._settings = settings
+        self._general = asyncio.Semaphore(settings.max_in_flight)
+        self._owned = asyncio.Semaphore(settings.max_owned_in_flight)
+        self._inflight: dict[str, asyncio.Future[None]] = {}
+        self.stats = FetchStats()
+
+    async def ensure(self, digest: str, size: int, owners: list[str] | None = None) -> None:
+        """Return once ``digest`` is in the cache; raises FetchFailed."""
+        if await asyncio.to_thread(self.store.has, digest):
+            self.stats.cache_hits += 1
+            return
+        future = self._inflight.get(digest)
+        if future is None:
+            future = asyncio.ensure_future(self._fetch(digest, size, owners or []))
+            self._inflight[digest] = future
+            future.add_done_callback(lambda _: self._inflight.pop(digest, None))
+        await asyncio.shield(future)
+
+    async def _fetch(self, digest: str, size: int, hinted_owners: list[str]) -> None:
+        owned = self.node_id in (self.view.owners(digest) or hinted_owners)
+        async with self._owned if owned else self._general:
+            delay = self._settings.backoff_s
+            for attempt in range(self._settings.attempts):
+                if await self._one_round(digest, size, hinted_owners):
+                    return
+                log.info("chunk %s: round %d failed, retrying in %.1fs", digest[:12], attempt + 1, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._settings.backoff_max_s)
+        self.stats.failures += 1
+        raise FetchFailed(f"chunk {digest[:12]}: no owner and not the origin could deliver it")
+
+    async def _one_round(self, digest: str, size: int, hinted_owners: list[str]) -> bool:
+        owners = self.view.owners(digest) or hinted_owners
+        failed: list[str] = []
+        for peer in upstream_owners(owners, self.node_id):
+            if await self._from_peer(peer, digest, size, owners):
+                return True
+            failed.append(peer)
+        return await self._from_origin(digest, size, failed)
+
+    async def _from_peer(self, peer: str, digest: str, size: int, owners: list[str]) -> bool:
+        address = self.view.address(peer)
+        if address is None:
+            return False
+        try:
+            data = await self._peers.fetch(address, digest, size, owners, self._settings.peer_timeout_s)
+        except (grpc.aio.AioRpcError, OversizedChunk) as exc:
+            self.stats.peer_errors[peer] += 1
+            log.debug("peer %s failed for %s: %s", peer, digest[:12], exc)
+            return False
+        if not await self._accept(digest, size, data, source=peer):
+            return False
+        self.stats.chunks_from_peers += 1
+        self.stats.bytes_from_peers += len(data)
+        return True
+
+    async def _from_origin(self, digest: str, size: int, failed: list[str]) -> bool:
+        try:
+            data = await self._origin.fetch(digest, size, failed, self._settings.origin_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                self.stats.origin_refusals += 1  # our placement is stale; the next round re-reads it
+            log.info("origin failed for %s: %s", digest[:12], exc.details())
+            return False
+        except OversizedChunk:
+            return False
+        if not await self._accept(digest, size, data, source="origin"):
+            return False
+        self.stats.chunks_from_origin += 1
+        self.stats.bytes_from_origin += len(data)
+        return True
+
+    async def _accept(self, digest: str, size: int, data: bytes, source: str) -> bool:
+        if (size and len(data) != size) or chunk_digest(data) != digest:
+            self.stats.rejected_corrupt[source] += 1
+            log.warning("rejected chunk %s from %s: bytes do not match the digest", digest[:12], source)
+            return False
+        await asyncio.to_thread(self.store.put, digest, data)
+        return True

@@ -1,0 +1,33 @@
+"""This node's latest view of chunk owners and peer addresses, from desired state.
+
+The fetcher re-reads it on every attempt, so a placement change (an owner died)
+redirects fetches that are already retrying."""
+
+from __future__ import annotations
+
+
+class PlacementView:
+    """digest → owners, node id → gRPC address."""
+
+    def __init__(self) -> None:
+        self._owners: dict[str, list[str]] = {}
+        self._peers: dict[str, str] = {}
+        self.placement_enabled = True
+
+    def update(self, owners: dict[str, list[str]], peers: dict[str, str], placement_enabled: bool) -> None:
+        """Replace the view with a new desired state's."""
+        self._owners = owners
+        self._peers = peers
+        self.placement_enabled = placement_enabled
+
+    def owners(self, digest: str) -> list[str]:
+        """Owners of ``digest`` in placement order ([] when unknown)."""
+        return self._owners.get(digest, [])
+
+    def address(self, node_id: str) -> str | None:
+        """gRPC address of a peer, or None when it is not in the fleet."""
+        return self._peers.get(node_id)
+
+    def owned_by(self, node_id: str) -> set[str]:
+        """Digests ``node_id`` owns."""
+        return {d for d, owners in self._owners.items() if node_id in owners}

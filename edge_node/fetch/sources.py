@@ -1,0 +1,89 @@
+"""gRPC clients for the two remote sources of chunk bytes: peers and the origin.
+
+Both read a whole chunk into memory (chunks are ~1 MiB) and stop early when more
+bytes arrive than the manifest says, so a misbehaving sender cannot make us buffer
+without bound."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+    ("grpc.max_send_message_length", 8 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.enable_retries", 0),
+]
+
+
+class OversizedChunk(Exception):
+    """A sender streamed more bytes than the chunk has."""
+
+
+async def _collect(stream: AsyncIterator[common_pb2.ChunkData], size: int) -> bytes:
+    buf = bytearray()
+    async for piece in stream:
+        buf += piece.data
+        if size and len(buf) > size:
+            raise OversizedChunk(f"sender streamed more than {size} bytes")
+    return bytes(buf)
+
+
+class ChannelPool:
+    """One channel per address, reused by every fetch to that address."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        """The channel to ``address``, created on first use."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        """Close every channel."""
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+class PeerClient:
+    """Fetches chunks from other edges' Peer services."""
+
+    def __init__(self, pool: ChannelPool, node_id: str) -> None:
+        self._pool = pool
+        self._node_id = node_id
+
+    async def fetch(self, address: str, digest: str, size: int, owners: list[str], timeout: float) -> bytes:
+        """One chunk from the peer at ``address``."""
+        stub = peer_pb2_grpc.PeerStub(self._pool.get(address))
+        request = peer_pb2.PeerFetchRequest(digest=digest, size=size, requester=self._node_id, owners=owners)
+        return await _collect(stub.FetchChunk(request, timeout=timeout), size)
+
+    async def has_chunks(self, address: str, digests: list[str], timeout: float = 5.0) -> set[str]:
+        """Which of ``digests`` the peer holds."""
+        stub = peer_pb2_grpc.PeerStub(self._pool.get(address))
+        reply = await stub.HasChunks(peer_pb2.HasChunksRequest(digests=digests), timeout=timeout)
+        return set(reply.present)
+
+
+class OriginClient:
+    """Fetches chunks from central, saying which owners were tried first."""
+
+    def __init__(self, pool: ChannelPool, central: str, node_id: str) -> None:
+        self._pool = pool
+        self._central = central
+        self._node_id = node_id
+
+    async def fetch(self, digest: str, size: int, failed_owners: list[str], timeout: float) -> bytes:
+        """One chunk from the origin."""
+        stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
+        request = registry_pb2.OriginFetchRequest(digest=digest, node_id=self._node_id, failed_owners=failed_owners)
+        return await _collect(stub.FetchChunk(request, timeout=timeout), size)

@@ -1,0 +1,1 @@
+"""The edge's HTTP API (status now; the Open Inference Protocol joins it later)."""

@@ -1,0 +1,55 @@
+"""``modelfleet.v1.Peer``: serve chunks from the cache. An owner asked for a chunk it
+does not hold yet fetches it (single-flight, through the fetcher) and streams it on,
+rather than sending the requester to central."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from edge_node.fetch import ChunkFetcher, FetchFailed
+from fleetwire.digest import CHUNK_PIECE_BYTES, is_digest
+from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
+
+
+class PeerServicer(peer_pb2_grpc.PeerServicer):
+    """Chunks for other edges."""
+
+    def __init__(self, fetcher: ChunkFetcher) -> None:
+        self._fetcher = fetcher
+        self.chunks_served = 0
+        self.bytes_served = 0
+
+    async def FetchChunk(
+        self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[common_pb2.ChunkData]:
+        digest = request.digest
+        if not is_digest(digest):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest!r}")
+        store = self._fetcher.store
+        data = await asyncio.to_thread(store.get, digest)
+        if data is None:
+            owners = self._fetcher.view.owners(digest) or list(request.owners)
+            if self._fetcher.node_id not in owners:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is not held here")
+            try:
+                await self._fetcher.ensure(digest, request.size, owners)
+            except FetchFailed as exc:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            data = await asyncio.to_thread(store.get, digest)
+            if data is None:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"chunk {digest[:12]} was evicted")
+        assert data is not None
+        for start in range(0, len(data), CHUNK_PIECE_BYTES):
+            yield common_pb2.ChunkData(data=data[start : start + CHUNK_PIECE_BYTES])
+        self.chunks_served += 1
+        self.bytes_served += len(data)
+
+    async def HasChunks(
+        self, request: peer_pb2.HasChunksRequest, context: grpc.aio.ServicerContext
+    ) -> peer_pb2.HasChunksReply:
+        digests = [d for d in request.digests if is_digest(d)]
+        present = await asyncio.to_thread(self._fetcher.store.has_many, digests)
+        return peer_pb2.HasChunksReply(present=[d for d in digests if d in present])

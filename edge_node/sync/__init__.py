@@ -1,0 +1,8 @@
+"""Following central's desired state: register, watch, fetch, assemble."""
+
+from __future__ import annotations
+
+from edge_node.sync.follower import DesiredStateFollower
+from edge_node.sync.materializer import Materializer, VersionProgress
+
+__all__ = ["DesiredStateFollower", "Materializer", "VersionProgress"]

@@ -1,0 +1,84 @@
+"""Registers with central and follows its desired-state stream, reconnecting with
+backoff. While central is away the node keeps what it has and keeps serving it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from edge_node.fetch import PlacementView
+from edge_node.fetch.sources import ChannelPool
+from edge_node.sync.materializer import Materializer
+from edge_node.sync.state import EdgeDesiredState, state_from_pb
+from fleetwire.v1 import registry_pb2, registry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class DesiredStateFollower:
+    """The long-running link from an edge to central."""
+
+    def __init__(
+        self,
+        node: Callable[[], registry_pb2.NodeInfo],
+        central: str,
+        pool: ChannelPool,
+        view: PlacementView,
+        materializer: Materializer,
+        backoff_max_s: float = 5.0,
+    ) -> None:
+        self._node = node
+        self._central = central
+        self._pool = pool
+        self._view = view
+        self._materializer = materializer
+        self._backoff_max_s = backoff_max_s
+        self._task: asyncio.Task[None] | None = None
+        self.state: EdgeDesiredState | None = None
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        """Begin following in the background."""
+        self._task = asyncio.create_task(self._run(), name="desired-state follower")
+
+    async def stop(self, unregister: bool = True) -> None:
+        """Stop following; tell central this node leaves on purpose."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if unregister:
+            stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
+            try:
+                await stub.Unregister(registry_pb2.UnregisterRequest(node_id=self._node().node_id), timeout=2.0)
+            except grpc.aio.AioRpcError as exc:
+                log.info("could not unregister: %s", exc.code())
+
+    async def _run(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                await self._follow_once()
+            except grpc.aio.AioRpcError as exc:
+                log.info("central link lost (%s); retrying in %.1fs", exc.code().name, delay)
+            self.connected.clear()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._backoff_max_s)
+
+    async def _follow_once(self) -> None:
+        stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
+        node = self._node()
+        await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0)
+        stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id))
+        async for pb in stream:
+            self.connected.set()
+            self.apply(state_from_pb(pb))
+
+    def apply(self, state: EdgeDesiredState) -> None:
+        """Adopt a new desired state."""
+        self.state = state
+        self._view.update(state.owners(), state.peers, state.placement_enabled)
+        self._materializer.apply(state)
+        log.debug("desired state generation %d: %d versions", state.generation, len(state.versions))

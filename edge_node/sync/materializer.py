@@ -1,0 +1,129 @@
+"""Turns a desired state into files: pins, fetches and assembles every version this
+node must hold, owned chunks first, and seeds the chunks it owns in others.
+
+One task per version; a version that fails keeps being retried with backoff (an
+edge should converge by itself once peers or central come back)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from edge_node.fetch import ChunkFetcher, FetchFailed
+from edge_node.sync.state import DesiredVersion, EdgeDesiredState
+from edge_node.versions import VersionFiles
+from edge_node.versions.store import AssemblyError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VersionProgress:
+    """How far one version is."""
+
+    name: str
+    version: str
+    state: str  # pending | fetching | complete | failed
+    chunks_total: int
+    chunks_present: int = 0
+    size: int = 0
+    error: str | None = None
+    completed_at: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-friendly form."""
+        return dict(vars(self))
+
+
+class Materializer:
+    """Keeps the local disk in line with the latest desired state."""
+
+    def __init__(self, fetcher: ChunkFetcher, files: VersionFiles, retry_max_s: float = 5.0) -> None:
+        self._fetcher = fetcher
+        self._files = files
+        self._retry_max_s = retry_max_s
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._seed_tasks: set[asyncio.Task[None]] = set()
+        self.progress: dict[tuple[str, str], VersionProgress] = {}
+
+    def apply(self, state: EdgeDesiredState) -> None:
+        """Start work for new versions, drop work for versions no longer wanted."""
+        node = self._fetcher.node_id
+        wanted = {v.manifest.key: v for v in state.versions if v.serve}
+        pins = {c.digest for v in wanted.values() for c in v.manifest.chunks}
+        pins |= {d for v in state.versions for d, owners in v.placement.items() if node in owners}
+        self._fetcher.store.set_pins(pins)
+        for key in list(self._tasks):
+            if key not in wanted:
+                self._tasks.pop(key).cancel()
+                self.progress.pop(key, None)
+        for key, version in wanted.items():
+            task = self._tasks.get(key)
+            if task is None or task.done() and self.progress[key].state != "complete":
+                self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+        for version in state.versions:
+            if not version.serve:
+                self._spawn_seed(version)
+
+    def _spawn_seed(self, version: DesiredVersion) -> None:
+        task = asyncio.create_task(self._seed(version))
+        self._seed_tasks.add(task)
+        task.add_done_callback(self._seed_tasks.discard)
+
+    async def _seed(self, version: DesiredVersion) -> None:
+        sizes = {c.digest: c.size for c in version.manifest.chunks}
+        node = self._fetcher.node_id
+        owned = [d for d, owners in version.placement.items() if node in owners]
+        await asyncio.gather(*(self._fetcher.ensure(d, sizes[d], version.placement[d]) for d in owned), return_exceptions=True)
+
+    async def _materialize(self, version: DesiredVersion) -> None:
+        m = version.manifest
+        progress = VersionProgress(m.name, m.version, "pending", len(m.unique_chunks()), size=m.size)
+        self.progress[m.key] = progress
+        if await asyncio.to_thread(self._files.is_complete, m):
+            progress.state, progress.chunks_present, progress.completed_at = "complete", progress.chunks_total, time.time()
+            return
+        delay = 0.5
+        while True:
+            try:
+                await self._fetch_all(version, progress)
+                await asyncio.to_thread(self._files.assemble, m, self._fetcher.store)
+            except (FetchFailed, AssemblyError) as exc:
+                progress.state, progress.error = "failed", str(exc)
+                log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._retry_max_s)
+                continue
+            progress.state, progress.error, progress.completed_at = "complete", None, time.time()
+            log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
+            return
+
+    async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress) -> None:
+        progress.state = "fetching"
+        chunks = version.manifest.unique_chunks()
+        node = self._fetcher.node_id
+        # Owned chunks first: others are waiting on this node for them.
+        chunks.sort(key=lambda c: node not in version.placement.get(c.digest, []))
+        progress.chunks_present = 0
+
+        async def one(digest: str, size: int) -> None:
+            await self._fetcher.ensure(digest, size, version.placement.get(digest, []))
+
+        tasks = [asyncio.create_task(one(c.digest, c.size)) for c in chunks]
+        try:
+            for done in asyncio.as_completed(tasks):
+                await done
+                progress.chunks_present += 1
+        finally:
+            for t in tasks:
+                t.cancel()
+        progress.chunks_present = progress.chunks_total
+
+    async def stop(self) -> None:
+        """Cancel all work."""
+        tasks = list(self._tasks.values()) + list(self._seed_tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,102 @@
+"""``<data_dir>/versions/<name>/<version>/model.onnx`` plus ``manifest.json``.
+
+The model is written under a temp name, fsynced, checked against the manifest's
+sha256 and renamed; ``manifest.json`` is written last and marks the version
+complete. A crash at any point leaves no file that looks complete but is not."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from edge_node.cache import ChunkStore
+from fleetwire.manifest import Manifest
+
+MODEL_FILE = "model.onnx"
+MANIFEST_FILE = "manifest.json"
+
+
+class AssemblyError(Exception):
+    """The chunks did not add up to the manifest's file."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class VersionFiles:
+    """Complete model versions on this node's disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def directory(self, name: str, version: str) -> Path:
+        """The directory of one version."""
+        return self.root / name / version
+
+    def model_path(self, name: str, version: str) -> Path:
+        """The assembled model file of one version."""
+        return self.directory(name, version) / MODEL_FILE
+
+    def is_complete(self, manifest: Manifest) -> bool:
+        """True when the version was assembled and verified before."""
+        marker = self.directory(manifest.name, manifest.version) / MANIFEST_FILE
+        if not marker.is_file() or not self.model_path(manifest.name, manifest.version).is_file():
+            return False
+        try:
+            return Manifest.model_validate_json(marker.read_text()).sha256 == manifest.sha256
+        except ValueError:
+            return False
+
+    def assemble(self, manifest: Manifest, store: ChunkStore) -> Path:
+        """Concatenate the chunks, verify the whole file, and publish it atomically."""
+        directory = self.directory(manifest.name, manifest.version)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
+        tmp = Path(tmp_name)
+        try:
+            digest = self._write_chunks(fd, manifest, store)
+            if digest != manifest.sha256:
+                raise AssemblyError(f"{manifest.name}:{manifest.version}: assembled file has sha256 {digest}")
+            final = directory / MODEL_FILE
+            os.replace(tmp, final)
+            self._write_marker(directory, manifest)
+            _fsync_dir(directory)
+            return final
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _write_chunks(fd: int, manifest: Manifest, store: ChunkStore) -> str:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as f:
+            for chunk in manifest.chunks:
+                data = store.get(chunk.digest)
+                if data is None:
+                    raise AssemblyError(f"chunk {chunk.digest[:12]} vanished from the cache")
+                h.update(data)
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return h.hexdigest()
+
+    @staticmethod
+    def _write_marker(directory: Path, manifest: Manifest) -> None:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest-")
+        with os.fdopen(fd, "w") as f:
+            f.write(manifest.model_dump_json(indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / MANIFEST_FILE)
+
+    def remove(self, name: str, version: str) -> None:
+        """Delete a version's directory."""
+        shutil.rmtree(self.directory(name, version), ignore_errors=True)

@@ -1,0 +1,47 @@
+"""Manifest ↔ protobuf. Both deployables convert at their transport edge with these,
+so core logic never handles ``_pb2`` classes."""
+
+from __future__ import annotations
+
+from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
+from fleetwire.v1 import common_pb2
+
+
+def _spec_to_pb(spec: TensorSpec) -> common_pb2.TensorSpec:
+    return common_pb2.TensorSpec(name=spec.name, dtype=spec.dtype, shape=spec.shape)
+
+
+def _spec_from_pb(pb: common_pb2.TensorSpec) -> TensorSpec:
+    return TensorSpec(name=pb.name, dtype=pb.dtype, shape=list(pb.shape))
+
+
+def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
+    """The protobuf form of ``m``."""
+    return common_pb2.Manifest(
+        name=m.name,
+        version=m.version,
+        sha256=m.sha256,
+        size=m.size,
+        chunks=[common_pb2.ChunkRef(digest=c.digest, size=c.size) for c in m.chunks],
+        inputs=[_spec_to_pb(s) for s in m.inputs],
+        outputs=[_spec_to_pb(s) for s in m.outputs],
+        created_at=m.created_at,
+        labels=m.labels,
+        artifact=m.artifact,
+    )
+
+
+def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
+    """The model form of a protobuf manifest."""
+    return Manifest(
+        name=pb.name,
+        version=pb.version,
+        sha256=pb.sha256,
+        size=pb.size,
+        chunks=[ChunkRef(digest=c.digest, size=c.size) for c in pb.chunks],
+        inputs=[_spec_from_pb(s) for s in pb.inputs],
+        outputs=[_spec_from_pb(s) for s in pb.outputs],
+        created_at=pb.created_at,
+        labels=dict(pb.labels),
+        artifact=pb.artifact or "fp32",
+    )

@@ -1,0 +1,5 @@
+"""``python -m modelfleet`` is the ``modelfleet`` command."""
+
+from modelfleet.cli import main
+
+raise SystemExit(main())
