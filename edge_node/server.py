@@ -48,6 +48,7 @@ class Edge:
         self._http_task: asyncio.Task[None] | None = None
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
+        self._stopped = False
 
     @property
     def advertise_host(self) -> str:
@@ -102,7 +103,10 @@ class Edge:
         self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
 
     async def stop(self, unregister: bool = True) -> None:
-        """Leave the fleet, stop work and close listeners and the cache."""
+        """Leave the fleet, stop work and close listeners and the cache (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.follower.stop(unregister=unregister)
         await self.materializer.stop()
         if self._grpc is not None:

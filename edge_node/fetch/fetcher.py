@@ -132,11 +132,7 @@ class ChunkFetcher:
             self.stats.peer_errors[peer] += 1
             log.debug("peer %s failed for %s: %s", peer, digest[:12], exc)
             return False
-        if not await self._accept(digest, size, data, source=peer):
-            return False
-        self.stats.chunks_from_peers += 1
-        self.stats.bytes_from_peers += len(data)
-        return True
+        return await self._accept(digest, size, data, source=peer)
 
     async def _from_origin(self, digest: str, size: int, failed: list[str]) -> bool:
         try:
@@ -148,16 +144,19 @@ class ChunkFetcher:
             return False
         except OversizedChunk:
             return False
-        if not await self._accept(digest, size, data, source="origin"):
-            return False
-        self.stats.chunks_from_origin += 1
-        self.stats.bytes_from_origin += len(data)
-        return True
+        return await self._accept(digest, size, data, source="origin")
 
     async def _accept(self, digest: str, size: int, data: bytes, source: str) -> bool:
         if (size and len(data) != size) or chunk_digest(data) != digest:
             self.stats.rejected_corrupt[source] += 1
             log.warning("rejected chunk %s from %s: bytes do not match the digest", digest[:12], source)
             return False
+        # Counted on receipt: a put interrupted by shutdown still completes in its thread.
+        if source == "origin":
+            self.stats.chunks_from_origin += 1
+            self.stats.bytes_from_origin += len(data)
+        else:
+            self.stats.chunks_from_peers += 1
+            self.stats.bytes_from_peers += len(data)
         await asyncio.to_thread(self.store.put, digest, data)
         return True

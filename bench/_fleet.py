@@ -1,0 +1,519 @@
+"""Run a fleet of real modelfleet processes on loopback, for the benchmarks.
+
+``Fleet`` is a context manager: central and every edge are subprocesses
+(``sys.executable -m modelfleet ...``) with their own data and cache dirs under one
+temp dir, stdout/stderr in log files there. Leaving the ``with`` block, normally or
+by an exception or KeyboardInterrupt, stops every process (SIGTERM, then SIGKILL)
+and, unless something failed or ``keep`` is set, removes the temp dir. Children
+also get PR_SET_PDEATHSIG on Linux, so a benchmark killed with SIGKILL does not
+leave them behind.
+
+Typical use::
+
+    with Fleet(central_env={"MODELFLEET_ORIGIN__EGRESS_BYTES_S": "20000000"}) as fleet:
+        fleet.start(edges=8)
+        pushed = fleet.push("mlp", "v1", model_path)
+        done = fleet.wait_complete("mlp", "v1")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, Any, Self
+
+import httpx
+
+_CENTRAL_READY = re.compile(r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+_EDGE_READY = re.compile(r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+_POLL_S = 0.05  # ~20 Hz
+_PUSH_BLOCK = 1024 * 1024
+_TAIL_LINES = 40
+
+
+class FleetError(RuntimeError):
+    """A process did not start, died, or a wait timed out; the message carries log tails."""
+
+
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file, read in blocks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_PUSH_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM this child when the benchmark process dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Proc:
+    """One started process and where its output goes."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+    data_dir: Path
+    http_url: str = ""
+    grpc_address: str = ""
+    _files: list[IO[bytes]] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen.poll() is None
+
+    def tails(self) -> str:
+        """The last lines of stdout and stderr, for error messages."""
+        return (
+            f"--- {self.name} (pid {self.popen.pid}, rc {self.popen.returncode}) stdout {self.stdout_path}:\n"
+            f"{_tail(self.stdout_path)}\n--- {self.name} stderr {self.stderr_path}:\n{_tail(self.stderr_path)}"
+        )
+
+    def close_logs(self) -> None:
+        """Close the parent's handles on the log files."""
+        for f in self._files:
+            f.close()
+        self._files.clear()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """When one edge reported a version complete."""
+
+    node_id: str
+    completed_at: float  # the edge's wall clock (time.time()), same host
+    observed_at: float  # our wall clock when the poll saw it
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """A model pushed to central."""
+
+    name: str
+    version: str
+    manifest: dict[str, Any]
+    report: dict[str, Any]
+    sha256: str
+    size: int
+    started_at: float  # wall clock before the request
+    acked_at: float  # wall clock when the 201 arrived
+
+
+class Fleet:
+    """Central plus N edges as subprocesses; stop() always runs on leaving ``with``."""
+
+    def __init__(
+        self,
+        *,
+        root: Path | None = None,
+        central_env: Mapping[str, str] | None = None,
+        edge_env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 60.0,
+        stop_timeout_s: float = 10.0,
+        keep: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self._root_parent = root
+        self.central_env = dict(central_env or {})
+        self.edge_env = dict(edge_env or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.keep = keep
+        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.dir: Path | None = None
+        self.central: Proc | None = None
+        self.edges: dict[str, Proc] = {}
+        self._client: httpx.Client | None = None
+        self._failed = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        if self._root_parent is not None:
+            self._root_parent.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="fleet-", dir=self._root_parent))
+        self._client = httpx.Client(timeout=httpx.Timeout(30.0, read=300.0))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+                self._failed = True
+                if not isinstance(exc, FleetError):  # a FleetError already carries the tails
+                    self._log(self.tails())
+        finally:
+            self.stop()
+
+    def _procs(self) -> list[Proc]:
+        return [*self.edges.values(), *([self.central] if self.central else [])]
+
+    def stop(self) -> None:
+        """SIGTERM every process (edges first, so they can unregister), SIGKILL stragglers; idempotent."""
+        try:
+            self._terminate(list(self.edges.values()))
+            if self.central is not None:
+                self._terminate([self.central])
+        finally:
+            for p in self._procs():
+                if p.alive():  # only if SIGKILL was ignored (cannot be) or wait was interrupted
+                    p.popen.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.popen.wait(timeout=5)
+                p.close_logs()
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self.dir is not None:
+                if self._failed or self.keep:
+                    self._log(f"fleet files kept in {self.dir}")
+                else:
+                    shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _terminate(self, procs: list[Proc]) -> None:
+        for p in procs:
+            if p.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    p.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for p in procs:
+            try:
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._log(f"{p.name} did not stop within {self.stop_timeout_s}s; killing it")
+                p.popen.kill()
+                p.popen.wait(timeout=5)
+
+    def tails(self) -> str:
+        """Log tails of every process."""
+        return "\n".join(p.tails() for p in self._procs())
+
+    def fail(self, message: str, procs: list[Proc] | None = None) -> FleetError:
+        """A FleetError with log tails (all processes unless ``procs``), marking the fleet failed."""
+        self._failed = True
+        chosen = procs if procs is not None else self._procs()
+        return FleetError(message + "\n" + "\n".join(p.tails() for p in chosen))
+
+    # -- processes -----------------------------------------------------------
+
+    @property
+    def client(self) -> httpx.Client:
+        """The HTTP client (only inside ``with``)."""
+        if self._client is None:
+            raise RuntimeError("use Fleet inside a with block")
+        return self._client
+
+    def _spawn(self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path) -> Proc:
+        assert self.dir is not None, "use Fleet inside a with block"
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}
+        stdout_path, stderr_path = logs / f"{name}.out", logs / f"{name}.err"
+        out = stdout_path.open("wb")
+        err = stderr_path.open("wb")
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "modelfleet", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            )
+        except BaseException:
+            out.close()
+            err.close()
+            raise
+        return Proc(name, popen, stdout_path, stderr_path, data_dir, _files=[out, err])
+
+    def _wait_ready(self, procs: list[Proc], pattern: re.Pattern[str]) -> None:
+        """Wait for every process's ready line; fill in its addresses."""
+        pending = {p.name: p for p in procs}
+        deadline = time.monotonic() + self.startup_timeout_s
+        while pending:
+            for name, p in list(pending.items()):
+                match = pattern.search(p.stdout_path.read_text(errors="replace"))
+                if match:
+                    p.http_url, p.grpc_address = match["http"], match["grpc"]
+                    del pending[name]
+                elif not p.alive():
+                    raise self.fail(f"{name} exited with {p.popen.returncode} before it was ready", [p])
+            if pending and time.monotonic() > deadline:
+                raise self.fail(
+                    f"not ready after {self.startup_timeout_s}s: {', '.join(sorted(pending))}", list(pending.values())
+                )
+            if pending:
+                time.sleep(0.02)
+
+    def start_central(self) -> Proc:
+        """Start central on free ports with ``central_env``; returns once it printed its ready line."""
+        assert self.dir is not None, "use Fleet inside a with block"
+        data_dir = self.dir / "central"
+        args = ["central", "--data-dir", str(data_dir), "--http-port", "0", "--grpc-port", "0"]
+        self.central = self._spawn("central", args, self.central_env, data_dir)
+        self._wait_ready([self.central], _CENTRAL_READY)
+        return self.central
+
+    def start_edges(self, count: int, prefix: str = "e") -> list[Proc]:
+        """Start ``count`` edges at once (own data and cache dirs), wait for all ready lines."""
+        assert self.dir is not None and self.central is not None, "start central first"
+        started = []
+        for i in range(len(self.edges), len(self.edges) + count):
+            node_id = f"{prefix}{i}"
+            data_dir = self.dir / "edges" / node_id
+            args = [
+                "edge", "--node-id", node_id, "--central", self.central.grpc_address,
+                "--data-dir", str(data_dir), "--cache-dir", str(data_dir / "cache"),
+                "--http-port", "0", "--grpc-port", "0",
+            ]  # fmt: skip
+            proc = self._spawn(node_id, args, self.edge_env, data_dir)
+            self.edges[node_id] = proc
+            started.append(proc)
+        self._wait_ready(started, _EDGE_READY)
+        return started
+
+    def start(self, edges: int, registered_timeout_s: float = 30.0) -> None:
+        """Central, then ``edges`` edges, then wait until central lists all of them."""
+        self.start_central()
+        self.start_edges(edges)
+        self.wait_registered(registered_timeout_s)
+
+    def _check_alive(self) -> None:
+        dead = [p for p in self._procs() if not p.alive()]
+        if dead:
+            raise self.fail(f"process(es) died: {', '.join(p.name for p in dead)}", dead)
+
+    # -- central -------------------------------------------------------------
+
+    def _central_url(self, path: str) -> str:
+        assert self.central is not None, "start central first"
+        return self.central.http_url + path
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """``GET /api/v1/nodes`` of central."""
+        r = self.client.get(self._central_url("/api/v1/nodes"))
+        r.raise_for_status()
+        nodes: list[dict[str, Any]] = r.json()
+        return nodes
+
+    def wait_registered(self, timeout_s: float = 30.0) -> None:
+        """Wait until every started edge is in central's node list."""
+        want = set(self.edges)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_alive()
+            have = {n["node_id"] for n in self.nodes()}
+            if want <= have:
+                return
+            if time.monotonic() > deadline:
+                raise self.fail(f"edges not registered after {timeout_s}s: {sorted(want - have)}")
+            time.sleep(_POLL_S)
+
+    def push(self, name: str, version: str, path: Path) -> Pushed:
+        """Stream ``path`` to central as a raw body; returns once the 201 arrived."""
+        size = path.stat().st_size
+        digest = sha256_of(path)
+
+        def body() -> Iterator[bytes]:
+            with path.open("rb") as f:
+                while block := f.read(_PUSH_BLOCK):
+                    yield block
+
+        started = time.time()
+        r = self.client.post(
+            self._central_url(f"/api/v1/models/{name}/versions"),
+            params={"version": version},
+            content=body(),
+            headers={"content-length": str(size), "content-type": "application/octet-stream"},
+        )
+        acked = time.time()
+        if r.status_code != 201:
+            raise self.fail(f"push of {name}:{version} answered {r.status_code}: {r.text[:500]}", [])
+        doc = r.json()
+        manifest = doc["manifest"]
+        if manifest.get("sha256") not in (None, digest):
+            raise self.fail(f"central's manifest sha256 {manifest.get('sha256')} != pushed file's {digest}", [])
+        return Pushed(name, version, manifest, doc.get("report", {}), digest, size, started, acked)
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /api/v1/stats`` of central (``origin.bytes_sent`` etc.)."""
+        r = self.client.get(self._central_url("/api/v1/stats"))
+        r.raise_for_status()
+        stats: dict[str, Any] = r.json()
+        return stats
+
+    # -- edges ---------------------------------------------------------------
+
+    def edge_status(self, node_id: str) -> dict[str, Any]:
+        """``GET /api/v1/status`` of one edge."""
+        r = self.client.get(self.edges[node_id].http_url + "/api/v1/status")
+        r.raise_for_status()
+        status: dict[str, Any] = r.json()
+        return status
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Status of every edge."""
+        return {node_id: self.edge_status(node_id) for node_id in self.edges}
+
+    def wait_complete(self, name: str, version: str, timeout_s: float = 300.0) -> dict[str, Completion]:
+        """Poll every edge (~20 Hz) until each reports ``name:version`` complete.
+
+        An edge is not polled again once complete, so polling does not load the
+        ones still working more than needed."""
+        pending = set(self.edges)
+        done: dict[str, Completion] = {}
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, dict[str, Any]] = {}
+        while pending:
+            self._check_alive()
+            for node_id in sorted(pending):
+                status = self.edge_status(node_id)
+                last[node_id] = status
+                for v in status.get("versions", []):
+                    if v.get("name") == name and v.get("version") == version and v.get("state") == "complete":
+                        observed = time.time()
+                        completed = float(v.get("completed_at") or observed)
+                        done[node_id] = Completion(node_id, completed, observed, status)
+                        pending.discard(node_id)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                states = {
+                    n: [(v["name"], v["version"], v["state"], v["chunks_present"], v["chunks_total"], v.get("error"))
+                        for v in last.get(n, {}).get("versions", [])]
+                    for n in sorted(pending)
+                }  # fmt: skip
+                raise self.fail(f"{name}:{version} not complete after {timeout_s}s on {sorted(pending)}: {states}")
+            time.sleep(_POLL_S)
+        return done
+
+    def model_file(self, node_id: str, name: str, version: str) -> Path:
+        """Where an edge assembled a version."""
+        return self.edges[node_id].data_dir / "versions" / name / version / "model.onnx"
+
+    def verify_files(self, name: str, version: str, sha256: str) -> dict[str, bool]:
+        """node id → whether its assembled file hashes to ``sha256``."""
+        result = {}
+        for node_id in self.edges:
+            path = self.model_file(node_id, name, version)
+            result[node_id] = path.is_file() and sha256_of(path) == sha256
+        return result
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit while inside, so ``finally`` blocks stop the fleet.
+
+    Only in the main thread (signal handlers cannot be set elsewhere); restores the old handler."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# -- models ------------------------------------------------------------------
+
+_WIDTHS = (2048, 1536, 1024, 768, 512, 384, 256, 192, 128, 96, 64)
+
+
+def plan_mlp(target_bytes: int, width: int | None = None) -> tuple[int, int]:
+    """(width, hidden_layers) of a float32 MLP of at least ``target_bytes``.
+
+    Without ``width``: the widest layer that still gives at least two hidden layers,
+    so the file is many similar layers (like a real model), not one huge one."""
+    from modelfleet.zoo import mlp_bytes
+
+    if width is None:
+        width = next((w for w in _WIDTHS if mlp_bytes(w, 2) <= target_bytes), _WIDTHS[-1])
+    layers = 1
+    while mlp_bytes(width, layers) < target_bytes:
+        layers += 1
+    return width, layers
+
+
+def model_cache_dir(path: Path | None) -> Path:
+    """Where generated models are kept between runs."""
+    return path if path is not None else Path(tempfile.gettempdir()) / "modelfleet-bench-models"
+
+
+def cached_mlp(cache: Path, *, width: int, hidden_layers: int, seed: int = 0, head_seed: int = 0) -> Path:
+    """A generated MLP, built once per (width, layers, seeds) and reused afterwards."""
+    from modelfleet.zoo import build_mlp
+
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"mlp-w{width}-l{hidden_layers}-s{seed}-h{head_seed}.onnx"
+    if path.is_file():
+        return path
+    fd, tmp_name = tempfile.mkstemp(dir=cache, prefix=".build-", suffix=".onnx")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        build_mlp(tmp, width=width, hidden_layers=hidden_layers, seed=seed, head_seed=head_seed)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def chunking_env(avg_kb: int) -> dict[str, str]:
+    """Central's chunking bounds for an average of ``avg_kb`` KiB (min avg/4, max avg×4)."""
+    avg = avg_kb * 1024
+    return {
+        "MODELFLEET_CHUNKING__AVG_BYTES": str(avg),
+        "MODELFLEET_CHUNKING__MIN_BYTES": str(avg // 4),
+        "MODELFLEET_CHUNKING__MAX_BYTES": str(avg * 4),
+    }
+
+
+def parse_env_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["K=V", ...]`` → dict; raises ValueError on a pair without ``=``."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env

@@ -1,0 +1,110 @@
+"""Shared fixtures: real centrals and edges on loopback (port 0), models built by code."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from central.server import CentralServer
+from central.settings import CentralSettings
+from edge_node.server import Edge
+from edge_node.settings import EdgeSettings
+from modelfleet.zoo import build_mlp
+
+#: Small chunks so that a few-MB test model has dozens of them.
+SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}
+
+
+def central_settings(data_dir: Path, **overrides: Any) -> CentralSettings:
+    """Settings for a test central on free ports with small chunks."""
+    base: dict[str, Any] = {"data_dir": data_dir, "http_port": 0, "grpc_port": 0, "chunking": SMALL_CHUNKS}
+    base.update(overrides)
+    return CentralSettings(**base)
+
+
+def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) -> EdgeSettings:
+    """Settings for a test edge on free ports with quick retries."""
+    base: dict[str, Any] = {
+        "node_id": node_id,
+        "central": central,
+        "data_dir": data_dir,
+        "reconnect_backoff_max_s": 0.5,
+        "fetch": {"peer_timeout_s": 5.0, "origin_timeout_s": 20.0, "backoff_s": 0.05, "backoff_max_s": 0.5},
+    }
+    base.update(overrides)
+    return EdgeSettings(**base)
+
+
+@pytest.fixture(scope="session")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ~2.7 MB float32 MLP (about 40 chunks of 64 KiB)."""
+    return build_mlp(tmp_path_factory.mktemp("models") / "mlp.onnx", width=384, hidden_layers=4)
+
+
+@pytest.fixture(scope="session")
+def small_model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny valid model for API tests."""
+    return build_mlp(tmp_path_factory.mktemp("models") / "tiny.onnx", width=32, hidden_layers=1)
+
+
+@pytest.fixture
+async def central(tmp_path: Path) -> AsyncIterator[CentralServer]:
+    """A started central with default test settings."""
+    server = CentralServer(central_settings(tmp_path / "central"))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def api(central: CentralServer) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the central's REST API."""
+    async with httpx.AsyncClient(base_url=central.http_url, timeout=30.0) as client:
+        yield client
+
+
+EdgeFactory = Callable[..., Awaitable[Edge]]
+
+
+@pytest.fixture
+async def make_edge(tmp_path: Path) -> AsyncIterator[EdgeFactory]:
+    """Start edges against a central; all still running are stopped at the end."""
+    started: list[Edge] = []
+
+    async def factory(node_id: str, central: CentralServer, **overrides: Any) -> Edge:
+        data_dir = overrides.pop("data_dir", tmp_path / node_id)
+        edge = Edge(edge_settings(node_id, central.grpc_address, data_dir, **overrides))
+        await edge.start()
+        started.append(edge)
+        return edge
+
+    yield factory
+    for edge in started:
+        if not getattr(edge, "_stopped", False):
+            await edge.stop()
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def version_state(edge: Edge, name: str, version: str) -> str | None:
+    """The state an edge reports for one version, or None."""
+    progress = edge.materializer.progress.get((name, version))
+    return progress.state if progress else None
+
+
+async def push(api: httpx.AsyncClient, name: str, path: Path, **params: str) -> httpx.Response:
+    """Push a model file as a raw body."""
+    return await api.post(f"/api/v1/models/{name}/versions", params=params, content=path.read_bytes())

@@ -1,0 +1,67 @@
+"""A central and four edges on loopback: a push reaches every edge byte for byte,
+with the origin sending each chunk about once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from central.server import CentralServer
+from conftest import EdgeFactory, push, version_state, wait_for
+
+
+async def test_push_reaches_every_edge_byte_for_byte(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model_file: Path
+) -> None:
+    edges = [await make_edge(f"edge-{i}", central) for i in range(4)]
+    await wait_for(lambda: len(central.central.nodes.nodes()) == 4, what="four registered edges")
+
+    response = await push(api, "mlp", model_file)
+    assert response.status_code == 201, response.text
+    manifest = response.json()["manifest"]
+
+    await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), what="rollout")
+    expected = model_file.read_bytes()
+    for edge in edges:
+        assert edge.files.model_path("mlp", "1").read_bytes() == expected
+
+    origin = (await api.get("/api/v1/stats")).json()["origin"]
+    # Each chunk leaves the origin once (to its first owner); nothing failed here.
+    assert origin["bytes_sent"] == manifest["size"]
+    fetched_from_peers = sum(e.fetcher.stats.bytes_from_peers for e in edges)
+    assert fetched_from_peers == 3 * manifest["size"]
+
+
+async def test_every_chunk_has_two_distinct_owners_spread_over_the_fleet(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model_file: Path
+) -> None:
+    for i in range(4):
+        await make_edge(f"edge-{i}", central)
+    await wait_for(lambda: len(central.central.nodes.nodes()) == 4, what="four registered edges")
+    assert (await push(api, "mlp", model_file)).status_code == 201
+
+    nodes = (await api.get("/api/v1/nodes")).json()
+    owned = {n["node_id"]: n["owned_chunks"] for n in nodes}
+    placement = central.central.placement.placement(("mlp", "1"))
+    assert placement and all(len(set(owners)) == 2 for owners in placement.values())
+    total = sum(owned.values())
+    assert total == 2 * len(placement)
+    cap = -(-125 * total // (100 * 4))  # ceil(1.25 × average)
+    assert max(owned.values()) <= cap
+
+
+async def test_a_new_version_replaces_the_old_one_on_every_edge(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model_file: Path, tmp_path: Path
+) -> None:
+    from modelfleet.zoo import build_mlp
+
+    edges = [await make_edge(f"edge-{i}", central) for i in range(2)]
+    assert (await push(api, "mlp", model_file)).status_code == 201
+    await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), what="v1")
+    v2 = build_mlp(tmp_path / "v2.onnx", width=384, hidden_layers=4, head_seed=7)
+    assert (await push(api, "mlp", v2)).status_code == 201
+    await wait_for(lambda: all(version_state(e, "mlp", "2") == "complete" for e in edges), what="v2")
+    for edge in edges:
+        assert edge.files.model_path("mlp", "2").read_bytes() == v2.read_bytes()
+        assert version_state(edge, "mlp", "1") is None  # no longer desired
