@@ -29,15 +29,24 @@ class PlacementSettings(BaseModel):
 
     enabled: bool = Field(True, description="Off: every edge fetches every chunk from central (the naive baseline).")
     replicas: int = Field(2, ge=1, le=16, description="Owners per chunk.")
-    load_factor: float = Field(1.25, ge=1.0, le=4.0, description="No node owns more than ceil(factor × average) chunks of a version.")
+    load_factor: float = Field(
+        1.25, ge=1.0, le=4.0, description="No node owns more than ceil(factor × average) chunks of a version."
+    )
 
 
 class OriginSettings(BaseModel):
     """Central as the origin of chunk bytes."""
 
-    egress_bytes_s: int = Field(0, ge=0, description="Cap on central's chunk egress in bytes/s (token bucket); 0 = unlimited.")
+    egress_bytes_s: int = Field(
+        0, ge=0, description="Cap on central's chunk egress in bytes/s (token bucket); 0 = unlimited."
+    )
     max_concurrent_streams: int = Field(
-        4, ge=1, description="Chunk streams served at once; the rest queue, so chunks complete one after another and peers can start relaying early."
+        4,
+        ge=1,
+        description=(
+            "Chunk streams served at once; the rest queue, so chunks complete one after another"
+            " and peers can start relaying early."
+        ),
     )
 
 

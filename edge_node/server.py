@@ -76,7 +76,10 @@ class Edge:
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
-            "peer": {"chunks_served": self.peer_servicer.chunks_served, "bytes_served": self.peer_servicer.bytes_served},
+            "peer": {
+                "chunks_served": self.peer_servicer.chunks_served,
+                "bytes_served": self.peer_servicer.bytes_served,
+            },
         }
 
     async def start(self) -> None:
@@ -91,7 +94,11 @@ class Edge:
 
     async def _start_http(self) -> None:
         config = uvicorn.Config(
-            create_app(self), host=self.settings.http_host, port=self.settings.http_port, log_level="warning", lifespan="off"
+            create_app(self),
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_level="warning",
+            lifespan="off",
         )
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
@@ -126,6 +133,10 @@ async def serve(settings: EdgeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"edge {edge.node_id} ready http=http://{settings.http_host}:{edge.http_port} grpc={edge.advertise_host}:{edge.grpc_port}", flush=True)
+    print(
+        f"edge {edge.node_id} ready http=http://{settings.http_host}:{edge.http_port}"
+        f" grpc={edge.advertise_host}:{edge.grpc_port}",
+        flush=True,
+    )
     await stop.wait()
     await edge.stop()

@@ -17,8 +17,12 @@ class FetchSettings(BaseModel):
 
     max_in_flight: int = Field(8, ge=1, le=256, description="Chunks of other owners fetched at once.")
     max_owned_in_flight: int = Field(4, ge=1, le=256, description="Chunks this node owns, fetched upstream at once.")
-    peer_timeout_s: float = Field(30.0, gt=0, description="Deadline for one chunk from a peer (it may be fetching it itself).")
-    origin_timeout_s: float = Field(120.0, gt=0, description="Deadline for one chunk from central (its egress may be capped).")
+    peer_timeout_s: float = Field(
+        30.0, gt=0, description="Deadline for one chunk from a peer (it may be fetching it itself)."
+    )
+    origin_timeout_s: float = Field(
+        120.0, gt=0, description="Deadline for one chunk from central (its egress may be capped)."
+    )
     attempts: int = Field(6, ge=1, description="Rounds over owners and origin before a chunk fetch gives up.")
     backoff_s: float = Field(0.2, gt=0, description="First retry delay; doubles per round.")
     backoff_max_s: float = Field(5.0, gt=0, description="Longest retry delay.")
@@ -29,17 +33,23 @@ class EdgeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MODELFLEET_", env_nested_delimiter="__", extra="ignore")
 
-    node_id: str = Field(default_factory=lambda: socket.gethostname().split(".")[0], description="Unique id in the fleet.")
+    node_id: str = Field(
+        default_factory=lambda: socket.gethostname().split(".")[0], description="Unique id in the fleet."
+    )
     central: str = Field("127.0.0.1:50051", description="host:port of central's gRPC Registry.")
     grpc_host: str = Field("127.0.0.1", description="Bind address of the Peer service.")
     grpc_port: int = Field(0, ge=0, le=65535, description="Peer service port; 0 picks a free one.")
     http_host: str = Field("127.0.0.1", description="Bind address of the HTTP API.")
     http_port: int = Field(0, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
-    advertise_host: str | None = Field(None, description="Host other nodes use to reach this one; default: the bind address.")
+    advertise_host: str | None = Field(
+        None, description="Host other nodes use to reach this one; default: the bind address."
+    )
     capacity: int = Field(1, ge=1, le=1000, description="Relative share of chunks this node owns as a seeder.")
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels announced to central.")
     data_dir: Path = Field(Path("./data/edge"), description="Root of versions/ (assembled models).")
-    cache_dir: Path | None = Field(None, description="Chunk cache, shareable by processes on one host; default data_dir/cache.")
+    cache_dir: Path | None = Field(
+        None, description="Chunk cache, shareable by processes on one host; default data_dir/cache."
+    )
     cache_bytes: int = Field(8 * 1024**3, ge=1024 * 1024, description="Cache size cap; pinned chunks may exceed it.")
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")

@@ -29,7 +29,6 @@ def check_name(kind: str, value: str) -> str:
         raise InvalidName(f"{kind} {value!r} must not contain '..'")
     if not _NAME_RE.match(value):
         raise InvalidName(
-            f"{kind} {value!r} may only use letters, digits, '.', '_' and '-', "
-            "and must start with a letter or digit"
+            f"{kind} {value!r} may only use letters, digits, '.', '_' and '-', and must start with a letter or digit"
         )
     return value

@@ -65,8 +65,13 @@ def edge(
     from edge_node.settings import EdgeSettings
 
     o = _overrides(
-        node_id=node_id, central=central, data_dir=data_dir, cache_dir=cache_dir,
-        grpc_port=grpc_port, http_port=http_port, capacity=capacity,
+        node_id=node_id,
+        central=central,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        grpc_port=grpc_port,
+        http_port=http_port,
+        capacity=capacity,
     )
     settings = _settings(EdgeSettings, o)
     _logging(settings.log_level)

@@ -83,6 +83,6 @@ class DesiredStateService:
         seen = -1
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: self._generation != seen)
+                await self._changed.wait_for(lambda seen=seen: self._generation != seen)  # type: ignore[misc]
                 seen = self._generation
             yield self.state_for(node_id)

@@ -31,9 +31,7 @@ class OriginStats:
 class OriginService:
     """Chunk streams from the origin."""
 
-    def __init__(
-        self, blobs: BlobStore, placement: PlacementService, bucket: TokenBucket, max_streams: int
-    ) -> None:
+    def __init__(self, blobs: BlobStore, placement: PlacementService, bucket: TokenBucket, max_streams: int) -> None:
         self._blobs = blobs
         self._placement = placement
         self._bucket = bucket

@@ -80,9 +80,7 @@ def _weights(members: Sequence[RingMember]) -> dict[str, int]:
     return weights
 
 
-def _caps(
-    weights: Mapping[str, int], n_digests: int, r: int, load_factor: float
-) -> dict[str, int]:
+def _caps(weights: Mapping[str, int], n_digests: int, r: int, load_factor: float) -> dict[str, int]:
     """Per-node slot caps: ``min(#digests, ceil(c * S * w_i / W))``.
 
     Exact rational arithmetic keeps ``ceil`` from rounding 160.0000001 up to
@@ -93,10 +91,7 @@ def _caps(
         return dict.fromkeys(weights, n_digests)
     total_weight = sum(weights.values())
     slots = Fraction(load_factor) * n_digests * r
-    return {
-        node: min(n_digests, math.ceil(slots * weight / total_weight))
-        for node, weight in weights.items()
-    }
+    return {node: min(n_digests, math.ceil(slots * weight / total_weight)) for node, weight in weights.items()}
 
 
 def _kept_owners(
@@ -144,9 +139,7 @@ def _fill(
     _fill_ignoring_caps(r, owners, loads, weights)
 
 
-def _fill_ignoring_caps(
-    r: int, owners: list[str], loads: dict[str, int], weights: Mapping[str, int]
-) -> None:
+def _fill_ignoring_caps(r: int, owners: list[str], loads: dict[str, int], weights: Mapping[str, int]) -> None:
     """Last resort when the ring walk found too few nodes under cap.
 
     Only happens with extreme weight skew, where the ``#digests`` bound makes the
@@ -200,9 +193,7 @@ def _pairs(placement: Mapping[str, Sequence[str]]) -> set[tuple[str, str]]:
     return {(digest, owner) for digest, owners in placement.items() for owner in owners}
 
 
-def moved_fraction(
-    old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[str]]
-) -> float:
+def moved_fraction(old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[str]]) -> float:
     """Share of ``new``'s (digest, owner) pairs absent from ``old``: bytes that must move.
 
     A reorder of the same owners is not a move (no bytes travel). 0.0 when empty.
@@ -222,9 +213,7 @@ def load_by_node(placement: Mapping[str, Sequence[str]]) -> dict[str, int]:
     return dict(sorted(loads.items()))
 
 
-def max_over_mean(
-    placement: Mapping[str, Sequence[str]], members: Sequence[RingMember]
-) -> float:
+def max_over_mean(placement: Mapping[str, Sequence[str]], members: Sequence[RingMember]) -> float:
     """Worst member's load over its weighted share ``S * w_i / W``.
 
     With equal weights this is the classic max/mean load; with unequal weights
@@ -236,7 +225,4 @@ def max_over_mean(
     total_weight = sum(member.capacity for member in members)
     if total_slots == 0 or total_weight == 0:
         return 0.0
-    return max(
-        loads.get(m.node_id, 0) * total_weight / (total_slots * m.capacity)
-        for m in members
-    )
+    return max(loads.get(m.node_id, 0) * total_weight / (total_slots * m.capacity) for m in members)

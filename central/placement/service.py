@@ -23,9 +23,7 @@ VersionKey = tuple[str, str]
 class PlacementService:
     """Holds ring membership and the placement of every active model version."""
 
-    def __init__(
-        self, *, replicas: int = 2, load_factor: float = 1.25, enabled: bool = True
-    ) -> None:
+    def __init__(self, *, replicas: int = 2, load_factor: float = 1.25, enabled: bool = True) -> None:
         """Start with no members and no versions.
 
         ``enabled=False`` is the naive baseline where every edge fetches from
@@ -119,15 +117,10 @@ class PlacementService:
         if not self.enabled:
             return set()
         return {
-            digest
-            for current in self._placements.values()
-            for digest, owners in current.items()
-            if node_id in owners
+            digest for current in self._placements.values() for digest, owners in current.items() if node_id in owners
         }
 
-    def origin_allowed(
-        self, digest: str, requester: str, failed_owners: Collection[str]
-    ) -> tuple[bool, list[str]]:
+    def origin_allowed(self, digest: str, requester: str, failed_owners: Collection[str]) -> tuple[bool, list[str]]:
         """Origin protection: may ``requester`` fetch ``digest`` from origin?
 
         Allowed when placement is disabled, when the digest has no owners, or

@@ -121,9 +121,7 @@ class RegistryService:
         """Delete a version that the fleet does not serve, and its unshared blobs."""
         record = self.get(name, version)
         if any(m.key == (name, version) for m in self.active_versions()):
-            raise Conflict(
-                f"{name}:{version} is the version the fleet serves; push a newer version before deleting it"
-            )
+            raise Conflict(f"{name}:{version} is the version the fleet serves; push a newer version before deleting it")
         async with self._mutation:
             await asyncio.to_thread(self.store.delete_version, name, version)
             referenced = await asyncio.to_thread(self.store.referenced_digests)

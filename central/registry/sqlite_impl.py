@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from central.registry.store import ModelRecord, VersionExists, VersionRecord
 from fleetwire.manifest import Manifest
@@ -125,11 +126,11 @@ class SQLiteMetadataStore:
             digests.update(c["digest"] for c in json.loads(manifest_json)["chunks"])
         return digests
 
-    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
     @staticmethod
-    def _record(row: tuple[object, ...]) -> VersionRecord:
+    def _record(row: tuple[Any, ...]) -> VersionRecord:
         manifest = Manifest.model_validate_json(str(row[3]))
-        return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]))  # type: ignore[call-overload]
+        return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]))

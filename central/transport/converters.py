@@ -27,9 +27,7 @@ def desired_state_to_pb(state: DesiredState) -> registry_pb2.DesiredState:
             registry_pb2.VersionAssignment(
                 manifest=manifest_to_pb(v.manifest),
                 serve=v.serve,
-                placement=[
-                    registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()
-                ],
+                placement=[registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()],
             )
             for v in state.versions
         ],

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive
 
 from central.errors import BadRequest, TooLarge
-from central.registry.staging import Staging, StagedUpload
+from central.registry.staging import StagedUpload, Staging
 
 _READ = 1024 * 1024
 

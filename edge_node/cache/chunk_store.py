@@ -114,12 +114,8 @@ class ChunkStore:
         self._counters = _Counters()
         self._lock = threading.Lock()
         root = Path(directory)
-        self._pinned = diskcache.Cache(
-            str(root / "pinned"), eviction_policy="none", **_DATA_SETTINGS
-        )
-        self._lru = diskcache.Cache(
-            str(root / "lru"), eviction_policy="least-recently-used", **_DATA_SETTINGS
-        )
+        self._pinned = diskcache.Cache(str(root / "pinned"), eviction_policy="none", **_DATA_SETTINGS)
+        self._lru = diskcache.Cache(str(root / "lru"), eviction_policy="least-recently-used", **_DATA_SETTINGS)
         self._pins = diskcache.Cache(str(root / "pins"), eviction_policy="none")
         self._reconcile()
 

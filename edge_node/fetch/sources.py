@@ -6,7 +6,7 @@ without bound."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 
 import grpc
 
@@ -24,7 +24,7 @@ class OversizedChunk(Exception):
     """A sender streamed more bytes than the chunk has."""
 
 
-async def _collect(stream: AsyncIterator[common_pb2.ChunkData], size: int) -> bytes:
+async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int) -> bytes:
     buf = bytearray()
     async for piece in stream:
         buf += piece.data
@@ -50,7 +50,7 @@ class ChannelPool:
     async def close(self) -> None:
         """Close every channel."""
         for channel in self._channels.values():
-            await channel.close()
+            await channel.close(None)
         self._channels.clear()
 
 

@@ -61,7 +61,7 @@ class Materializer:
                 self.progress.pop(key, None)
         for key, version in wanted.items():
             task = self._tasks.get(key)
-            if task is None or task.done() and self.progress[key].state != "complete":
+            if task is None or (task.done() and self.progress[key].state != "complete"):
                 self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
         for version in state.versions:
             if not version.serve:
@@ -76,14 +76,20 @@ class Materializer:
         sizes = {c.digest: c.size for c in version.manifest.chunks}
         node = self._fetcher.node_id
         owned = [d for d, owners in version.placement.items() if node in owners]
-        await asyncio.gather(*(self._fetcher.ensure(d, sizes[d], version.placement[d]) for d in owned), return_exceptions=True)
+        await asyncio.gather(
+            *(self._fetcher.ensure(d, sizes[d], version.placement[d]) for d in owned), return_exceptions=True
+        )
 
     async def _materialize(self, version: DesiredVersion) -> None:
         m = version.manifest
         progress = VersionProgress(m.name, m.version, "pending", len(m.unique_chunks()), size=m.size)
         self.progress[m.key] = progress
         if await asyncio.to_thread(self._files.is_complete, m):
-            progress.state, progress.chunks_present, progress.completed_at = "complete", progress.chunks_total, time.time()
+            progress.state, progress.chunks_present, progress.completed_at = (
+                "complete",
+                progress.chunks_total,
+                time.time(),
+            )
             return
         delay = 0.5
         while True:

@@ -36,7 +36,11 @@ def test_manifest_survives_the_protobuf_round_trip() -> None:
         version="3",
         sha256="a" * 64,
         size=30,
-        chunks=[ChunkRef(digest="b" * 64, size=10), ChunkRef(digest="c" * 64, size=20), ChunkRef(digest="b" * 64, size=10)],
+        chunks=[
+            ChunkRef(digest="b" * 64, size=10),
+            ChunkRef(digest="c" * 64, size=20),
+            ChunkRef(digest="b" * 64, size=10),
+        ],
         inputs=[TensorSpec(name="input", dtype="float32", shape=[-1, 8])],
         outputs=[TensorSpec(name="logits", dtype="float32", shape=[-1, 10])],
         created_at="2026-12-02T00:00:00.000Z",

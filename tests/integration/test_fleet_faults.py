@@ -32,7 +32,7 @@ async def test_stopping_an_owner_mid_rollout_still_completes_everywhere(
     async with httpx.AsyncClient(base_url=slow_central.http_url, timeout=30) as api:
         assert (await push(api, "mlp", model_file)).status_code == 201
     victim = edges[0]
-    await wait_for(lambda: 0 < victim.fetcher.stats.chunks_from_origin, what="the victim fetching its chunks")
+    await wait_for(lambda: victim.fetcher.stats.chunks_from_origin > 0, what="the victim fetching its chunks")
     assert version_state(victim, "mlp", "1") != "complete"
     owned_before = slow_central.central.placement.owned_by(victim.node_id)
     assert owned_before
