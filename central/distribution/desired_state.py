@@ -48,6 +48,7 @@ class DesiredStateService:
         self._generation = 0
         self._manifests: list[Manifest] = []
         self._changed = asyncio.Condition()
+        self._notifications: set[asyncio.Task[None]] = set()
 
     @property
     def generation(self) -> int:
@@ -59,7 +60,9 @@ class DesiredStateService:
         self._manifests = self._active_versions()
         self._placement.set_versions({m.key: [c.digest for c in m.unique_chunks()] for m in self._manifests})
         self._generation += 1
-        asyncio.get_running_loop().create_task(self._notify())
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._notifications.add(task)
+        task.add_done_callback(self._notifications.discard)
 
     async def _notify(self) -> None:
         async with self._changed:
