@@ -217,6 +217,18 @@ class Fleet:
                 p.popen.kill()
                 p.popen.wait(timeout=5)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) used so far by each live process; {} off Linux."""
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        result = {}
+        for p in self._procs():
+            try:
+                fields = Path(f"/proc/{p.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            result[p.name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        return result
+
     def tails(self) -> str:
         """Log tails of every process."""
         return "\n".join(p.tails() for p in self._procs())
@@ -463,15 +475,22 @@ def plan_mlp(target_bytes: int, width: int | None = None) -> tuple[int, int]:
     """(width, hidden_layers) of a float32 MLP of at least ``target_bytes``.
 
     Without ``width``: the widest layer that still gives at least two hidden layers,
-    so the file is many similar layers (like a real model), not one huge one."""
+    so the file is many similar layers (like a real model), not one huge one; among
+    those, the widest that overshoots the target by at most 10%."""
     from modelfleet.zoo import mlp_bytes
 
+    def layers_for(w: int) -> int:
+        layers = 1
+        while mlp_bytes(w, layers) < target_bytes:
+            layers += 1
+        return layers
+
     if width is None:
-        width = next((w for w in _WIDTHS if mlp_bytes(w, 2) <= target_bytes), _WIDTHS[-1])
-    layers = 1
-    while mlp_bytes(width, layers) < target_bytes:
-        layers += 1
-    return width, layers
+        fits = [w for w in _WIDTHS if mlp_bytes(w, 2) <= target_bytes] or [_WIDTHS[-1]]
+        # The widest whose overshoot is at most 10%, else the one with the least overshoot.
+        close = [w for w in fits if mlp_bytes(w, layers_for(w)) <= 1.10 * target_bytes]
+        width = close[0] if close else min(fits, key=lambda w: mlp_bytes(w, layers_for(w)))
+    return width, layers_for(width)
 
 
 def model_cache_dir(path: Path | None) -> Path:

@@ -58,12 +58,16 @@ def run_fleet(
     """One fresh fleet: start, push, wait for every edge, collect the figures."""
     with Fleet(root=work_dir, central_env=central_env, edge_env=edge_env, keep=keep) as fleet:
         fleet.start(edges)
+        cpu_before = fleet.cpu_seconds()
         pushed = fleet.push(MODEL_NAME, VERSION, model)
         done = fleet.wait_complete(MODEL_NAME, VERSION, timeout_s=timeout_s)
+        cpu_after = fleet.cpu_seconds()
         stats = fleet.stats()
         statuses = fleet.statuses()
         verified = fleet.verify_files(MODEL_NAME, VERSION, pushed.sha256)
     last = max(c.completed_at for c in done.values())
+    # CPU each process used from just before the push to the last completion (Linux only).
+    cpu = {k: round(v - cpu_before.get(k, 0.0), 3) for k, v in cpu_after.items()}
     per_edge = {}
     for node_id, status in statuses.items():
         f = status["fetch"]
@@ -79,6 +83,7 @@ def run_fleet(
             "failures": f["failures"],
             "bytes_served_to_peers": status["peer"]["bytes_served"],
             "file_verified": verified[node_id],
+            "cpu_s": cpu.get(node_id),
         }
     origin = stats["origin"]
     return {
@@ -94,6 +99,8 @@ def run_fleet(
         "origin_chunks_sent": origin["chunks_sent"],
         "origin_refused": origin["refused"],
         "all_files_verified": all(verified.values()),
+        "central_cpu_s": cpu.get("central"),
+        "edges_cpu_s": round(sum(v for k, v in cpu.items() if k != "central"), 3),
         "per_edge": per_edge,
     }
 

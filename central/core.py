@@ -30,6 +30,7 @@ class Central:
         self.placement = PlacementService(replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled)
         pipeline = PushPipeline([ValidateStep(), ChunkStep(Chunker(settings.chunking), self.blobs), ManifestStep()])
         self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed)
+        self.registry.remove_orphan_blobs()
         self.nodes = NodeDirectory(self.placement, on_change=self._changed)
         self.desired = DesiredStateService(self.placement, self.registry.active_versions, self.nodes.peers)
         bucket = TokenBucket(settings.origin.egress_bytes_s)

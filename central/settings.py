@@ -14,13 +14,17 @@ class ChunkingSettings(BaseModel):
     so these are fixed for the life of a registry: changing them makes new chunks."""
 
     avg_bytes: int = Field(1024 * 1024, ge=256, le=4 * 1024 * 1024, description="Target average chunk size.")
-    min_bytes: int = Field(256 * 1024, ge=64, description="No chunk is smaller, except the last.")
-    max_bytes: int = Field(4 * 1024 * 1024, le=16 * 1024 * 1024, description="No chunk is larger.")
+    min_bytes: int = Field(256 * 1024, ge=64, le=1024 * 1024, description="No chunk is smaller, except the last.")
+    max_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=16 * 1024 * 1024, description="No chunk is larger.")
 
     @model_validator(mode="after")
     def _ordered(self) -> ChunkingSettings:
         if not self.min_bytes <= self.avg_bytes <= self.max_bytes:
             raise ValueError("chunking bounds must satisfy min_bytes <= avg_bytes <= max_bytes")
+        # FastCDC's observed average is its avg parameter + min (cut-point skipping); the
+        # chunker passes avg - min, which FastCDC needs to lie within [min, max].
+        if self.avg_bytes < 2 * self.min_bytes:
+            raise ValueError("chunking.avg_bytes must be at least twice chunking.min_bytes")
         return self
 
 

@@ -57,34 +57,58 @@ class RegistryService:
         # Deletes garbage-collect blobs; a push that reuses a blob must not race that.
         self._mutation = asyncio.Lock()
 
-    def resolve_version(self, name: str, version: str | None) -> str:
-        """The version label a push will get: the one asked for, else the next number."""
+    def check_request(self, name: str, version: str | None) -> None:
+        """Refuse a bad name, bad label or taken version before the body is read."""
         check_name("model name", name)
-        if version is None or version == "":
-            return str(self.store.next_seq(name))
-        return check_name("version", version)
+        if version:
+            check_name("version", version)
+            self.ensure_new(name, version)
+
+    def _next_free_version(self, name: str) -> str:
+        seq = self.store.next_seq(name)
+        while self.store.get_version(name, str(seq)) is not None:  # an explicit numeric label took it
+            seq += 1
+        return str(seq)
 
     def ensure_new(self, name: str, version: str) -> None:
-        """409 before any work when the version exists already."""
+        """409 when the version exists already."""
         if self.store.get_version(name, version) is not None:
             raise Conflict(f"model {name!r} already has a version {version!r}")
 
-    async def push(self, name: str, version: str, labels: dict[str, str], upload: StagedUpload) -> PushResult:
-        """Run the pipeline on a staged upload and commit the version."""
-        ctx = PushContext(name, version, labels, upload.path, upload.sha256, upload.size)
+    async def push(
+        self, name: str, version: str | None, labels: dict[str, str], upload: StagedUpload
+    ) -> PushResult:
+        """Run the pipeline on a staged upload and commit the version.
+
+        ``version`` None means the next number, chosen under the lock so that
+        concurrent pushes get distinct ones. The staged file is always discarded.
+        """
         try:
+            self.check_request(name, version)
             async with self._mutation:
-                self.ensure_new(name, version)
+                label = version or self._next_free_version(name)
+                self.ensure_new(name, label)
+                ctx = PushContext(name, label, labels, upload.path, upload.sha256, upload.size)
                 manifest = await asyncio.to_thread(self.pipeline.run, ctx)
                 try:
                     await asyncio.to_thread(self.store.insert_version, manifest)
                 except VersionExists as exc:
-                    raise Conflict(f"model {name!r} already has a version {version!r}") from exc
+                    raise Conflict(f"model {name!r} already has a version {label!r}") from exc
         finally:
             upload.discard()
-        log.info("pushed %s:%s (%d bytes, %d chunks)", name, version, manifest.size, len(manifest.chunks))
+        log.info("pushed %s:%s (%d bytes, %d chunks)", name, label, manifest.size, len(manifest.chunks))
         self._on_change()
         return PushResult(manifest=manifest, report=ctx.report)
+
+    def remove_orphan_blobs(self) -> int:
+        """Delete blobs no version references (left by a push killed mid-way); at start-up only."""
+        referenced = self.store.referenced_digests()
+        removed = 0
+        for path in self.blobs.root.glob("*/*"):
+            if path.is_file() and path.name not in referenced:
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def list_models(self) -> list[ModelRecord]:
         """Every model."""

@@ -74,12 +74,9 @@ def create_app(central: Central) -> FastAPI:
 
     @app.post("/api/v1/models/{name:path}/versions", status_code=201)
     async def push(name: str, request: Request) -> dict[str, Any]:
-        version = registry.resolve_version(name, request.query_params.get("version"))
-        registry.ensure_new(name, version)
+        registry.check_request(name, request.query_params.get("version"))
         pushed = await receive_push(request, central.staging)
-        if pushed.version and pushed.version != version:  # given as a multipart field
-            version = registry.resolve_version(name, pushed.version)
-        result = await registry.push(name, version, pushed.labels, pushed.upload)
+        result = await registry.push(name, pushed.version, pushed.labels, pushed.upload)
         return {"manifest": result.manifest.model_dump(), "report": result.report}
 
     @app.get("/api/v1/models/{name}/versions/{version}")

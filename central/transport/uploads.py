@@ -70,8 +70,11 @@ async def receive_push(request: Request, staging: Staging) -> PushRequest:
     limited = Request(request.scope, _limited(request.receive, staging.limit + 64 * 1024))
     version = request.query_params.get("version")
     labels = request.query_params.getlist("labels") + request.query_params.getlist("label")
-    if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await limited.form(max_files=1, max_fields=32)
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        parsed = parse_labels(labels)
+        return PushRequest(upload=await staging.receive(limited.stream()), version=version, labels=parsed)
+    form = await limited.form(max_files=1, max_fields=32)
+    try:
         file = form.get("file")
         if not isinstance(file, UploadFile):
             raise BadRequest("multipart push needs the model in a file field named 'file'")
@@ -79,10 +82,7 @@ async def receive_push(request: Request, staging: Staging) -> PushRequest:
         if isinstance(field_version, str) and field_version:
             version = field_version
         labels += [v for v in form.getlist("labels") + form.getlist("label") if isinstance(v, str)]
-        try:
-            upload = await staging.receive(_read_upload(file))
-        finally:
-            await file.close()
-    else:
-        upload = await staging.receive(limited.stream())
-    return PushRequest(upload=upload, version=version, labels=parse_labels(labels))
+        parsed = parse_labels(labels)
+        return PushRequest(upload=await staging.receive(_read_upload(file)), version=version, labels=parsed)
+    finally:
+        await form.close()

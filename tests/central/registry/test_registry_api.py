@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import central_settings, push
 
 from central.server import CentralServer
+from conftest import central_settings, push
 from modelfleet.zoo import build_mlp
 
 # --------------------------------------------------------------------------- helpers
