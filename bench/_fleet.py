@@ -171,7 +171,7 @@ class Fleet:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            if exc_type is not None and not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):  # not interruptions
                 self._failed = True
                 if not isinstance(exc, FleetError):  # a FleetError already carries the tails
                     self._log(self.tails())
@@ -263,7 +263,7 @@ class Fleet:
                 stdout=out,
                 stderr=err,
                 env=env,
-                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
             )
         except BaseException:
             out.close()

@@ -179,13 +179,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print_table(result: dict[str, Any]) -> None:
-    header = f"{'fleet':<10} {'edges':>5} {'chunks':>6} {'rollout s':>9} {'origin MB':>9} {'origin/model':>12} {'verified':>8}"
+    header = (
+        f"{'fleet':<10} {'edges':>5} {'chunks':>6} {'rollout s':>9} {'origin MB':>9} "
+        f"{'origin/model':>12} {'verified':>8} {'CPU s':>6}"
+    )
     print(header)
     print("-" * len(header))
     for r in result["runs"].values():
         print(
             f"{r['label']:<10} {r['edges']:>5} {r['chunks']:>6} {r['rollout_s']:>9.2f} "
-            f"{r['origin_bytes'] / 1e6:>9.1f} {r['origin_ratio']:>12.3f} {r['all_files_verified']!s:>8}"
+            f"{r['origin_bytes'] / 1e6:>9.1f} {r['origin_ratio']:>12.3f} {r['all_files_verified']!s:>8} "
+            f"{(r['central_cpu_s'] or 0) + r['edges_cpu_s']:>6.2f}"
         )
     t = result["targets"]
     print(

@@ -115,9 +115,10 @@ class Edge:
             return
         self._stopped = True
         await self.follower.stop(unregister=unregister)
-        await self.materializer.stop()
-        if self._grpc is not None:
+        if self._grpc is not None:  # first, so no peer request starts a fetch after this
             await self._grpc.stop(grace=0.5)
+        await self.materializer.stop()
+        await self.fetcher.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             await self._http_task

@@ -7,13 +7,14 @@ imports the other.
 
 from __future__ import annotations
 
-from fleetwire.digest import CHUNK_PIECE_BYTES, chunk_digest, is_digest, sha256_file
+from fleetwire.digest import CHUNK_PIECE_BYTES, PEER_PIECE_BYTES, chunk_digest, is_digest, sha256_file
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 from fleetwire.names import NAME_PATTERN, InvalidName, check_name
 
 __all__ = [
     "CHUNK_PIECE_BYTES",
     "NAME_PATTERN",
+    "PEER_PIECE_BYTES",
     "ChunkRef",
     "InvalidName",
     "Manifest",

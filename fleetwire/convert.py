@@ -3,6 +3,8 @@ so core logic never handles ``_pb2`` classes."""
 
 from __future__ import annotations
 
+import json
+
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 from fleetwire.v1 import common_pb2
 
@@ -28,6 +30,7 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         created_at=m.created_at,
         labels=m.labels,
         artifact=m.artifact,
+        quantization_json=json.dumps(m.quantization) if m.quantization is not None else "",
     )
 
 
@@ -44,4 +47,5 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         created_at=pb.created_at,
         labels=dict(pb.labels),
         artifact=pb.artifact or "fp32",
+        quantization=json.loads(pb.quantization_json) if pb.quantization_json else None,
     )

@@ -6,9 +6,12 @@ import hashlib
 import re
 from pathlib import Path
 
-#: Size of one ``ChunkData`` message on the wire. 64 KiB keeps gRPC messages far
-#: below the 4 MiB default limit and lets a token bucket meter egress smoothly.
-CHUNK_PIECE_BYTES = 64 * 1024
+#: Size of one ``ChunkData`` message from the origin: small enough for central's token
+#: bucket to meter egress smoothly, large enough that per-message cost stays low.
+CHUNK_PIECE_BYTES = 256 * 1024
+#: Size of one ``ChunkData`` message between peers, which are not metered: per-message
+#: overhead in Python gRPC dominates at small sizes, so a ~1 MiB chunk is one or two messages.
+PEER_PIECE_BYTES = 1024 * 1024
 
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 _READ_BYTES = 1024 * 1024

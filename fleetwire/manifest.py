@@ -3,6 +3,8 @@ REST API and the gRPC stream all agree on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -37,7 +39,10 @@ class Manifest(BaseModel):
     outputs: list[TensorSpec] = Field(default_factory=list)
     created_at: str
     labels: dict[str, str] = Field(default_factory=dict)
-    artifact: str = "fp32"
+    artifact: str = Field("fp32", description="Which file the chunks make up: int8 or fp32.")
+    quantization: dict[str, Any] | None = Field(
+        None, description="The push's quantization report: method, per-channel, sizes, agreement, seconds."
+    )
 
     @property
     def key(self) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
 from central.registry.sqlite_impl import utc_now
 from central.registry.validate import load_checked, signature
+from fleetwire.digest import sha256_file
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 
 
@@ -28,10 +29,24 @@ class PushContext:
     upload: Path
     upload_sha256: str
     upload_size: int
+    #: Calibration data (.npz, arrays named after the model's inputs), if the operator sent any.
+    calibration: Path | None = None
+    #: The operator asked to serve FP32 when INT8 fails the accuracy guard.
+    keep_fp32: bool = False
+    #: A scratch directory for this push (quantized files, ...); removed after the push.
+    work_dir: Path | None = None
     model: onnx.ModelProto | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
-    chunks: list[ChunkRef] = field(default_factory=list)
+    #: Files to store, by artifact name; "fp32" is the upload, quantization adds "int8".
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    #: The artifact edges get by default.
+    served_artifact: str = "fp32"
+    #: The quantization step's report (method, per-channel, sizes, agreement, seconds).
+    quantization: dict[str, Any] | None = None
+    artifact_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
+    #: Every artifact's manifest; ``manifest`` is the served one.
+    manifests: dict[str, Manifest] = field(default_factory=dict)
     manifest: Manifest | None = None
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -58,7 +73,7 @@ class ValidateStep:
 
 
 class ChunkStep:
-    """Content-defined chunks, each stored durably before the version is committed."""
+    """Content-defined chunks of every artifact, each stored durably before the commit."""
 
     name = "chunk"
 
@@ -67,35 +82,51 @@ class ChunkStep:
         self._blobs = blobs
 
     def run(self, ctx: PushContext) -> None:
-        """Cut the upload and store every chunk by digest."""
+        """Cut each artifact and store every chunk by digest."""
+        ctx.artifacts.setdefault("fp32", ctx.upload)
         new_bytes = 0
-        for data in self._chunker.cut(ctx.upload):
+        for artifact, path in ctx.artifacts.items():
+            chunks, new = self._cut(path)
+            ctx.artifact_chunks[artifact] = chunks
+            new_bytes += new
+        served = ctx.artifact_chunks[ctx.served_artifact]
+        ctx.report["chunks"] = len(served)
+        ctx.report["unique_chunks"] = len({c.digest for c in served})
+        ctx.report["new_chunk_bytes"] = new_bytes
+
+    def _cut(self, path: Path) -> tuple[list[ChunkRef], int]:
+        chunks, new_bytes = [], 0
+        for data in self._chunker.cut(path):
             digest, created = self._blobs.put(data)
             new_bytes += len(data) if created else 0
-            ctx.chunks.append(ChunkRef(digest=digest, size=len(data)))
-        ctx.report["chunks"] = len(ctx.chunks)
-        ctx.report["new_chunk_bytes"] = new_bytes
-        ctx.report["unique_chunks"] = len({c.digest for c in ctx.chunks})
+            chunks.append(ChunkRef(digest=digest, size=len(data)))
+        return chunks, new_bytes
 
 
 class ManifestStep:
-    """The manifest of the version, from everything the steps before found."""
+    """One manifest per artifact, from everything the steps before found."""
 
     name = "manifest"
 
     def run(self, ctx: PushContext) -> None:
-        """Assemble the manifest; the registry commits it."""
-        ctx.manifest = Manifest(
-            name=ctx.name,
-            version=ctx.version,
-            sha256=ctx.upload_sha256,
-            size=ctx.upload_size,
-            chunks=ctx.chunks,
-            inputs=ctx.inputs,
-            outputs=ctx.outputs,
-            created_at=utc_now(),
-            labels=ctx.labels,
-        )
+        """Assemble the manifests; the registry commits them."""
+        created = utc_now()
+        for artifact, path in ctx.artifacts.items():
+            is_upload = path == ctx.upload
+            ctx.manifests[artifact] = Manifest(
+                name=ctx.name,
+                version=ctx.version,
+                sha256=ctx.upload_sha256 if is_upload else sha256_file(path),
+                size=ctx.upload_size if is_upload else path.stat().st_size,
+                chunks=ctx.artifact_chunks[artifact],
+                inputs=ctx.inputs,
+                outputs=ctx.outputs,
+                created_at=created,
+                labels=ctx.labels,
+                artifact=artifact,
+                quantization=ctx.quantization,
+            )
+        ctx.manifest = ctx.manifests[ctx.served_artifact]
 
 
 class PushPipeline:

@@ -91,7 +91,7 @@ class RegistryService:
                 ctx = PushContext(name, label, labels, upload.path, upload.sha256, upload.size)
                 manifest = await asyncio.to_thread(self.pipeline.run, ctx)
                 try:
-                    await asyncio.to_thread(self.store.insert_version, manifest)
+                    await asyncio.to_thread(self.store.insert_version, manifest, ctx.manifests)
                 except VersionExists as exc:
                     raise Conflict(f"model {name!r} already has a version {label!r}") from exc
         finally:
@@ -149,7 +149,8 @@ class RegistryService:
         async with self._mutation:
             await asyncio.to_thread(self.store.delete_version, name, version)
             referenced = await asyncio.to_thread(self.store.referenced_digests)
-            for chunk in record.manifest.unique_chunks():
-                if chunk.digest not in referenced:
-                    self.blobs.path(chunk.digest).unlink(missing_ok=True)
+            for artifact in {**record.artifacts, "_served": record.manifest}.values():
+                for chunk in artifact.unique_chunks():
+                    if chunk.digest not in referenced:
+                        self.blobs.path(chunk.digest).unlink(missing_ok=True)
         self._on_change()

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS versions (
     version TEXT NOT NULL,
     seq INTEGER NOT NULL,
     manifest TEXT NOT NULL,
+    artifacts TEXT NOT NULL DEFAULT '{}',
     created_at TEXT NOT NULL,
     PRIMARY KEY (name, version)
 );
@@ -46,6 +47,12 @@ class SQLiteMetadataStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}
+        if "artifacts" not in columns:  # registries made before artifacts were kept
+            self._db.execute("ALTER TABLE versions ADD COLUMN artifacts TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         """Close the connection."""
@@ -64,14 +71,14 @@ class SQLiteMetadataStore:
     def list_versions(self, name: str) -> list[VersionRecord]:
         """Versions of ``name``, oldest first."""
         rows = self._query(
-            "SELECT name, version, seq, manifest, created_at FROM versions WHERE name = ? ORDER BY seq", (name,)
+            "SELECT name, version, seq, manifest, created_at, artifacts FROM versions WHERE name = ? ORDER BY seq", (name,)
         )
         return [self._record(r) for r in rows]
 
     def get_version(self, name: str, version: str) -> VersionRecord | None:
         """One version, or None."""
         rows = self._query(
-            "SELECT name, version, seq, manifest, created_at FROM versions WHERE name = ? AND version = ?",
+            "SELECT name, version, seq, manifest, created_at, artifacts FROM versions WHERE name = ? AND version = ?",
             (name, version),
         )
         return self._record(rows[0]) if rows else None
@@ -81,8 +88,10 @@ class SQLiteMetadataStore:
         rows = self._query("SELECT COALESCE(MAX(seq), 0) FROM versions WHERE name = ?", (name,))
         return int(rows[0][0]) + 1
 
-    def insert_version(self, manifest: Manifest) -> VersionRecord:
-        """Commit ``manifest`` as a new version in one transaction."""
+    def insert_version(self, manifest: Manifest, artifacts: dict[str, Manifest] | None = None) -> VersionRecord:
+        """Commit ``manifest`` (the served artifact) and every artifact's manifest in one transaction."""
+        artifacts = artifacts or {manifest.artifact: manifest}
+        artifacts_json = json.dumps({k: m.model_dump() for k, m in artifacts.items()})
         now = utc_now()
         with self._lock:
             try:
@@ -95,8 +104,9 @@ class SQLiteMetadataStore:
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM versions WHERE name = ?", (manifest.name,)
                 ).fetchone()
                 self._db.execute(
-                    "INSERT INTO versions (name, version, seq, manifest, created_at) VALUES (?, ?, ?, ?, ?)",
-                    (manifest.name, manifest.version, seq, manifest.model_dump_json(), manifest.created_at),
+                    "INSERT INTO versions (name, version, seq, manifest, created_at, artifacts)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (manifest.name, manifest.version, seq, manifest.model_dump_json(), manifest.created_at, artifacts_json),
                 )
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
@@ -105,7 +115,7 @@ class SQLiteMetadataStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return VersionRecord(manifest.name, manifest.version, int(seq), manifest, manifest.created_at)
+        return VersionRecord(manifest.name, manifest.version, int(seq), manifest, manifest.created_at, dict(artifacts))
 
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version (and the model row once it has none left)."""
@@ -122,8 +132,10 @@ class SQLiteMetadataStore:
     def referenced_digests(self) -> set[str]:
         """Every chunk digest that some stored version uses."""
         digests: set[str] = set()
-        for (manifest_json,) in self._query("SELECT manifest FROM versions"):
+        for manifest_json, artifacts_json in self._query("SELECT manifest, artifacts FROM versions"):
             digests.update(c["digest"] for c in json.loads(manifest_json)["chunks"])
+            for artifact in json.loads(artifacts_json).values():
+                digests.update(c["digest"] for c in artifact["chunks"])
         return digests
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
@@ -133,4 +145,5 @@ class SQLiteMetadataStore:
     @staticmethod
     def _record(row: tuple[Any, ...]) -> VersionRecord:
         manifest = Manifest.model_validate_json(str(row[3]))
-        return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]))
+        artifacts = {k: Manifest.model_validate(v) for k, v in json.loads(row[5]).items()} or {manifest.artifact: manifest}
+        return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]), artifacts)

@@ -5,7 +5,7 @@ features beyond what a ``CREATE TABLE`` in PostgreSQL would take as is."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleetwire.manifest import Manifest
@@ -20,6 +20,8 @@ class VersionRecord:
     seq: int
     manifest: Manifest
     created_at: str
+    #: Every stored artifact's manifest by name ("int8", "fp32"); includes ``manifest``.
+    artifacts: dict[str, Manifest] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,8 @@ class MetadataStore(Protocol):
     def next_seq(self, name: str) -> int:
         """The sequence number the next version of ``name`` will get."""
 
-    def insert_version(self, manifest: Manifest) -> VersionRecord:
-        """Commit a version atomically; raises ``VersionExists`` if it is taken."""
+    def insert_version(self, manifest: Manifest, artifacts: dict[str, Manifest] | None = None) -> VersionRecord:
+        """Commit a version and its artifacts atomically; raises ``VersionExists`` if it is taken."""
 
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version; False if it did not exist."""

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from edge_node.cache.chunk_store import CacheStats, ChunkStore, CorruptChunk
+from edge_node.cache.hot import HotChunks
 
-__all__ = ["CacheStats", "ChunkStore", "CorruptChunk"]
+__all__ = ["CacheStats", "ChunkStore", "CorruptChunk", "HotChunks"]

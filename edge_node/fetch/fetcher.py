@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from edge_node.cache import ChunkStore
+from edge_node.cache import ChunkStore, CorruptChunk, HotChunks
 from edge_node.fetch.placement_view import PlacementView
 from edge_node.fetch.sources import OriginClient, OversizedChunk, PeerClient
 from edge_node.settings import FetchSettings
-from fleetwire.digest import chunk_digest
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,29 @@ class ChunkFetcher:
         self._general = asyncio.Semaphore(settings.max_in_flight)
         self._owned = asyncio.Semaphore(settings.max_owned_in_flight)
         self._inflight: dict[str, asyncio.Future[None]] = {}
+        self.hot = HotChunks(settings.hot_cache_bytes)
         self.stats = FetchStats()
+        self._puts: set[asyncio.Future[bool]] = set()
+
+    async def close(self) -> None:
+        """Cancel fetches in flight, then wait for puts still running in worker threads,
+        so that nothing touches the cache once the node has stopped."""
+        fetches = list(self._inflight.values())
+        for future in fetches:
+            future.cancel()
+        await asyncio.gather(*fetches, return_exceptions=True)
+        await asyncio.gather(*self._puts, return_exceptions=True)
+
+    def read(self, digest: str) -> bytes | None:
+        """A held chunk's bytes: from memory if verified recently, else from the cache (re-hashed)."""
+        data = self.hot.get(digest)
+        if data is None:
+            data = self.store.get(digest)
+        return data
 
     async def ensure(self, digest: str, size: int, owners: list[str] | None = None) -> None:
         """Return once ``digest`` is in the cache; raises FetchFailed."""
-        if await asyncio.to_thread(self.store.has, digest):
+        if digest in self.hot or await asyncio.to_thread(self.store.has, digest):
             self.stats.cache_hits += 1
             return
         future = self._inflight.get(digest)
@@ -147,16 +164,38 @@ class ChunkFetcher:
         return await self._accept(digest, size, data, source="origin")
 
     async def _accept(self, digest: str, size: int, data: bytes, source: str) -> bool:
-        if (size and len(data) != size) or chunk_digest(data) != digest:
-            self.stats.rejected_corrupt[source] += 1
-            log.warning("rejected chunk %s from %s: bytes do not match the digest", digest[:12], source)
+        """Verify and store off the event loop; ChunkStore.put hashes and refuses wrong bytes.
+
+        Counting happens in the thread future's callback and the future is shielded, so a
+        put that a shutdown interrupts still completes and is counted exactly once.
+        """
+        if size and len(data) != size:
+            self._reject(digest, source)
             return False
-        # Counted on receipt: a put interrupted by shutdown still completes in its thread.
-        if source == "origin":
-            self.stats.chunks_from_origin += 1
-            self.stats.bytes_from_origin += len(data)
-        else:
-            self.stats.chunks_from_peers += 1
-            self.stats.bytes_from_peers += len(data)
-        await asyncio.to_thread(self.store.put, digest, data)
+        future = asyncio.get_running_loop().run_in_executor(None, self.store.put, digest, data)
+        self._puts.add(future)
+        future.add_done_callback(self._puts.discard)
+        future.add_done_callback(lambda f: self._count(f, source, len(data)))
+        try:
+            await asyncio.shield(future)
+        except CorruptChunk:
+            return False
+        self.hot.add(digest, data)
         return True
+
+    def _count(self, future: asyncio.Future[bool], source: str, nbytes: int) -> None:
+        if future.cancelled():
+            return
+        if isinstance(future.exception(), CorruptChunk):
+            self._reject("", source)
+        elif future.exception() is None:
+            if source == "origin":
+                self.stats.chunks_from_origin += 1
+                self.stats.bytes_from_origin += nbytes
+            else:
+                self.stats.chunks_from_peers += 1
+                self.stats.bytes_from_peers += nbytes
+
+    def _reject(self, digest: str, source: str) -> None:
+        self.stats.rejected_corrupt[source] += 1
+        log.warning("rejected chunk %s from %s: bytes do not match the digest", digest[:12] or "?", source)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
-from fleetwire.digest import CHUNK_PIECE_BYTES, is_digest
+from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
 
 
@@ -28,8 +28,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         digest = request.digest
         if not is_digest(digest):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest!r}")
-        store = self._fetcher.store
-        data = await asyncio.to_thread(store.get, digest)
+        data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.read, digest)
         if data is None:
             owners = self._fetcher.view.owners(digest) or list(request.owners)
             if self._fetcher.node_id not in owners:
@@ -38,12 +37,12 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                 await self._fetcher.ensure(digest, request.size, owners)
             except FetchFailed as exc:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            data = await asyncio.to_thread(store.get, digest)
+            data = await asyncio.to_thread(self._fetcher.read, digest)
             if data is None:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"chunk {digest[:12]} was evicted")
         assert data is not None
-        for start in range(0, len(data), CHUNK_PIECE_BYTES):
-            yield common_pb2.ChunkData(data=data[start : start + CHUNK_PIECE_BYTES])
+        for start in range(0, len(data), PEER_PIECE_BYTES):
+            yield common_pb2.ChunkData(data=data[start : start + PEER_PIECE_BYTES])
         self.chunks_served += 1
         self.bytes_served += len(data)
 

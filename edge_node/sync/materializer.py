@@ -95,7 +95,7 @@ class Materializer:
         while True:
             try:
                 await self._fetch_all(version, progress)
-                await asyncio.to_thread(self._files.assemble, m, self._fetcher.store)
+                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read)
             except (FetchFailed, AssemblyError) as exc:
                 progress.state, progress.error = "failed", str(exc)
                 log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, delay)

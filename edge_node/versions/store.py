@@ -10,9 +10,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from edge_node.cache import ChunkStore
 from fleetwire.manifest import Manifest
 
 MODEL_FILE = "model.onnx"
@@ -56,14 +56,14 @@ class VersionFiles:
         except ValueError:
             return False
 
-    def assemble(self, manifest: Manifest, store: ChunkStore) -> Path:
+    def assemble(self, manifest: Manifest, read: Callable[[str], bytes | None]) -> Path:
         """Concatenate the chunks, verify the whole file, and publish it atomically."""
         directory = self.directory(manifest.name, manifest.version)
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
         tmp = Path(tmp_name)
         try:
-            digest = self._write_chunks(fd, manifest, store)
+            digest = self._write_chunks(fd, manifest, read)
             if digest != manifest.sha256:
                 raise AssemblyError(f"{manifest.name}:{manifest.version}: assembled file has sha256 {digest}")
             final = directory / MODEL_FILE
@@ -75,11 +75,11 @@ class VersionFiles:
             tmp.unlink(missing_ok=True)
 
     @staticmethod
-    def _write_chunks(fd: int, manifest: Manifest, store: ChunkStore) -> str:
+    def _write_chunks(fd: int, manifest: Manifest, read: Callable[[str], bytes | None]) -> str:
         h = hashlib.sha256()
         with os.fdopen(fd, "wb") as f:
             for chunk in manifest.chunks:
-                data = store.get(chunk.digest)
+                data = read(chunk.digest)
                 if data is None:
                     raise AssemblyError(f"chunk {chunk.digest[:12]} vanished from the cache")
                 h.update(data)

@@ -108,6 +108,7 @@ class Manifest(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     ARTIFACT_FIELD_NUMBER: _builtins.int
+    QUANTIZATION_JSON_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     sha256: _builtins.str
@@ -116,7 +117,9 @@ class Manifest(_message.Message):
     created_at: _builtins.str
     """RFC 3339, UTC"""
     artifact: _builtins.str
-    """which artifact the chunks describe ("fp32" for now)"""
+    """which file the chunks make up: "int8" or "fp32" """
+    quantization_json: _builtins.str
+    """the push's quantization report, JSON; empty if none"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
     @_builtins.property
@@ -138,10 +141,11 @@ class Manifest(_message.Message):
         created_at: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         artifact: _builtins.str = ...,
+        quantization_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "sha256", b"sha256", "size", b"size", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "size", b"size", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+from modelfleet.zoo.bench_model import BenchModel, build_bench_model
+from modelfleet.zoo.cache import zoo_cache_dir
+from modelfleet.zoo.digits import DigitsModel, build_digits
 from modelfleet.zoo.synthetic import build_mlp, mlp_bytes
 
-__all__ = ["build_mlp", "mlp_bytes"]
+__all__ = [
+    "BenchModel",
+    "DigitsModel",
+    "build_bench_model",
+    "build_digits",
+    "build_mlp",
+    "mlp_bytes",
+    "zoo_cache_dir",
+]

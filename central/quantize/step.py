@@ -1,0 +1,170 @@
+"""The push pipeline's quantization step: INT8 artifact, accuracy guard, served choice.
+
+Edges get INT8 by default because it is ~4x smaller and faster; the guard makes sure
+that choice never silently costs accuracy. When INT8 disagrees with FP32 on
+held-out calibration samples (or generated ones, without a calibration file) more
+than the threshold allows, the push is refused with a message that says by how much
+and what to do, unless the operator asked for ``keep_fp32``: then FP32 is served and
+the INT8 artifact is still stored, so the decision can be revisited."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import onnx
+from pydantic import BaseModel, ConfigDict, Field
+
+from central.errors import CentralError
+from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
+from central.quantize.guard import Agreement, measure_agreement
+from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
+from central.registry.pipeline import PushContext
+from central.registry.validate import signature
+
+
+class AccuracyGuardFailed(CentralError):
+    """INT8 disagrees with FP32 more than the threshold allows, and FP32 was not asked for."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class QuantizationFailed(CentralError):
+    """onnxruntime could not produce a loadable INT8 model, and FP32 was not asked for."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class QuantizeSettings(BaseModel):
+    """How central quantizes pushed models (``CentralSettings.quantize``)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    enabled: bool = True
+    """Quantize every push; when off the upload is stored and served as FP32 only."""
+    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
+    """Minimum INT8-vs-FP32 agreement (top-1 share, or 1 - relative error) to serve INT8."""
+    generated_samples: int = Field(default=64, ge=1)
+    """Samples to generate for the guard when the push has no calibration file."""
+    seed: int = 0
+    """Seed of the generated samples, so a push's verdict is reproducible."""
+
+
+class QuantizeStep:
+    """Adds the "int8" artifact and chooses the served one (see the module docstring)."""
+
+    name = "quantize"
+
+    def __init__(self, settings: QuantizeSettings | None = None) -> None:
+        self.settings = settings or QuantizeSettings()
+
+    def run(self, ctx: PushContext) -> None:
+        """Quantize, measure, decide; raise ``AccuracyGuardFailed``/``QuantizationFailed`` to refuse."""
+        ctx.artifacts.setdefault("fp32", ctx.upload)
+        if not self.settings.enabled:
+            return
+        if not ctx.inputs or not ctx.outputs:
+            ctx.inputs, ctx.outputs = signature(onnx.load(str(ctx.upload), load_external_data=False))
+        work = _work_dir(ctx)
+        calibration, held_out, report = self._samples(ctx)
+        out = work / "int8.onnx"
+        size, fixed = batch_size(ctx.inputs), batch_size(ctx.inputs, 0) > 0
+        try:
+            result = quantize(
+                ctx.upload, out, calibration=calibration, work_dir=work / "quantize", batch_size=size, fixed_batch=fixed
+            )
+        except QuantizationError as exc:
+            self._failed(ctx, report, exc)
+            return
+        started = time.perf_counter()
+        agreement = measure_agreement(ctx.upload, out, held_out, ctx.outputs, fixed_batch=fixed)
+        report.update(_result_fields(result, agreement, self.settings.threshold))
+        report["guard_seconds"] = round(time.perf_counter() - started, 4)
+        ctx.artifacts["int8"] = out
+        self._decide(ctx, report, agreement)
+
+    def _samples(self, ctx: PushContext) -> tuple[Samples | None, Samples, dict[str, Any]]:
+        """(calibration part or None, guard samples, report so far)."""
+        if ctx.calibration is None:
+            n = self.settings.generated_samples
+            samples = generated_samples(ctx.inputs, n, self.settings.seed)
+            return None, samples, {"samples_source": "generated", "calibration_samples": 0}
+        data = load_calibration(ctx.calibration, ctx.inputs)
+        calibration, held_out = split(data)
+        count = next(iter(calibration.values())).shape[0]
+        report = {"samples_source": "held-out", "calibration_samples": int(count), "calibration_ignored": data.ignored}
+        return calibration, held_out, report
+
+    def _decide(self, ctx: PushContext, report: dict[str, Any], agreement: Agreement) -> None:
+        """Serve INT8 if it passes; else FP32 when asked for, else refuse (``served`` None)."""
+        passed = agreement.agreement >= self.settings.threshold
+        reason = None if passed else _guard_message(report, agreement)
+        self._serve(ctx, report, "int8" if passed else "fp32", reason)
+        if reason is not None and not ctx.keep_fp32:
+            raise AccuracyGuardFailed(f"{reason}; push with keep_fp32 to serve FP32")
+
+    def _failed(self, ctx: PushContext, report: dict[str, Any], exc: QuantizationError) -> None:
+        """No INT8 model at all: FP32 when asked for, else refuse."""
+        report["threshold"] = self.settings.threshold
+        self._serve(ctx, report, "fp32", f"quantization failed: {exc}")
+        if not ctx.keep_fp32:
+            raise QuantizationFailed(f"INT8 quantization failed: {exc}; push with keep_fp32 to serve FP32")
+
+    @staticmethod
+    def _serve(ctx: PushContext, report: dict[str, Any], artifact: str, reason: str | None) -> None:
+        """Record the choice; a fallback to FP32 the operator did not ask for is a refusal."""
+        refused = artifact == "fp32" and not ctx.keep_fp32
+        report["served"] = None if refused else artifact
+        report["served_reason"] = reason
+        _publish(ctx, report)
+        if not refused:
+            ctx.served_artifact = artifact
+
+
+def _work_dir(ctx: PushContext) -> Path:
+    """The push's scratch directory; one is created (and recorded on ``ctx``, whose
+    owner removes it with the push) when the pipeline did not provide one."""
+    if ctx.work_dir is None:
+        ctx.work_dir = Path(tempfile.mkdtemp(prefix="modelfleet-push-"))
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    return ctx.work_dir
+
+
+def _result_fields(result: QuantizationResult, agreement: Agreement, threshold: float) -> dict[str, Any]:
+    """The report entries that come from the quantizer and the guard."""
+    return {
+        "method": result.method,
+        "per_channel": result.per_channel,
+        "per_channel_fallback_reason": result.per_channel_fallback_reason,
+        "preprocess": result.preprocess,
+        "preprocess_note": result.preprocess_note,
+        "fp32_bytes": result.fp32_bytes,
+        "int8_bytes": result.int8_bytes,
+        "size_ratio": round(result.int8_bytes / result.fp32_bytes, 4) if result.fp32_bytes else None,
+        "agreement": agreement.agreement,
+        "metric": agreement.metric,
+        "samples": agreement.samples,
+        "detail": agreement.detail,
+        "threshold": threshold,
+        "seconds": result.seconds,
+    }
+
+
+def _guard_message(report: dict[str, Any], agreement: Agreement) -> str:
+    """E.g. "INT8 agreement 97.3% is below the 99.0% threshold (top-1 on 90 held-out samples)"."""
+    metric = "top-1" if agreement.metric == "top1" else "1 - relative error"
+    return (
+        f"INT8 agreement {agreement.agreement:.1%} is below the {report['threshold']:.1%} threshold "
+        f"({metric} on {agreement.samples} {report['samples_source']} samples)"
+    )
+
+
+def _publish(ctx: PushContext, report: dict[str, Any]) -> None:
+    """The same dict on the context (for the manifest) and in the push report."""
+    ctx.quantization = report
+    ctx.report["quantization"] = report

@@ -1,0 +1,300 @@
+"""The models an edge serves: loading, warm-up, zero-downtime version swaps, lookup.
+
+A new version is loaded and warmed up beside the current one, then becomes the
+model's default in one step. The old version keeps serving what was already handed
+to it: requests in its queue or running are drained, and for ``retire_grace_s`` it
+also still serves callers that resolved it just before the switch (the HTTP layer
+reads the request body between ``get`` and ``infer``) or ask for it by version. Then
+it is retired: its batcher closed and its session released. A version that fails to
+load or warm up is recorded as failed and the last good version keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnxruntime as ort
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from edge_node.inference.batcher import DynamicBatcher, Tensors
+from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
+from edge_node.inference.metrics import ModelMetrics, render
+from edge_node.inference.session import SessionFactory, batchable, check_inputs, dummy_inputs, reconcile_manifest
+from fleetwire.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+ModelState = Literal["loading", "ready", "failed", "retired"]
+
+
+class BatchSettings(BaseModel):
+    """How each model version batches its requests."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+    max_batch_size: int = Field(32, ge=1)
+    """Most rows one session run takes; larger requests are split into pieces this big."""
+    max_queue_delay_ms: float = Field(5.0, ge=0)
+    """Longest a request waits for others to join its batch (the latency paid for throughput)."""
+    max_queue_rows: int = Field(1024, ge=1)
+    """Rows that may wait per version; beyond that requests fail fast with QueueFull (503)."""
+    max_concurrent_batches: int = Field(1, ge=1)
+    """Batches of one version running at once; 1 suits CPU (ORT already uses all cores)."""
+    enabled: bool = True
+    """False runs every request alone (batch size 1, no delay), e.g. for latency tests."""
+
+
+class LoadedModel:
+    """One version of a model: its state, effective signature, session and batcher.
+
+    ``manifest`` carries the signature the session really has (it wins over the
+    published one when they differ)."""
+
+    def __init__(self, manifest: Manifest, seq: int) -> None:
+        self.name = manifest.name
+        self.version = manifest.version
+        self.manifest = manifest
+        self.state: ModelState = "loading"
+        self.error: str | None = None
+        self.cache_hit: bool | None = None
+        self._seq = seq
+        self._session: ort.InferenceSession | None = None
+        self._batcher: DynamicBatcher | None = None
+        self._metrics: ModelMetrics | None = None
+        self._output_names: list[str] = []
+        self._active = 0
+
+    def __repr__(self) -> str:
+        return f"LoadedModel({self.name!r}, {self.version!r}, state={self.state!r})"
+
+    @property
+    def session(self) -> ort.InferenceSession | None:
+        """The session, or None once released (or before it loaded)."""
+        return self._session
+
+    @property
+    def active_requests(self) -> int:
+        """Requests inside ``infer`` right now (queued or running)."""
+        return self._active
+
+    async def infer(self, inputs: Tensors, priority: int = 0) -> Tensors:
+        """All outputs for ``inputs`` (first axis = rows), through the dynamic batcher.
+
+        Raises ModelUnavailable once retired, ModelNotReady while loading or failed,
+        InvalidInputs for tensors that do not fit, QueueFull when overloaded."""
+        if self.state != "ready" or self._batcher is None:
+            raise self._not_serving()
+        arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        try:
+            check_inputs(arrays, self.manifest.inputs)
+        except InvalidInputs:
+            if self._metrics:
+                self._metrics.request("invalid")
+            raise
+        self._active += 1
+        try:
+            return await self._batcher.submit(arrays, priority)
+        finally:
+            self._active -= 1
+
+    def _not_serving(self) -> Exception:
+        if self.state == "retired":
+            return ModelUnavailable(f"{self.name} version {self.version} was retired")
+        reason = f": {self.error}" if self.error else ""
+        return ModelNotReady(f"{self.name} version {self.version} is {self.state}{reason}", state=self.state,
+                             reason=self.error)  # fmt: skip
+
+    def _run(self, inputs: Tensors) -> Tensors:
+        """One session run (in a worker thread), all outputs by name."""
+        session = self._session
+        if session is None:
+            raise ModelUnavailable(f"{self.name} version {self.version} was released")
+        values = session.run(self._output_names, inputs)
+        return dict(zip(self._output_names, values, strict=True))
+
+    def _attach(self, session: ort.InferenceSession, batcher: DynamicBatcher, metrics: ModelMetrics) -> None:
+        self._session, self._batcher, self._metrics = session, batcher, metrics
+        self._output_names = [o.name for o in self.manifest.outputs]
+
+    async def _shutdown(self) -> None:
+        """Retire: refuse new requests, drain queued and running ones, release the session."""
+        self.state = "retired"
+        if self._batcher is not None:
+            await self._batcher.close()
+        self._session = None
+        if self._metrics is not None:
+            self._metrics.retire()
+
+
+class ModelRepository:
+    """All model versions known to this edge and, per model, the default version."""
+
+    def __init__(
+        self,
+        factory: SessionFactory,
+        *,
+        batching: BatchSettings | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        retire_grace_s: float = 5.0,
+    ) -> None:
+        self._factory = factory
+        self.batching = batching or BatchSettings()
+        self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
+        self.retire_grace_s = retire_grace_s
+        self._versions: dict[str, dict[str, LoadedModel]] = {}
+        self._default: dict[str, str] = {}
+        self._seq = itertools.count()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()
+
+    # -- lookup --------------------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> LoadedModel:
+        """The ready model ``name`` at ``version`` (None: its default version)."""
+        versions = self._versions.get(name)
+        if not versions:
+            raise ModelNotFound(f"model {name!r} is not served by this edge")
+        if version is None:
+            default = self._default.get(name)
+            if default is not None:
+                return versions[default]
+            latest = max(versions.values(), key=lambda m: m._seq)
+            raise latest._not_serving() if latest.state != "retired" else ModelNotFound(f"model {name!r} is retired")
+        model = versions.get(version)
+        if model is None or model.state == "retired":
+            raise ModelNotFound(f"model {name!r} has no version {version!r} on this edge")
+        if model.state != "ready":
+            raise model._not_serving()
+        return model
+
+    def models(self) -> list[LoadedModel]:
+        """Every known version (loading, ready, failed, retired), by name then load order."""
+        return sorted((m for vs in self._versions.values() for m in vs.values()), key=lambda m: (m.name, m._seq))
+
+    def ready(self) -> bool:
+        """True when at least one model is known and every known model has a ready default
+        version. A model whose newest version failed but whose previous one still serves
+        counts as ready; one that never loaded successfully (or is still loading) does not."""
+        return bool(self._versions) and all(name in self._default for name in self._versions)
+
+    def render_metrics(self) -> bytes:
+        """This repository's metrics in the Prometheus text format."""
+        return render(self.metrics_registry)
+
+    # -- loading -------------------------------------------------------------------------
+
+    async def load(self, manifest: Manifest, path: Path) -> None:
+        """Load, warm up and switch to ``manifest``'s version; never raises for a bad model.
+
+        Returns once the new version serves (or is recorded as failed); the previous
+        default is retired in the background (see ``wait_retirements``)."""
+        existing = self._versions.get(manifest.name, {}).get(manifest.version)
+        if existing is not None and existing.state in ("ready", "loading"):
+            if existing.state == "ready" and self._default.get(manifest.name) != manifest.version:
+                existing._seq = next(self._seq)  # a rollback to a version still in its grace period
+                self._promote(existing)
+            return
+        model = LoadedModel(manifest, next(self._seq))
+        self._versions.setdefault(manifest.name, {})[manifest.version] = model
+        try:
+            await self._bring_up(model, Path(path))
+        except Exception as exc:
+            self._record_failure(model, exc)
+            return
+        self._promote(model)
+
+    async def _bring_up(self, model: LoadedModel, path: Path) -> None:
+        """Create the session (in a thread), reconcile its signature, warm it up, attach."""
+        created = await asyncio.to_thread(self._factory.create_with_info, path, model.manifest.sha256)
+        model.cache_hit = created.cache_hit
+        model.manifest = reconcile_manifest(model.manifest, created.session)
+        await asyncio.to_thread(created.session.run, None, dummy_inputs(model.manifest.inputs))
+        metrics = ModelMetrics(self.metrics_registry, model.name, model.version)
+        model._attach(created.session, self._batcher_for(model, metrics), metrics)
+
+    def _batcher_for(self, model: LoadedModel, metrics: ModelMetrics) -> DynamicBatcher:
+        s = self.batching
+        batch = s.enabled and batchable(model.manifest)
+        if s.enabled and not batch:
+            log.info("%s version %s has a fixed batch axis; batching disabled for it", model.name, model.version)
+        return DynamicBatcher(
+            model._run,
+            max_batch_size=s.max_batch_size if batch else 1,
+            max_queue_delay_s=s.max_queue_delay_ms / 1000 if batch else 0.0,
+            max_queue_rows=s.max_queue_rows,
+            max_concurrent_batches=s.max_concurrent_batches,
+            metrics=metrics,
+            split_oversized=batch,
+            name=f"{model.name}:{model.version}",
+        )
+
+    def _record_failure(self, model: LoadedModel, exc: Exception) -> None:
+        model.state, model.error = "failed", f"{type(exc).__name__}: {exc}"
+        serving = self._default.get(model.name)
+        log.warning(
+            "%s version %s failed to load (%s); %s", model.name, model.version, model.error,
+            f"version {serving} keeps serving" if serving else "no version of it is serving",
+        )  # fmt: skip
+
+    def _promote(self, model: LoadedModel) -> None:
+        """Make ``model`` ready and the default at once (unless a newer load won), then
+        retire whichever version that displaces."""
+        model.state = "ready"
+        if self._versions.get(model.name, {}).get(model.version) is not model:
+            self._retire_later(model, grace=0.0)  # unloaded while it was loading
+            return
+        current = self._current(model.name)
+        if current is not None and current._seq > model._seq:
+            self._retire_later(model, grace=0.0)  # a later-started load finished first
+            return
+        self._default[model.name] = model.version
+        log.info("%s now serves version %s", model.name, model.version)
+        if current is not None and current is not model:
+            self._retire_later(current, grace=self.retire_grace_s)
+
+    def _current(self, name: str) -> LoadedModel | None:
+        version = self._default.get(name)
+        return self._versions.get(name, {}).get(version) if version is not None else None
+
+    # -- retiring ------------------------------------------------------------------------
+
+    def _retire_later(self, model: LoadedModel, grace: float) -> None:
+        task = asyncio.get_running_loop().create_task(self._retire(model, grace), name=f"retire-{model.name}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, model: LoadedModel, grace: float) -> None:
+        """After ``grace`` (cut short by ``close``), drain and release ``model`` unless it
+        became the default again meanwhile (a rollback)."""
+        if grace > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._closing.wait()
+        if self._current(model.name) is model and not self._closing.is_set():
+            return
+        await model._shutdown()
+        log.info("%s version %s retired", model.name, model.version)
+
+    async def wait_retirements(self) -> None:
+        """Wait until every displaced version has been drained and released."""
+        while self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    async def unload(self, name: str) -> None:
+        """Stop serving ``name``: drain and release all its versions and forget them."""
+        versions = self._versions.pop(name, {})
+        self._default.pop(name, None)
+        await asyncio.gather(*(m._shutdown() for m in versions.values() if m.state == "ready"))
+
+    async def close(self) -> None:
+        """Retire everything at once (pending grace periods end now) and drain it."""
+        self._closing.set()
+        await self.wait_retirements()
+        for name in list(self._versions):
+            await self.unload(name)

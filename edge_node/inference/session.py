@@ -1,0 +1,244 @@
+"""ONNX Runtime sessions with a per-host cache of the fully optimized model.
+
+``ORT_ENABLE_ALL`` includes layout transformations (NCHWc) and fusions chosen for the
+execution providers and CPU at hand; ORT itself warns that a model serialized after
+them "may contain hardware specific optimizations, and should only be used in the same
+environment the model was optimized in". So the cache key is the model's identity
+(e.g. its sha256) *plus* the provider list, the onnxruntime version and a fingerprint
+of the host (machine, CPU flags, GPU models). On a restart the cached model is loaded
+with only the cheap ``ORT_ENABLE_BASIC`` level, which cuts session start-up; a cache
+file that fails to load is discarded and rebuilt from the original."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from edge_node.inference.errors import InvalidInputs
+from fleetwire.manifest import Manifest, TensorSpec
+
+log = logging.getLogger(__name__)
+
+#: Session log severity: ERROR. Normal loads print nothing (ORT warns on every
+#: serialization of an ENABLE_ALL model and on node placement), real errors still show.
+SESSION_LOG_SEVERITY = 3
+#: Protobuf cannot serialize a single-file model of 2 GiB or more; larger models are
+#: served without the cache rather than failing to load.
+MAX_CACHEABLE_BYTES = 1_800_000_000
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_PROVIDER_TAGS = {"TensorrtExecutionProvider": "trt", "CUDAExecutionProvider": "cuda", "CPUExecutionProvider": "cpu"}
+
+
+def _cpu_flags() -> str:
+    """The CPU feature flags (x86 ``flags`` / ARM ``Features``), or ``""`` if unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.processor()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return " ".join(sorted(value.split()))
+    return ""
+
+
+def _gpu_models() -> str:
+    """GPU model names from the NVIDIA driver's proc files (no CUDA call needed)."""
+    models = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            models += [ln for ln in info.read_text(errors="replace").splitlines() if ln.startswith("Model:")]
+        except OSError:
+            continue
+    return "|".join(models)
+
+
+@functools.cache
+def host_fingerprint() -> str:
+    """A short hash of what an optimized model may depend on: machine, CPU flags, GPUs."""
+    raw = "\n".join((platform.machine(), _cpu_flags(), _gpu_models()))
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class CreatedSession:
+    """A session and how it was made: from the cache (``cache_hit``) or optimized anew."""
+
+    session: ort.InferenceSession
+    cache_hit: bool
+    cache_path: Path | None
+
+
+class SessionFactory:
+    """Creates sessions for one provider set, caching optimized models in ``cache_dir``.
+
+    Safe to call from several threads: two concurrent creations of the same key each
+    write their own temporary file and atomically rename it (last one wins; both are
+    valid), so a reader never sees a half-written cache file."""
+
+    def __init__(
+        self, cache_dir: Path, providers: list[str], intra_op_threads: int = 0, inter_op_threads: int = 1
+    ) -> None:
+        if not providers:
+            raise ValueError("at least one execution provider is required")
+        self.cache_dir = Path(cache_dir)
+        self.providers = list(providers)
+        self.intra_op_threads = intra_op_threads
+        self.inter_op_threads = inter_op_threads
+        #: Whether the most recent ``create`` (from any thread) was served from the cache;
+        #: None before the first. Concurrent callers should use ``create_with_info``.
+        self.last_cache_hit: bool | None = None
+
+    def cache_path(self, key: str) -> Path:
+        """Where the optimized model for ``key`` lives on this host and provider set."""
+        tags = "+".join(_PROVIDER_TAGS.get(p, _SAFE.sub("_", p)) for p in self.providers)
+        name = f"{_SAFE.sub('_', key)}.{tags}.ort{ort.__version__}.{host_fingerprint()}.onnx"
+        return self.cache_dir / name
+
+    def create(self, model_path: Path, key: str) -> ort.InferenceSession:
+        """A session for ``model_path``; ``last_cache_hit`` tells whether it was cached."""
+        return self.create_with_info(model_path, key).session
+
+    def create_with_info(self, model_path: Path, key: str) -> CreatedSession:
+        """A session plus whether the optimized model came from the cache."""
+        cached = self.cache_path(key)
+        result = self._from_cache(cached) if cached.is_file() else None
+        if result is None:
+            result = self._optimize(Path(model_path), cached)
+        self.last_cache_hit = result.cache_hit
+        return result
+
+    def _options(self, level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.log_severity_level = SESSION_LOG_SEVERITY
+        options.intra_op_num_threads = self.intra_op_threads
+        options.inter_op_num_threads = self.inter_op_threads
+        if self.inter_op_threads > 1:
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        return options
+
+    def _session(self, path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
+        return ort.InferenceSession(str(path), options, providers=self.providers)
+
+    def _from_cache(self, cached: Path) -> CreatedSession | None:
+        """The cached optimized model, or None (and the file removed) if it won't load."""
+        try:
+            session = self._session(cached, self._options(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC))
+        except Exception as exc:
+            log.warning("discarding unusable optimized-model cache %s: %s", cached, exc)
+            cached.unlink(missing_ok=True)
+            return None
+        return CreatedSession(session, True, cached)
+
+    def _optimize(self, model_path: Path, cached: Path) -> CreatedSession:
+        """Load with ENABLE_ALL, writing the optimized model atomically into the cache."""
+        options = self._options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        if not self._cacheable(model_path):
+            return CreatedSession(self._session(model_path, options), False, None)
+        # The suffix must stay ".onnx": ORT picks the output format from it (".ort" → ORT).
+        tmp = cached.with_name(f".{cached.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.onnx")
+        options.optimized_model_filepath = str(tmp)
+        try:
+            session = self._session(model_path, options)
+            os.replace(tmp, cached)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return CreatedSession(session, False, cached)
+
+    def _cacheable(self, model_path: Path) -> bool:
+        """Whether to write a cache entry: a usable cache dir and a serializable size."""
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            too_big = model_path.stat().st_size >= MAX_CACHEABLE_BYTES
+        except OSError as exc:
+            log.warning("optimized-model cache disabled for %s: %s", model_path, exc)
+            return False
+        if too_big:
+            log.info("not caching the optimized form of %s: too large for one protobuf", model_path)
+        return not too_big
+
+
+_ORT_TO_NUMPY = {
+    "float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+    "bool": "bool", "string": "object",
+}  # fmt: skip
+
+
+def _spec(arg: ort.NodeArg) -> TensorSpec:
+    """A session input/output as a TensorSpec; symbolic or unknown dims become -1."""
+    inner = arg.type.removeprefix("tensor(").removesuffix(")")
+    shape = [d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or [])]
+    return TensorSpec(name=arg.name, dtype=_ORT_TO_NUMPY.get(inner, inner), shape=shape)
+
+
+def session_specs(session: ort.InferenceSession) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The session's real ``(inputs, outputs)`` in manifest form."""
+    return [_spec(a) for a in session.get_inputs()], [_spec(a) for a in session.get_outputs()]
+
+
+def dummy_inputs(specs: list[TensorSpec]) -> dict[str, np.ndarray]:
+    """A one-row batch of zeros matching ``specs`` (variable dims → 1), for warm-up."""
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = tuple(d if d >= 0 else 1 for d in spec.shape)
+        if spec.dtype == "object":
+            out[spec.name] = np.full(shape, "", dtype=object)
+        else:
+            out[spec.name] = np.zeros(shape, dtype=np.dtype(spec.dtype))
+    return out
+
+
+def _dtype_matches(array: np.ndarray, dtype: str) -> bool:
+    if dtype == "object":
+        return array.dtype.kind in "OUS"
+    try:
+        return array.dtype == np.dtype(dtype)
+    except TypeError:  # a dtype numpy does not know (bfloat16): compare by name
+        return array.dtype.name == dtype
+
+
+def check_inputs(inputs: dict[str, np.ndarray], specs: list[TensorSpec]) -> None:
+    """Raise InvalidInputs unless ``inputs`` has exactly ``specs``' names, dtypes, ranks
+    and fixed dimensions: checked per request, so a bad one cannot fail a whole batch."""
+    expected = {s.name: s for s in specs}
+    if set(inputs) != set(expected):
+        raise InvalidInputs(f"inputs {sorted(inputs)} do not match the model's inputs {sorted(expected)}")
+    for name, spec in expected.items():
+        array = inputs[name]
+        if not _dtype_matches(array, spec.dtype):
+            raise InvalidInputs(f"input {name!r} has dtype {array.dtype}; the model expects {spec.dtype}")
+        fits = array.ndim == len(spec.shape) and all(
+            w < 0 or g == w for g, w in zip(array.shape, spec.shape, strict=False)
+        )
+        if not fits:
+            raise InvalidInputs(f"input {name!r} has shape {list(array.shape)}; the model expects {spec.shape}")
+
+
+def reconcile_manifest(manifest: Manifest, session: ort.InferenceSession) -> Manifest:
+    """The manifest with the session's real signature, logging any disagreement."""
+    inputs, outputs = session_specs(session)
+    published = (manifest.inputs, manifest.outputs)
+    if published != ([], []) and published != (inputs, outputs):
+        log.warning(
+            "%s version %s: manifest signature %s -> %s differs from the model's %s -> %s; using the model's",
+            manifest.name, manifest.version, manifest.inputs, manifest.outputs, inputs, outputs,
+        )  # fmt: skip
+    return manifest.model_copy(update={"inputs": inputs, "outputs": outputs})
+
+
+def batchable(manifest: Manifest) -> bool:
+    """Whether every input and output has a variable first axis (concatenation-safe)."""
+    return all(s.shape and s.shape[0] == -1 for s in (*manifest.inputs, *manifest.outputs))

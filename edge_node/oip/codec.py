@@ -1,0 +1,212 @@
+"""Decoding OIP v2 inference requests into numpy and encoding responses, JSON and
+binary (Triton's binary tensor data extension).
+
+Binary layout: the body starts with ``Inference-Header-Content-Length`` bytes of
+JSON; the tensors whose ``parameters.binary_data_size`` is set follow, in the order
+they appear in the JSON. BYTES elements are each a 4-byte little-endian length and
+the bytes."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from edge_node.oip.datatypes import OIP_TO_NUMPY, oip_datatype
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+class OipError(Exception):
+    """A malformed or unacceptable request: answered 400 with this message."""
+
+    status = 400
+
+
+@dataclass
+class InferRequest:
+    """A decoded inference request."""
+
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    datatypes: dict[str, str]
+    requested_outputs: list[str] | None
+    binary_outputs: set[str] = field(default_factory=set)
+    binary_default: bool = False
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _json_part(body: bytes, header_length: int | None) -> tuple[dict[str, Any], memoryview]:
+    if header_length is None:
+        header, rest = body, b""
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise OipError(f"Inference-Header-Content-Length {header_length} exceeds the body of {len(body)} bytes")
+        header, rest = body[:header_length], body[header_length:]
+    try:
+        doc = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise OipError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise OipError("request body must be a JSON object")
+    return doc, memoryview(rest)
+
+
+def _decode_bytes_elements(raw: memoryview, count: int, name: str) -> np.ndarray:
+    out, offset = [], 0
+    for _ in range(count):
+        if offset + 4 > len(raw):
+            raise OipError(f"input {name!r}: binary BYTES data ends early")
+        (n,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        out.append(bytes(raw[offset : offset + n]))
+        offset += n
+    if offset != len(raw):
+        raise OipError(f"input {name!r}: binary BYTES data has {len(raw) - offset} extra bytes")
+    return np.array(out, dtype=np.object_)
+
+
+def _shape(tensor: dict[str, Any], name: str) -> list[int]:
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise OipError(f"input {name!r}: shape must be a list of non-negative integers")
+    return shape
+
+
+def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> np.ndarray:
+    if data is None:
+        raise OipError(f"input {name!r}: no data")
+    try:
+        if dtype == np.object_:
+            items = np.ravel(np.array(data, dtype=object))
+            flat = np.array([d.encode() if isinstance(d, str) else d for d in items], dtype=object)
+        else:
+            flat = np.asarray(data, dtype=dtype).ravel()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise OipError(f"input {name!r}: data does not match datatype {dtype.name}: {exc}") from exc
+    return _reshape(flat, shape, name)
+
+
+def _reshape(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
+    expected = int(np.prod(shape)) if shape else 1
+    if flat.size != expected:
+        raise OipError(f"input {name!r}: shape {shape} needs {expected} elements, data has {flat.size}")
+    return flat.reshape(shape)
+
+
+def _decode_input(tensor: Any, binary: memoryview, offset: int) -> tuple[str, str, np.ndarray, int]:
+    if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+        raise OipError("every input needs a string 'name'")
+    name = tensor["name"]
+    datatype = tensor.get("datatype")
+    dtype = OIP_TO_NUMPY.get(datatype) if isinstance(datatype, str) else None
+    if dtype is None:
+        raise OipError(f"input {name!r}: unknown datatype {datatype!r}")
+    shape = _shape(tensor, name)
+    params = tensor.get("parameters") or {}
+    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if size is None:
+        return name, datatype, _from_json_data(tensor.get("data"), dtype, shape, name), offset
+    if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+        raise OipError(f"input {name!r}: binary_data_size {size} does not fit the binary part of the body")
+    raw = binary[offset : offset + size]
+    if dtype == np.object_:
+        array = _decode_bytes_elements(raw, int(np.prod(shape)) if shape else 1, name).reshape(shape)
+    else:
+        if size % dtype.itemsize:
+            raise OipError(f"input {name!r}: {size} bytes is not a whole number of {datatype} elements")
+        array = _reshape(np.frombuffer(raw, dtype=dtype), shape, name)
+    return name, datatype, array, offset + size
+
+
+def _requested_outputs(doc: dict[str, Any]) -> tuple[list[str] | None, set[str]]:
+    outputs = doc.get("outputs")
+    if outputs is None:
+        return None, set()
+    if not isinstance(outputs, list):
+        raise OipError("'outputs' must be a list")
+    names, binary = [], set()
+    for o in outputs:
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            raise OipError("every requested output needs a string 'name'")
+        names.append(o["name"])
+        params = o.get("parameters") or {}
+        if isinstance(params, dict) and params.get("binary_data"):
+            binary.add(o["name"])
+    return names, binary
+
+
+def decode_request(body: bytes, header_length: int | None) -> InferRequest:
+    """Parse an inference request body (JSON, or JSON + binary tensors)."""
+    doc, binary = _json_part(body, header_length)
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise OipError("'inputs' must be a non-empty list")
+    inputs: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
+    offset = 0
+    for tensor in raw_inputs:
+        name, datatype, array, offset = _decode_input(tensor, binary, offset)
+        if name in inputs:
+            raise OipError(f"input {name!r} appears twice")
+        inputs[name], datatypes[name] = array, datatype
+    if offset != len(binary):
+        raise OipError(f"{len(binary) - offset} bytes of binary data are not claimed by any input")
+    requested, binary_outputs = _requested_outputs(doc)
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise OipError("'parameters' must be an object")
+    request_id = doc.get("id")
+    return InferRequest(
+        id=str(request_id) if request_id is not None else None,
+        inputs=inputs,
+        datatypes=datatypes,
+        requested_outputs=requested,
+        binary_outputs=binary_outputs,
+        binary_default=bool(params.get("binary_data_output", False)),
+        parameters=params,
+    )
+
+
+def _encode_bytes_elements(array: np.ndarray) -> bytes:
+    parts = []
+    for item in array.ravel():
+        b = item if isinstance(item, bytes) else str(item).encode()
+        parts.append(struct.pack("<I", len(b)) + b)
+    return b"".join(parts)
+
+
+def _json_data(array: np.ndarray) -> list[Any]:
+    if array.dtype == np.object_:
+        return [x.decode(errors="replace") if isinstance(x, bytes) else x for x in array.ravel().tolist()]
+    return array.ravel().tolist()
+
+
+def encode_response(
+    model_name: str,
+    model_version: str,
+    request: InferRequest,
+    outputs: dict[str, np.ndarray],
+) -> tuple[bytes, int | None]:
+    """The response body and, when any output is binary, the JSON header's length."""
+    entries, blobs = [], []
+    for name, array in outputs.items():
+        dtype_name = "object" if array.dtype == np.object_ else array.dtype.name
+        entry: dict[str, Any] = {"name": name, "datatype": oip_datatype(dtype_name), "shape": list(array.shape)}
+        if request.binary_default or name in request.binary_outputs:
+            raw = _encode_bytes_elements(array) if array.dtype == np.object_ else np.ascontiguousarray(array).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = _json_data(array)
+        entries.append(entry)
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": entries}
+    if request.id is not None:
+        doc["id"] = request.id
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return header, None
+    return header + b"".join(blobs), len(header)

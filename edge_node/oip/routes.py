@@ -1,0 +1,148 @@
+"""OIP v2 HTTP routes. Each translates HTTP to one call on the model repository and
+back; bodies are parsed and written with orjson, never through pydantic models, since
+this is the hot path."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from edge_node.inference.errors import ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
+from edge_node.inference.repository import LoadedModel, ModelRepository
+from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
+from edge_node.oip.datatypes import oip_datatype
+from edge_node.oip.validate import check_request
+from fleetwire.manifest import TensorSpec
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "modelfleet-edge"
+EXTENSIONS = ["binary_tensor_data"]
+
+
+def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """An orjson-encoded JSON response."""
+    return Response(orjson.dumps(doc), status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    """The OIP error shape."""
+    return json_response({"error": message}, status, headers)
+
+
+def _tensor_meta(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "datatype": oip_datatype(s.dtype), "shape": s.shape} for s in specs]
+
+
+def _header_length(request: Request) -> int | None:
+    raw = request.headers.get(HEADER_LENGTH)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit():
+        raise OipError(f"Inference-Header-Content-Length must be a non-negative integer, got {raw!r}")
+    return int(raw)
+
+
+def _lookup_error(exc: Exception) -> Response:
+    if isinstance(exc, ModelNotFound):
+        return error_response(str(exc), 404)
+    if isinstance(exc, QueueFull):
+        return error_response(str(exc), 503, {"Retry-After": str(max(1, round(exc.retry_after_s)))})
+    return error_response(str(exc), 503)
+
+
+async def _infer(repository: ModelRepository, name: str, version: str | None, request: Request) -> Response:
+    try:
+        model = repository.get(name, version)
+        body = await request.body()
+        decoded = decode_request(body, _header_length(request))
+        check_request(decoded, model.manifest.inputs, model.manifest.outputs)
+        priority = decoded.parameters.get("priority", 0)
+        outputs = await model.infer(decoded.inputs, priority=int(priority) if isinstance(priority, int) else 0)
+    except OipError as exc:
+        return error_response(str(exc), exc.status)
+    except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
+        return _lookup_error(exc)
+    wanted = decoded.requested_outputs
+    selected = {k: v for k, v in outputs.items() if wanted is None or k in wanted}
+    payload, header_length = encode_response(model.name, model.version, decoded, selected)
+    if header_length is None:
+        return Response(payload, media_type="application/json")
+    return Response(
+        payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(header_length)}
+    )
+
+
+def _model_metadata(model: LoadedModel, versions: list[str]) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "versions": versions,
+        "platform": "onnxruntime_onnx",
+        "inputs": _tensor_meta(model.manifest.inputs),
+        "outputs": _tensor_meta(model.manifest.outputs),
+    }
+
+
+def create_oip_router(repository: ModelRepository, version: str) -> APIRouter:
+    """The ``/v2`` routes over one repository."""
+    router = APIRouter()
+
+    @router.get("/v2/health/live")
+    async def live() -> Response:
+        return json_response({"live": True})
+
+    @router.get("/v2/health/ready")
+    async def ready() -> Response:
+        is_ready = repository.ready()
+        return json_response({"ready": is_ready}, 200 if is_ready else 400)
+
+    @router.get("/v2")
+    async def server_metadata() -> Response:
+        return json_response({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
+
+    async def metadata(name: str, model_version: str | None) -> Response:
+        try:
+            model = repository.get(name, model_version)
+        except (ModelNotFound, ModelNotReady) as exc:
+            return _lookup_error(exc)
+        versions = sorted({m.version for m in repository.models() if m.name == name and m.state == "ready"})
+        return json_response(_model_metadata(model, versions))
+
+    async def model_ready(name: str, model_version: str | None) -> Response:
+        try:
+            repository.get(name, model_version)
+        except ModelNotFound as exc:
+            return error_response(str(exc), 404)
+        except ModelNotReady:
+            return json_response({"name": name, "ready": False}, 400)
+        return json_response({"name": name, "ready": True})
+
+    @router.get("/v2/models/{name}")
+    async def model_metadata(name: str) -> Response:
+        return await metadata(name, None)
+
+    @router.get("/v2/models/{name}/versions/{v}")
+    async def version_metadata(name: str, v: str) -> Response:
+        return await metadata(name, v)
+
+    @router.get("/v2/models/{name}/ready")
+    async def is_model_ready(name: str) -> Response:
+        return await model_ready(name, None)
+
+    @router.get("/v2/models/{name}/versions/{v}/ready")
+    async def is_version_ready(name: str, v: str) -> Response:
+        return await model_ready(name, v)
+
+    @router.post("/v2/models/{name}/infer")
+    async def infer(name: str, request: Request) -> Response:
+        return await _infer(repository, name, None, request)
+
+    @router.post("/v2/models/{name}/versions/{v}/infer")
+    async def infer_version(name: str, v: str, request: Request) -> Response:
+        return await _infer(repository, name, v, request)
+
+    return router

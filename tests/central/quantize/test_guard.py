@@ -1,0 +1,110 @@
+"""central.quantize.guard: top-1 for classifiers, relative error otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from central.errors import BadRequest
+from central.quantize import measure_agreement, quantize
+from central.quantize.guard import run_outputs
+from central.registry.validate import signature
+from modelfleet.zoo import build_digits, build_mlp
+from modelfleet.zoo.digits import DigitsModel
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    return build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")
+
+
+def _save(path: Path, nodes: list[onnx.NodeProto], weights: dict[str, np.ndarray], width: int, out: int) -> Path:
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", out])],
+        initializer=[numpy_helper.from_array(w, name) for name, w in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def fragile_classifier(path: Path) -> Path:
+    """Logits of classes 0-8 are ~0.01·x; class 9's are -100·Σx. The calibrated output
+    range is then ~[-1600, 0.1], its INT8 step ~6, so every small logit rounds to the
+    same value and INT8's argmax is a tie: on purpose, deterministically wrong."""
+    w = (np.random.default_rng(0).standard_normal((16, 10)) * 0.01).astype(np.float32)
+    w[:, 9] = -100.0
+    return _save(path, [helper.make_node("MatMul", ["input", "w"], ["y"])], {"w": w}, 16, 10)
+
+
+def regressor(path: Path) -> Path:
+    """One float output of width 1: not a classifier, so relative error applies."""
+    w = np.random.default_rng(1).standard_normal((8, 1)).astype(np.float32)
+    return _save(path, [helper.make_node("MatMul", ["input", "w"], ["y"])], {"w": w}, 8, 1)
+
+
+def _outputs(path: Path) -> list:  # type: ignore[type-arg]
+    return signature(onnx.load(str(path)))[1]
+
+
+def test_identical_models_agree(digits: DigitsModel) -> None:
+    samples = {"input": digits.test_x}
+    result = measure_agreement(digits.onnx_path, digits.onnx_path, samples, _outputs(digits.onnx_path))
+    assert (result.metric, result.agreement, result.samples) == ("top1", 1.0, 450)
+    assert result.detail == "label of output 'label'"
+
+
+def test_digits_int8_agrees(digits: DigitsModel, tmp_path: Path) -> None:
+    with np.load(digits.calibration_path) as npz:
+        calibration = {"input": npz["input"]}
+    int8 = tmp_path / "q.onnx"
+    quantize(digits.onnx_path, int8, calibration=calibration, work_dir=tmp_path)
+    result = measure_agreement(digits.onnx_path, int8, {"input": digits.test_x}, _outputs(digits.onnx_path))
+    assert result.metric == "top1" and result.agreement >= 0.99
+
+
+def test_fragile_classifier_disagrees(tmp_path: Path) -> None:
+    fp32 = fragile_classifier(tmp_path / "fragile.onnx")
+    x = np.random.default_rng(2).random((100, 16), dtype=np.float32)
+    int8 = tmp_path / "q.onnx"
+    quantize(fp32, int8, calibration={"input": x[:80]}, work_dir=tmp_path)
+    result = measure_agreement(fp32, int8, {"input": x[80:]}, _outputs(fp32))
+    assert result.metric == "top1" and result.detail == "argmax of output 'y'"
+    assert result.agreement < 0.5
+
+
+def test_relative_error_for_non_classifiers(tmp_path: Path) -> None:
+    fp32 = regressor(tmp_path / "reg.onnx")
+    x = np.random.default_rng(3).standard_normal((70, 8), dtype=np.float32)
+    int8 = tmp_path / "q.onnx"
+    quantize(fp32, int8, calibration={"input": x}, work_dir=tmp_path)
+    result = measure_agreement(fp32, int8, {"input": x}, _outputs(fp32), batch_size=16)
+    (ref,) = run_outputs(fp32, {"input": x}, ["y"], 70, False)
+    (got,) = run_outputs(int8, {"input": x}, ["y"], 70, False)
+    error = float(np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref.astype(np.float64)))
+    assert result.metric == "relative_error" and result.samples == 70
+    assert 0.0 < error < 0.05
+    assert result.agreement == pytest.approx(1.0 - error, abs=1e-9)
+
+
+def test_logits_output_uses_argmax(tmp_path: Path) -> None:
+    fp32 = build_mlp(tmp_path / "m.onnx", width=32, hidden_layers=1)
+    x = np.random.default_rng(4).standard_normal((50, 32), dtype=np.float32)
+    result = measure_agreement(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=7)
+    assert (result.metric, result.agreement, result.samples) == ("top1", 1.0, 50)
+    assert result.detail == "argmax of output 'logits'"
+
+
+def test_no_complete_batch_is_a_bad_request(tmp_path: Path) -> None:
+    fp32 = regressor(tmp_path / "reg.onnx")
+    x = np.zeros((5, 8), dtype=np.float32)
+    with pytest.raises(BadRequest, match="no complete batch of 8"):
+        measure_agreement(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=8, fixed_batch=True)
