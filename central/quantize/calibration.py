@@ -55,12 +55,17 @@ def _check_array(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the file; anything that is not a plain npz is a ``BadRequest``."""
+    """Every array of the file; anything that is not a plain npz is a ``BadRequest``.
+
+    The file is opened here, not by ``np.load``, which leaks its handle when the zip
+    directory is corrupt."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
+        with path.open("rb") as handle:
+            loaded = np.load(handle, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
                 raise BadRequest("calibration file is a single .npy array, not an .npz archive")
-            return {name: npz[name] for name in npz.files}
+            with loaded as npz:
+                return {name: npz[name] for name in npz.files}
     except BadRequest:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
@@ -160,4 +165,3 @@ class SamplesReader(CalibrationDataReader):
     def rewind(self) -> None:
         """Start again from the first batch (for a retry with other settings)."""
         self._next = 0
-

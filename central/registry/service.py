@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from central.errors import Conflict, InvalidName, NotFound
@@ -76,19 +79,38 @@ class RegistryService:
             raise Conflict(f"model {name!r} already has a version {version!r}")
 
     async def push(
-        self, name: str, version: str | None, labels: dict[str, str], upload: StagedUpload
+        self,
+        name: str,
+        version: str | None,
+        labels: dict[str, str],
+        upload: StagedUpload,
+        *,
+        calibration: Path | None = None,
+        keep_fp32: bool = False,
     ) -> PushResult:
         """Run the pipeline on a staged upload and commit the version.
 
         ``version`` None means the next number, chosen under the lock so that
         concurrent pushes get distinct ones. The staged file is always discarded.
         """
+        work_dir: Path | None = None
         try:
             self.check_request(name, version)
             async with self._mutation:
                 label = version or self._next_free_version(name)
                 self.ensure_new(name, label)
-                ctx = PushContext(name, label, labels, upload.path, upload.sha256, upload.size)
+                work_dir = Path(tempfile.mkdtemp(dir=upload.path.parent, prefix="push-"))
+                ctx = PushContext(
+                    name,
+                    label,
+                    labels,
+                    upload.path,
+                    upload.sha256,
+                    upload.size,
+                    calibration=calibration,
+                    keep_fp32=keep_fp32,
+                    work_dir=work_dir,
+                )
                 manifest = await asyncio.to_thread(self.pipeline.run, ctx)
                 try:
                     await asyncio.to_thread(self.store.insert_version, manifest, ctx.manifests)
@@ -96,6 +118,8 @@ class RegistryService:
                     raise Conflict(f"model {name!r} already has a version {label!r}") from exc
         finally:
             upload.discard()
+            if work_dir is not None:
+                shutil.rmtree(work_dir, ignore_errors=True)
         log.info("pushed %s:%s (%d bytes, %d chunks)", name, label, manifest.size, len(manifest.chunks))
         self._on_change()
         return PushResult(manifest=manifest, report=ctx.report)

@@ -71,7 +71,8 @@ class SQLiteMetadataStore:
     def list_versions(self, name: str) -> list[VersionRecord]:
         """Versions of ``name``, oldest first."""
         rows = self._query(
-            "SELECT name, version, seq, manifest, created_at, artifacts FROM versions WHERE name = ? ORDER BY seq", (name,)
+            "SELECT name, version, seq, manifest, created_at, artifacts FROM versions WHERE name = ? ORDER BY seq",
+            (name,),
         )
         return [self._record(r) for r in rows]
 
@@ -106,7 +107,14 @@ class SQLiteMetadataStore:
                 self._db.execute(
                     "INSERT INTO versions (name, version, seq, manifest, created_at, artifacts)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (manifest.name, manifest.version, seq, manifest.model_dump_json(), manifest.created_at, artifacts_json),
+                    (
+                        manifest.name,
+                        manifest.version,
+                        seq,
+                        manifest.model_dump_json(),
+                        manifest.created_at,
+                        artifacts_json,
+                    ),
                 )
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
@@ -145,5 +153,7 @@ class SQLiteMetadataStore:
     @staticmethod
     def _record(row: tuple[Any, ...]) -> VersionRecord:
         manifest = Manifest.model_validate_json(str(row[3]))
-        artifacts = {k: Manifest.model_validate(v) for k, v in json.loads(row[5]).items()} or {manifest.artifact: manifest}
+        artifacts = {k: Manifest.model_validate(v) for k, v in json.loads(row[5]).items()} or {
+            manifest.artifact: manifest
+        }
         return VersionRecord(str(row[0]), str(row[1]), int(row[2]), manifest, str(row[4]), artifacts)

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.core import Central
-from central.errors import CentralError
+from central.errors import CentralError, NotFound
 from central.registry.store import VersionRecord
 from central.transport.uploads import receive_push
 
@@ -29,6 +29,9 @@ def _version_summary(r: VersionRecord) -> dict[str, Any]:
         "sha256": m.sha256,
         "chunks": len(m.chunks),
         "labels": m.labels,
+        "artifact": m.artifact,
+        "artifacts": sorted(r.artifacts),
+        "quantization": m.quantization,
         "created_at": r.created_at,
     }
 
@@ -76,12 +79,23 @@ def create_app(central: Central) -> FastAPI:
     async def push(name: str, request: Request) -> dict[str, Any]:
         registry.check_request(name, request.query_params.get("version"))
         pushed = await receive_push(request, central.staging)
-        result = await registry.push(name, pushed.version, pushed.labels, pushed.upload)
+        calibration = pushed.calibration.path if pushed.calibration else None
+        try:
+            result = await registry.push(
+                name, pushed.version, pushed.labels, pushed.upload, calibration=calibration, keep_fp32=pushed.keep_fp32
+            )
+        finally:
+            pushed.discard()
         return {"manifest": result.manifest.model_dump(), "report": result.report}
 
     @app.get("/api/v1/models/{name}/versions/{version}")
-    async def get_manifest(name: str, version: str) -> dict[str, Any]:
-        return registry.get(name, version).manifest.model_dump()
+    async def get_manifest(name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
+        record = registry.get(name, version)
+        if artifact is None:
+            return record.manifest.model_dump()
+        if artifact not in record.artifacts:
+            raise NotFound(f"{name}:{version} has no {artifact!r} artifact; it has: {', '.join(record.artifacts)}")
+        return record.artifacts[artifact].model_dump()
 
     @app.delete("/api/v1/models/{name}/versions/{version}", status_code=204)
     async def delete_version(name: str, version: str) -> Response:

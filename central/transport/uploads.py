@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
@@ -23,6 +23,27 @@ class PushRequest:
     upload: StagedUpload
     version: str | None
     labels: dict[str, str]
+    calibration: StagedUpload | None = None
+    keep_fp32: bool = False
+
+    def discard(self) -> None:
+        """Delete every staged file of this request."""
+        self.upload.discard()
+        if self.calibration is not None:
+            self.calibration.discard()
+
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def parse_flag(name: str, raw: str | None) -> bool:
+    """A boolean query or form field; 400 on anything but true/false spellings."""
+    if raw is None or raw == "":
+        return False
+    value = raw.strip().lower()
+    if value not in _TRUE | {"0", "false", "no", "off"}:
+        raise BadRequest(f"{name} must be true or false, got {raw!r}")
+    return value in _TRUE
 
 
 def parse_labels(raw: list[str]) -> dict[str, str]:
@@ -70,19 +91,37 @@ async def receive_push(request: Request, staging: Staging) -> PushRequest:
     limited = Request(request.scope, _limited(request.receive, staging.limit + 64 * 1024))
     version = request.query_params.get("version")
     labels = request.query_params.getlist("labels") + request.query_params.getlist("label")
+    keep_fp32 = parse_flag("keep_fp32", request.query_params.get("keep_fp32"))
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         parsed = parse_labels(labels)
-        return PushRequest(upload=await staging.receive(limited.stream()), version=version, labels=parsed)
-    form = await limited.form(max_files=1, max_fields=32)
+        upload = await staging.receive(limited.stream())
+        return PushRequest(upload=upload, version=version, labels=parsed, keep_fp32=keep_fp32)
+    form = await limited.form(max_files=2, max_fields=32)
     try:
-        file = form.get("file")
-        if not isinstance(file, UploadFile):
-            raise BadRequest("multipart push needs the model in a file field named 'file'")
-        field_version = form.get("version")
-        if isinstance(field_version, str) and field_version:
-            version = field_version
-        labels += [v for v in form.getlist("labels") + form.getlist("label") if isinstance(v, str)]
-        parsed = parse_labels(labels)
-        return PushRequest(upload=await staging.receive(_read_upload(file)), version=version, labels=parsed)
+        return await _from_form(form, staging, version, labels, keep_fp32)
     finally:
         await form.close()
+
+
+async def _from_form(
+    form: FormData, staging: Staging, version: str | None, labels: list[str], keep_fp32: bool
+) -> PushRequest:
+    file = form.get("file")
+    if not isinstance(file, UploadFile):
+        raise BadRequest("multipart push needs the model in a file field named 'file'")
+    calibration = form.get("calibration")
+    if calibration is not None and not isinstance(calibration, UploadFile):
+        raise BadRequest("'calibration' must be a file (an .npz of arrays named after the model's inputs)")
+    field_version = form.get("version")
+    if isinstance(field_version, str) and field_version:
+        version = field_version
+    flag = form.get("keep_fp32")
+    keep_fp32 = keep_fp32 or parse_flag("keep_fp32", flag if isinstance(flag, str) else None)
+    parsed = parse_labels(labels + [v for v in form.getlist("labels") + form.getlist("label") if isinstance(v, str)])
+    upload = await staging.receive(_read_upload(file))
+    try:
+        staged_calibration = await staging.receive(_read_upload(calibration)) if calibration else None
+    except BaseException:
+        upload.discard()
+        raise
+    return PushRequest(upload, version, parsed, staged_calibration, keep_fp32)

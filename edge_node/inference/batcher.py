@@ -278,7 +278,8 @@ class DynamicBatcher:
         return self._take(head.signature)
 
     def _take(self, sig: Signature) -> list[_Pending]:
-        """Remove and return, in priority order, the pieces of ``sig`` that fit one batch."""
+        """Remove and return, in priority order, the pieces of ``sig`` that fit one batch
+        (the first always goes, even if it alone exceeds the batch size: unsplit)."""
         now, rows = time.monotonic(), 0
         taken: list[_Pending] = []
         rest: list[tuple[int, int, _Pending]] = []
@@ -286,7 +287,7 @@ class DynamicBatcher:
             pending = item[2]
             if pending.future.done():
                 continue
-            if pending.signature == sig and rows + pending.rows <= self.max_batch_size:
+            if pending.signature == sig and (not taken or rows + pending.rows <= self.max_batch_size):
                 taken.append(pending)
                 rows += pending.rows
                 self._unqueue(pending)

@@ -13,6 +13,7 @@ from central.errors import BadRequest
 from central.quantize import measure_agreement, quantize
 from central.quantize.guard import run_outputs
 from central.registry.validate import signature
+from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_digits, build_mlp
 from modelfleet.zoo.digits import DigitsModel
 
@@ -51,7 +52,7 @@ def regressor(path: Path) -> Path:
     return _save(path, [helper.make_node("MatMul", ["input", "w"], ["y"])], {"w": w}, 8, 1)
 
 
-def _outputs(path: Path) -> list:  # type: ignore[type-arg]
+def _outputs(path: Path) -> list[TensorSpec]:
     return signature(onnx.load(str(path)))[1]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -150,9 +149,7 @@ async def test_higher_priority_runs_first_fifo_within() -> None:
 async def test_exception_reaches_every_caller_of_the_batch() -> None:
     run = Recorder(fail_on=13.0)
     batcher = DynamicBatcher(run, max_batch_size=32, max_queue_delay_s=0.05)
-    results = await asyncio.gather(
-        *(batcher.submit(rows(v)) for v in (1.0, 13.0, 2.0, 3.0)), return_exceptions=True
-    )
+    results = await asyncio.gather(*(batcher.submit(rows(v)) for v in (1.0, 13.0, 2.0, 3.0)), return_exceptions=True)
     assert run.sizes == [4]
     assert all(isinstance(r, ValueError) for r in results)
     out = await batcher.submit(rows(4.0))  # the batcher survives
@@ -207,6 +204,16 @@ async def test_batch_size_one_means_no_batching() -> None:
     batcher = DynamicBatcher(run, max_batch_size=1, max_queue_delay_s=0.0)
     await asyncio.gather(*(batcher.submit(rows(float(i))) for i in range(20)))
     assert run.sizes == [1] * 20
+    await batcher.close()
+
+
+async def test_unsplit_oversized_request_runs_alone_and_whole() -> None:
+    run = Recorder()
+    batcher = DynamicBatcher(run, max_batch_size=1, max_queue_delay_s=0.0, split_oversized=False)
+    results = await asyncio.gather(*(batcher.submit(rows(10.0 * i, 3)) for i in range(4)))
+    assert run.sizes == [3, 3, 3, 3]
+    for i, out in enumerate(results):
+        np.testing.assert_array_equal(out["y"], rows(10.0 * i, 3)["x"] * 2)
     await batcher.close()
 
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hashlib
 import weakref
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -40,17 +41,19 @@ def manifest_for(path: Path, version: str, name: str = "mlp", width: int = WIDTH
 def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """v1 and v2 differ only in the head (head_seed), so their outputs tell them apart."""
     d = tmp_path_factory.mktemp("models")
-    return {v: build_mlp(d / f"{v}.onnx", width=WIDTH, hidden_layers=2, head_seed=i) for i, v in enumerate(["v1", "v2"])}
+    return {
+        v: build_mlp(d / f"{v}.onnx", width=WIDTH, hidden_layers=2, head_seed=i) for i, v in enumerate(["v1", "v2"])
+    }
 
 
 @pytest.fixture
-async def repo(tmp_path: Path) -> ModelRepository:
+async def repo(tmp_path: Path) -> AsyncIterator[ModelRepository]:
     r = ModelRepository(
         SessionFactory(tmp_path / "opt", CPU),
         batching=BatchSettings(max_batch_size=16, max_queue_delay_ms=2.0),
         retire_grace_s=0.2,
     )
-    yield r  # type: ignore[misc]
+    yield r
     await r.close()
 
 
@@ -81,35 +84,46 @@ async def test_load_then_ready_and_infer(repo: ModelRepository, versions: dict[s
 async def test_swap_under_load_has_zero_failures(repo: ModelRepository, versions: dict[str, Path]) -> None:
     await repo.load(manifest_for(versions["v1"], "v1"), versions["v1"])
     v1 = repo.get("mlp")
-    v1_session = weakref.ref(v1.session)  # type: ignore[arg-type]
+    assert v1.session is not None
+    v1_session = weakref.ref(v1.session)
     x = np.random.default_rng(1).standard_normal((1, WIDTH), dtype=np.float32)
     expected = {v: reference(p, x) for v, p in versions.items()}
     assert not np.allclose(expected["v1"], expected["v2"])
 
-    async def client() -> str:
+    switched = asyncio.Event()
+
+    async def client(straddle: bool = False) -> str:
         model = repo.get("mlp")
-        await asyncio.sleep(0.001)  # like reading the request body between get and infer
+        # Like reading the request body between get and infer; a straddler resolves v1
+        # and calls infer only after the switch to v2 has happened.
+        await (switched.wait() if straddle else asyncio.sleep(0.005))
         out = (await model.infer({"input": x}))["logits"]
         matches = [v for v, e in expected.items() if np.allclose(out, e, rtol=1e-5, atol=1e-6)]
         assert matches == [model.version]
         return model.version
 
-    load_done = asyncio.Event()
     tasks: list[asyncio.Task[str]] = []
+    halfway = asyncio.Event()
 
     async def traffic() -> None:
-        while len(tasks) < 200 or not load_done.is_set():
+        while len(tasks) < 200:
             tasks.append(asyncio.create_task(client()))
-            await asyncio.sleep(0.0005 if len(tasks) < 200 else 0.002)
+            if len(tasks) == 100:
+                halfway.set()
+            await asyncio.sleep(0.0005)
 
     producer = asyncio.create_task(traffic())
+    await halfway.wait()
+    straddlers = [asyncio.create_task(client(straddle=True)) for _ in range(20)]
+    await asyncio.sleep(0)
     await repo.load(manifest_for(versions["v2"], "v2"), versions["v2"])
-    load_done.set()
     assert repo.get("mlp").version == "v2"  # switched at once
+    switched.set()
     await producer
     served = await asyncio.gather(*tasks)  # raises if any request failed
-    assert len(served) >= 200
-    assert served.count("v1") > 0 and served.count("v2") > 0
+    assert len(served) == 200
+    assert served.count("v1") >= 100 and served.count("v2") > 0, served
+    assert await asyncio.gather(*straddlers) == ["v1"] * 20
 
     after = await repo.get("mlp").infer({"input": x})
     np.testing.assert_allclose(after["logits"], expected["v2"], rtol=1e-5, atol=1e-6)

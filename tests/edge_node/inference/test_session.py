@@ -70,7 +70,7 @@ def test_corrupt_cache_is_discarded_and_rebuilt(tmp_path: Path, mlp: Path) -> No
 def test_bad_model_raises_and_leaves_no_cache(tmp_path: Path) -> None:
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00garbage" * 100)
-    with pytest.raises(Exception, match="(?i)protobuf|invalid|load"):
+    with pytest.raises(Exception, match=r"(?i)protobuf|invalid|load"):
         SessionFactory(tmp_path / "c", CPU).create(bad, "k3")
     assert list((tmp_path / "c").iterdir()) == []
 
