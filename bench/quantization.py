@@ -3,13 +3,14 @@
 On the benchmark MLP (default width 2048, 7 hidden layers, ~117 MB FP32): file sizes
 and the INT8-over-FP32 throughput speedup at batch 1 and 32. Both models run with the
 same session options (ORT_ENABLE_ALL, intra-op threads = cores, CPUExecutionProvider);
-each figure is the median over repeats of the mean time per run after warm-up. On the
+each figure is the median over repeats of the mean time per run after warm-up,
+the two precisions taking turns within each repeat. On the
 digits classifier: FP32 and INT8 top-1 accuracy on the held-out test split. INT8 is
 produced exactly as central produces it (``central.quantize``: calibration split,
 static QDQ, per-channel with fallback), so the figures describe what edges get.
 
 Usage: ``python -m bench.quantization --json out.json [--width 2048 --layers 7]
-[--iters 20] [--repeats 5] [--method static|dynamic]``
+[--iters 20] [--repeats 5] [--method static|dynamic] [--threads N]``
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +40,46 @@ WARMUP = 3
 BATCHES = (1, 32)
 
 
-def _session(path: Path) -> ort.InferenceSession:
-    """The session both precisions get: every optimisation, all cores, CPU only."""
+@dataclass(frozen=True)
+class Timing:
+    """How to time: runs per repeat, repeats (the median is kept), intra-op threads."""
+
+    iters: int
+    repeats: int
+    threads: int
+
+
+def _session(path: Path, threads: int) -> ort.InferenceSession:
+    """The session both precisions get: every optimisation, ``threads`` intra-op, CPU only."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = os.cpu_count() or 1
+    options.intra_op_num_threads = threads
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def seconds_per_run(session: ort.InferenceSession, feed: dict[str, np.ndarray], iters: int, repeats: int) -> float:
-    """Median over ``repeats`` of the mean wall time of ``iters`` runs, after warm-up."""
-    for _ in range(WARMUP):
+def _mean_run(session: ort.InferenceSession, feed: dict[str, np.ndarray], iters: int) -> float:
+    """Mean wall time of ``iters`` runs."""
+    started = time.perf_counter()
+    for _ in range(iters):
         session.run(None, feed)
-    means = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(iters):
+    return (time.perf_counter() - started) / iters
+
+
+def seconds_per_run(
+    sessions: dict[str, ort.InferenceSession], feed: dict[str, np.ndarray], iters: int, repeats: int
+) -> dict[str, float]:
+    """Per session: median over ``repeats`` of the mean time of ``iters`` runs, after warm-up.
+
+    The sessions take turns within each repeat, so load from other processes on a
+    shared machine hits both precisions alike instead of biasing whichever ran last."""
+    for session in sessions.values():
+        for _ in range(WARMUP):
             session.run(None, feed)
-        means.append((time.perf_counter() - started) / iters)
-    return statistics.median(means)
+    means: dict[str, list[float]] = {name: [] for name in sessions}
+    for _ in range(repeats):
+        for name, session in sessions.items():
+            means[name].append(_mean_run(session, feed, iters))
+    return {name: statistics.median(values) for name, values in means.items()}
 
 
 def _quantize_file(fp32: Path, calibration: Path | None, out: Path, work: Path) -> dict[str, Any]:
@@ -74,21 +97,21 @@ def _quantize_file(fp32: Path, calibration: Path | None, out: Path, work: Path) 
     }
 
 
-def _timings(fp32: Path, int8: Path, name: str, width: int, iters: int, repeats: int) -> dict[str, float]:
+def _timings(fp32: Path, int8: Path, name: str, width: int, timing: Timing) -> dict[str, float]:
     """Milliseconds per run and speedups at each batch size."""
     rng = np.random.default_rng(0)
-    sessions = {"fp32": _session(fp32), "int8": _session(int8)}
+    sessions = {"fp32": _session(fp32, timing.threads), "int8": _session(int8, timing.threads)}
     figures: dict[str, float] = {}
     for batch in BATCHES:
         feed = {name: rng.standard_normal((batch, width), dtype=np.float32)}
-        times = {k: seconds_per_run(s, feed, iters, repeats) for k, s in sessions.items()}
-        figures[f"fp32_ms_b{batch}"] = round(times["fp32"] * 1e3, 3)
-        figures[f"int8_ms_b{batch}"] = round(times["int8"] * 1e3, 3)
+        times = seconds_per_run(sessions, feed, timing.iters, timing.repeats)
+        figures[f"fp32_ms_b{batch}"] = round(times["fp32"] * 1e3, 5)
+        figures[f"int8_ms_b{batch}"] = round(times["int8"] * 1e3, 5)
         figures[f"speedup_b{batch}"] = round(times["fp32"] / times["int8"], 3)
     return figures
 
 
-def bench_model_figures(width: int, layers: int, iters: int, repeats: int, method: str) -> dict[str, Any]:
+def bench_model_figures(width: int, layers: int, timing: Timing, method: str) -> dict[str, Any]:
     """Sizes and speedups on the benchmark MLP."""
     model = build_bench_model(width=width, hidden_layers=layers)
     with tempfile.TemporaryDirectory(prefix="bench-quant-") as tmp:
@@ -97,7 +120,7 @@ def bench_model_figures(width: int, layers: int, iters: int, repeats: int, metho
         figures = _quantize_file(model.onnx_path, calibration, int8, Path(tmp) / "work")
         fp32_bytes, int8_bytes = model.onnx_path.stat().st_size, int8.stat().st_size
         figures.update(fp32_bytes=fp32_bytes, int8_bytes=int8_bytes, size_ratio=round(int8_bytes / fp32_bytes, 4))
-        figures.update(_timings(model.onnx_path, int8, model.input_name, width, iters, repeats))
+        figures.update(_timings(model.onnx_path, int8, model.input_name, width, timing))
     return figures
 
 
@@ -119,11 +142,11 @@ def digits_figures() -> dict[str, Any]:
     }
 
 
-def run(width: int, layers: int, iters: int, repeats: int, method: str = "static") -> dict[str, Any]:
+def run(width: int, layers: int, timing: Timing, method: str = "static") -> dict[str, Any]:
     """Every figure, the targets and whether each is met."""
-    result: dict[str, Any] = {"width": width, "layers": layers, "iters": iters, "repeats": repeats}
-    result.update(threads=os.cpu_count(), onnxruntime=ort.__version__)
-    result.update(bench_model_figures(width, layers, iters, repeats, method))
+    result: dict[str, Any] = {"width": width, "layers": layers, "iters": timing.iters, "repeats": timing.repeats}
+    result.update(threads=timing.threads, cores=os.cpu_count(), onnxruntime=ort.__version__)
+    result.update(bench_model_figures(width, layers, timing, method))
     result.update(digits_figures())
     result["targets"] = dict(TARGETS)
     result["met"] = {
@@ -167,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=20, help="runs per timed repeat")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--method", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads (default: cores)")
     args = parser.parse_args(argv)
-    result = run(args.width, args.layers, args.iters, args.repeats, args.method)
+    result = run(args.width, args.layers, Timing(args.iters, args.repeats, args.threads), args.method)
     print(format_table(result))
     text = json.dumps(result, indent=2)
     print(text)

@@ -16,6 +16,7 @@ from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, PeerClient
 from edge_node.http.app import create_app
+from edge_node.inference import ModelRepository, SessionFactory, available_providers
 from edge_node.peer import PeerServicer
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, Materializer
@@ -38,7 +39,15 @@ class Edge:
         peers = PeerClient(self.pool, self.node_id)
         origin = OriginClient(self.pool, settings.central, self.node_id)
         self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
-        self.materializer = Materializer(self.fetcher, self.files)
+        inference = settings.inference
+        providers = available_providers(inference.providers)
+        factory = SessionFactory(
+            settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
+        )
+        self.repository = ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+        self.materializer = Materializer(
+            self.fetcher, self.files, on_complete=self.repository.load, on_dropped=self.repository.unload
+        )
         self.peer_servicer = PeerServicer(self.fetcher)
         self.follower = DesiredStateFollower(
             self.node_info, settings.central, self.pool, self.view, self.materializer, settings.reconnect_backoff_max_s
@@ -119,6 +128,7 @@ class Edge:
             await self._grpc.stop(grace=0.5)
         await self.materializer.stop()
         await self.fetcher.close()
+        await self.repository.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             await self._http_task

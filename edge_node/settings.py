@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from edge_node.inference.repository import BatchSettings
 from fleetwire.names import InvalidName, check_name
 
 
@@ -29,6 +30,19 @@ class FetchSettings(BaseModel):
     hot_cache_bytes: int = Field(
         128 * 1024 * 1024, ge=0, description="Recently verified chunks kept in memory for peers and assembly."
     )
+
+
+class InferenceSettings(BaseModel):
+    """How this node runs models."""
+
+    providers: list[str] | None = Field(
+        None, description="Execution providers to use, in order (default: every one that really loads here)."
+    )
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime threads per session (0: one per core).")
+    inter_op_threads: int = Field(1, ge=1, description="ONNX Runtime inter-op threads per session.")
+    batching: BatchSettings = Field(default_factory=BatchSettings)
+    retire_grace_s: float = Field(5.0, ge=0, description="How long a replaced version keeps answering stragglers.")
+    bench_endpoints: bool = Field(False, description="Expose POST /bench/noop, the HTTP-stack baseline for benchmarks.")
 
 
 class EdgeSettings(BaseSettings):
@@ -55,6 +69,7 @@ class EdgeSettings(BaseSettings):
     )
     cache_bytes: int = Field(8 * 1024**3, ge=1024 * 1024, description="Cache size cap; pinned chunks may exceed it.")
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    inference: InferenceSettings = Field(default_factory=InferenceSettings)
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
     log_level: str = Field("info", description="Python logging level name.")
 

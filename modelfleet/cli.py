@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,17 @@ err = Console(stderr=True)
 
 def _overrides(**options: Any) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run a server on uvloop where it installs (faster HTTP), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _logging(level: str) -> None:
@@ -47,7 +59,7 @@ def central(
     o = _overrides(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, http_host=host, grpc_host=host)
     settings = _settings(CentralSettings, o)
     _logging(settings.log_level)
-    asyncio.run(serve(settings))
+    _run(serve(settings))
 
 
 @app.command()
@@ -75,7 +87,7 @@ def edge(
     )
     settings = _settings(EdgeSettings, o)
     _logging(settings.log_level)
-    asyncio.run(serve(settings))
+    _run(serve(settings))
 
 
 def main() -> int:

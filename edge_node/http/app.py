@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from edge_node.inference import CONTENT_TYPE_LATEST
+from edge_node.oip import create_oip_router
 
 if TYPE_CHECKING:
     from edge_node.server import Edge
@@ -14,6 +18,20 @@ if TYPE_CHECKING:
 def create_app(edge: Edge) -> FastAPI:
     """The FastAPI application of one edge."""
     app = FastAPI(title="modelfleet edge", version="0.1.0")
+    app.include_router(create_oip_router(edge.repository, version="0.1.0"))
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(edge.repository.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    if edge.settings.inference.bench_endpoints:
+
+        @app.post("/bench/noop")
+        async def noop(request: Request) -> Response:
+            """Reads the body like /infer does and answers a fixed small document: the
+            ceiling of this HTTP stack, for the serving benchmark."""
+            await request.body()
+            return Response(b'{"outputs":[]}', media_type="application/json")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

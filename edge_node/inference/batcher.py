@@ -25,9 +25,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
 from edge_node.inference.errors import InferenceError, InvalidInputs, ModelUnavailable, QueueFull
-from edge_node.inference.metrics import ModelMetrics, Outcome
+from edge_node.inference.metrics import ModelMetrics
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ class DynamicBatcher:
         self.max_concurrent_batches = max_concurrent_batches
         self.split_oversized = split_oversized
         self.name = name
-        self._metrics = metrics
+        # Without metrics, count into a private registry: no "if metrics" on the hot path.
+        self._metrics = metrics or ModelMetrics(CollectorRegistry(), name, "")
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(max_concurrent_batches, thread_name_prefix=f"batch-{name}")
         self._heap: list[tuple[int, int, _Pending]] = []
@@ -137,13 +139,13 @@ class DynamicBatcher:
         once when the queue is full, ModelUnavailable after ``close``, InvalidInputs for
         tensors without a common batch axis, and whatever ``run`` raised for the batch."""
         if self._closing:
-            self._count("unavailable")
+            self._metrics.request("unavailable")
             raise ModelUnavailable(f"{self.name} is closed")
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         try:
             rows, sig = signature_of(arrays)
         except InvalidInputs:
-            self._count("invalid")
+            self._metrics.request("invalid")
             raise
         self._admit(rows)
         futures = self._enqueue(arrays, rows, sig, priority)
@@ -152,9 +154,9 @@ class DynamicBatcher:
         except BaseException as exc:
             for f in futures:
                 f.cancel()
-            self._count("cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
+            self._metrics.request("cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
             raise
-        self._count("ok")
+        self._metrics.request("ok")
         return result
 
     async def close(self) -> None:
@@ -174,7 +176,7 @@ class DynamicBatcher:
         """Raise QueueFull unless ``rows`` fit (an empty queue admits any request)."""
         if self._rows_waiting and self._rows_waiting + rows > self.max_queue_rows:
             retry = self._retry_after()
-            self._count("queue_full")
+            self._metrics.request("queue_full")
             raise QueueFull(
                 f"the queue of {self.name} holds {self._rows_waiting} rows (limit {self.max_queue_rows}); "
                 f"retry in {retry:.3f}s",
@@ -199,7 +201,7 @@ class DynamicBatcher:
             self._rows_waiting += n
             self._rows_by_sig[sig] += n
             futures.append(pending.future)
-        self._depth_changed()
+        self._metrics.queue_depth(self._rows_waiting)
         self._arrived.set()
         return futures
 
@@ -214,7 +216,7 @@ class DynamicBatcher:
         self._rows_by_sig[pending.signature] -= pending.rows
         if self._rows_by_sig[pending.signature] <= 0:
             del self._rows_by_sig[pending.signature]
-        self._depth_changed()
+        self._metrics.queue_depth(self._rows_waiting)
 
     def _head(self) -> _Pending | None:
         """The live piece to serve next, dropping cancelled ones from the top."""
@@ -291,8 +293,7 @@ class DynamicBatcher:
                 taken.append(pending)
                 rows += pending.rows
                 self._unqueue(pending)
-                if self._metrics:
-                    self._metrics.queued(now - pending.enqueued)
+                self._metrics.queued(now - pending.enqueued)
             else:
                 rest.append(item)
         self._heap = rest
@@ -318,16 +319,7 @@ class DynamicBatcher:
 
     def _observe(self, rows: int, seconds: float) -> None:
         self._batch_s = 0.8 * self._batch_s + 0.2 * seconds
-        if self._metrics:
-            self._metrics.batch(rows, seconds)
-
-    def _depth_changed(self) -> None:
-        if self._metrics:
-            self._metrics.queue_depth(self._rows_waiting)
-
-    def _count(self, outcome: Outcome) -> None:
-        if self._metrics:
-            self._metrics.request(outcome)
+        self._metrics.batch(rows, seconds)
 
 
 def _deliver(batch: list[_Pending], outputs: Tensors, rows: int) -> None:

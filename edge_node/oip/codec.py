@@ -101,10 +101,11 @@ def _decode_input(tensor: Any, binary: memoryview, offset: int) -> tuple[str, st
     if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
         raise OipError("every input needs a string 'name'")
     name = tensor["name"]
-    datatype = tensor.get("datatype")
-    dtype = OIP_TO_NUMPY.get(datatype) if isinstance(datatype, str) else None
+    raw_datatype = tensor.get("datatype")
+    dtype = OIP_TO_NUMPY.get(raw_datatype) if isinstance(raw_datatype, str) else None
     if dtype is None:
-        raise OipError(f"input {name!r}: unknown datatype {datatype!r}")
+        raise OipError(f"input {name!r}: unknown datatype {raw_datatype!r}")
+    datatype = str(raw_datatype)
     shape = _shape(tensor, name)
     params = tensor.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None

@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from edge_node.inference.errors import ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
+from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
 from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
 from edge_node.oip.datatypes import oip_datatype
@@ -57,14 +57,14 @@ def _lookup_error(exc: Exception) -> Response:
 
 async def _infer(repository: ModelRepository, name: str, version: str | None, request: Request) -> Response:
     try:
+        body = await request.body()  # before get(): a swap can't land between lookup and infer
         model = repository.get(name, version)
-        body = await request.body()
         decoded = decode_request(body, _header_length(request))
         check_request(decoded, model.manifest.inputs, model.manifest.outputs)
         priority = decoded.parameters.get("priority", 0)
         outputs = await model.infer(decoded.inputs, priority=int(priority) if isinstance(priority, int) else 0)
-    except OipError as exc:
-        return error_response(str(exc), exc.status)
+    except (OipError, InvalidInputs) as exc:
+        return error_response(str(exc), 400)
     except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
         return _lookup_error(exc)
     wanted = decoded.requested_outputs

@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import AssemblyError
+from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +44,23 @@ class VersionProgress:
 class Materializer:
     """Keeps the local disk in line with the latest desired state."""
 
-    def __init__(self, fetcher: ChunkFetcher, files: VersionFiles, retry_max_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        fetcher: ChunkFetcher,
+        files: VersionFiles,
+        retry_max_s: float = 5.0,
+        on_complete: Callable[[Manifest, Path], Awaitable[None]] | None = None,
+        on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
         self._fetcher = fetcher
         self._files = files
+        self._on_complete = on_complete
+        self._on_dropped = on_dropped
         self._retry_max_s = retry_max_s
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._seed_tasks: set[asyncio.Task[None]] = set()
         self.progress: dict[tuple[str, str], VersionProgress] = {}
+        self._served_models: set[tuple[str, str]] = set()
 
     def apply(self, state: EdgeDesiredState) -> None:
         """Start work for new versions, drop work for versions no longer wanted."""
@@ -59,6 +73,11 @@ class Materializer:
             if key not in wanted:
                 self._tasks.pop(key).cancel()
                 self.progress.pop(key, None)
+        wanted_models = {name for name, _ in wanted}
+        for name in {name for name, _ in self._served_models} - wanted_models:
+            if self._on_dropped is not None:
+                self._spawn(self._on_dropped(name))
+        self._served_models = set(wanted)
         for key, version in wanted.items():
             task = self._tasks.get(key)
             if task is None or (task.done() and self.progress[key].state != "complete"):
@@ -68,7 +87,10 @@ class Materializer:
                 self._spawn_seed(version)
 
     def _spawn_seed(self, version: DesiredVersion) -> None:
-        task = asyncio.create_task(self._seed(version))
+        self._spawn(self._seed(version))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._seed_tasks.add(task)
         task.add_done_callback(self._seed_tasks.discard)
 
@@ -104,7 +126,12 @@ class Materializer:
                 continue
             progress.state, progress.error, progress.completed_at = "complete", None, time.time()
             log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
+            await self._completed(m)
             return
+
+    async def _completed(self, manifest: Manifest) -> None:
+        if self._on_complete is not None:
+            await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version))
 
     async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress) -> None:
         progress.state = "fetching"

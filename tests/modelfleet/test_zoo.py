@@ -65,7 +65,7 @@ def test_digits_is_a_real_classifier(digits: DigitsModel) -> None:
     assert digits.input_name == "input"
     assert digits.test_x.dtype == np.float32 and digits.test_x.shape == (450, 64)
     assert digits.test_y.dtype == np.int64 and digits.test_y.shape == (450,)
-    assert 0.0 <= digits.test_x.min() and digits.test_x.max() <= 1.0
+    assert digits.test_x.min() >= 0.0 and digits.test_x.max() <= 1.0
     assert digits.fp32_test_accuracy >= 0.95
     assert onnx_accuracy(digits.onnx_path, digits.test_x, digits.test_y) == digits.fp32_test_accuracy
 

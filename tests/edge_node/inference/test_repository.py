@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import logging
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -149,12 +150,14 @@ async def test_old_version_serves_by_name_during_grace(repo: ModelRepository, ve
 
 
 async def test_failed_version_keeps_last_good_serving(
-    repo: ModelRepository, versions: dict[str, Path], tmp_path: Path
+    repo: ModelRepository, versions: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     await repo.load(manifest_for(versions["v2"], "v2"), versions["v2"])
     corrupt = tmp_path / "v3.onnx"
     corrupt.write_bytes(versions["v2"].read_bytes()[:5000])  # truncated download
-    await repo.load(manifest_for(corrupt, "v3"), corrupt)  # must not raise
+    with caplog.at_level(logging.WARNING, logger="edge_node.inference.repository"):
+        await repo.load(manifest_for(corrupt, "v3"), corrupt)  # must not raise
+    assert "v3 failed to load" in caplog.text and "version v2 keeps serving" in caplog.text
     assert repo.get("mlp").version == "v2"
     assert repo.ready()
     with pytest.raises(ModelNotReady) as caught:
