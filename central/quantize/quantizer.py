@@ -164,14 +164,9 @@ def _dynamic(source: Path, out: Path) -> Callable[[bool], None]:
 
 
 def quantize(
-    fp32: Path,
-    out: Path,
-    *,
-    calibration: dict[str, np.ndarray] | None,
-    work_dir: Path,
-    batch_size: int = DEFAULT_BATCH,
-    fixed_batch: bool = False,
-) -> QuantizationResult:
+    fp32: Path, out: Path, *, calibration: dict[str, np.ndarray] | None, work_dir: Path,
+    batch_size: int = DEFAULT_BATCH, fixed_batch: bool = False,
+) -> QuantizationResult:  # fmt: skip
     """Write the INT8 form of ``fp32`` to ``out``: static with ``calibration``, else dynamic.
 
     ``batch_size``/``fixed_batch`` shape the calibration batches (a model with a
@@ -183,10 +178,9 @@ def quantize(
     try:
         source, mode, note = preprocess(fp32, pre)
         if calibration is None:
-            attempt = _dynamic(source, out)
+            per_channel, reason = _with_fallback(_dynamic(source, out), out)
         else:
-            attempt = _static(source, out, calibration, batch_size, fixed_batch)
-        per_channel, reason = _with_fallback(attempt, out)
+            per_channel, reason = _with_fallback(_static(source, out, calibration, batch_size, fixed_batch), out)
     finally:
         pre.unlink(missing_ok=True)
     return QuantizationResult(

@@ -40,11 +40,10 @@ def cached_entry(
     build: Callable[[Path], None],
     cache_dir: Path | None = None,
 ) -> Path:
-    """The entry directory for ``name``/``version``, built by ``build(tmp_dir)`` if absent.
+    """The entry for ``name``/``version``; ``build(tmp_dir)`` fills a fresh one if absent.
 
-    ``build`` writes every file of the entry into the directory it is given; only
-    when it returns does the directory become visible under its final name. If two
-    processes race, the first rename wins and the loser's copy is discarded."""
+    The directory gets its final name only once ``build`` returns; if two processes
+    race, the first rename wins and the loser's copy is discarded."""
     root = cache_dir if cache_dir is not None else zoo_cache_dir()
     final = root / entry_key(name, version)
     if final.is_dir():
