@@ -88,6 +88,12 @@ class Proc:
     http_url: str = ""
     grpc_address: str = ""
     _files: list[IO[bytes]] = field(default_factory=list)
+    #: The command-line arguments after ``-m modelfleet`` and the env overrides it got.
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    #: ``time.monotonic()`` and ``time.time()`` just before the process was spawned.
+    started_at: float = 0.0
+    started_wall: float = 0.0
 
     def alive(self) -> bool:
         """True while the process runs."""
@@ -248,14 +254,18 @@ class Fleet:
             raise RuntimeError("use Fleet inside a with block")
         return self._client
 
-    def _spawn(self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path) -> Proc:
+    def _spawn(
+        self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path, log_name: str | None = None
+    ) -> Proc:
         assert self.dir is not None, "use Fleet inside a with block"
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}
-        stdout_path, stderr_path = logs / f"{name}.out", logs / f"{name}.err"
+        log_name = log_name or name
+        stdout_path, stderr_path = logs / f"{log_name}.out", logs / f"{log_name}.err"
         out = stdout_path.open("wb")
         err = stderr_path.open("wb")
+        started_at, started_wall = time.monotonic(), time.time()
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "modelfleet", *args],
@@ -269,7 +279,10 @@ class Fleet:
             out.close()
             err.close()
             raise
-        return Proc(name, popen, stdout_path, stderr_path, data_dir, _files=[out, err])
+        return Proc(
+            name, popen, stdout_path, stderr_path, data_dir, _files=[out, err], args=list(args),
+            env=dict(env_overrides), started_at=started_at, started_wall=started_wall,
+        )  # fmt: skip
 
     def _wait_ready(self, procs: list[Proc], pattern: re.Pattern[str]) -> None:
         """Wait for every process's ready line; fill in its addresses."""
@@ -431,6 +444,110 @@ class Fleet:
                 raise self.fail(f"{name}:{version} not complete after {timeout_s}s on {sorted(pending)}: {states}")
             time.sleep(_POLL_S)
         return done
+
+    # -- single edges, models, metrics (serving and warm-start benchmarks) ---------
+
+    def start_edge(
+        self,
+        node_id: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        http_port: int = 0,
+        wait_ready: bool = True,
+    ) -> Proc:
+        """Start one edge ``node_id`` with ``edge_env`` plus ``env``; its data and cache dirs
+        are the ones ``start_edges`` would give it, so a stopped edge restarts on its own
+        files. With ``wait_ready=False`` it returns right after the spawn (``started_at``)."""
+        assert self.dir is not None and self.central is not None, "start central first"
+        old = self.edges.get(node_id)
+        if old is not None and old.alive():
+            raise RuntimeError(f"edge {node_id} is running; stop_edge it first")
+        data_dir = self.dir / "edges" / node_id
+        args = [
+            "edge", "--node-id", node_id, "--central", self.central.grpc_address,
+            "--data-dir", str(data_dir), "--cache-dir", str(data_dir / "cache"),
+            "--http-port", str(http_port), "--grpc-port", "0",
+        ]  # fmt: skip
+        runs = 1 + sum(1 for _ in (self.dir / "logs").glob(f"{node_id}.*out"))
+        log_name = node_id if runs == 1 else f"{node_id}.{runs}"
+        if old is not None:
+            old.close_logs()
+        proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir, log_name=log_name)
+        self.edges[node_id] = proc
+        if wait_ready:
+            self.wait_ready_line(proc)
+        return proc
+
+    def wait_ready_line(self, proc: Proc) -> None:
+        """Wait for an edge's ready line (fills in ``http_url`` and ``grpc_address``)."""
+        self._wait_ready([proc], _EDGE_READY)
+
+    def stop_edge(self, node_id: str) -> int | None:
+        """SIGTERM one edge (SIGKILL after ``stop_timeout_s``); returns its exit code."""
+        proc = self.edges[node_id]
+        self._terminate([proc])
+        proc.close_logs()
+        return proc.popen.returncode
+
+    def push_files(
+        self, name: str, version: str, path: Path, *, calibration: Path | None = None, keep_fp32: bool = False
+    ) -> Pushed:
+        """Push as multipart (``file``, optional ``calibration``, ``keep_fp32``); returns on the 201."""
+        size = path.stat().st_size
+        digest = sha256_of(path)
+        with contextlib.ExitStack() as stack:
+            files = {"file": (path.name, stack.enter_context(path.open("rb")), "application/octet-stream")}
+            if calibration is not None:
+                f = stack.enter_context(calibration.open("rb"))
+                files["calibration"] = (calibration.name, f, "application/octet-stream")
+            data = {"keep_fp32": "true"} if keep_fp32 else {}
+            started = time.time()
+            r = self.client.post(
+                self._central_url(f"/api/v1/models/{name}/versions"),
+                params={"version": version},
+                files=files,
+                data=data,
+            )
+            acked = time.time()
+        if r.status_code != 201:
+            raise self.fail(f"push of {name}:{version} answered {r.status_code}: {r.text[:500]}", [])
+        doc = r.json()
+        return Pushed(name, version, doc["manifest"], doc.get("report", {}), digest, size, started, acked)
+
+    def manifest(self, name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
+        """``GET /api/v1/models/{name}/versions/{version}`` of central (the served artifact by default)."""
+        params = {"artifact": artifact} if artifact else None
+        r = self.client.get(self._central_url(f"/api/v1/models/{name}/versions/{version}"), params=params)
+        r.raise_for_status()
+        doc: dict[str, Any] = r.json()
+        return doc
+
+    def model_ready(self, node_id: str, model: str) -> bool:
+        """Whether ``GET /v2/models/{model}/ready`` of the edge answers 200."""
+        try:
+            r = self.client.get(f"{self.edges[node_id].http_url}/v2/models/{model}/ready", timeout=5.0)
+        except httpx.TransportError:
+            return False
+        return r.status_code == 200
+
+    def wait_model_ready(self, node_id: str, model: str, timeout_s: float = 300.0, poll_s: float = 0.01) -> float:
+        """Poll until the edge serves ``model``; returns ``time.monotonic()`` of the first 200."""
+        proc = self.edges[node_id]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.model_ready(node_id, model):
+                return time.monotonic()
+            if not proc.alive():
+                raise self.fail(f"{node_id} exited with {proc.popen.returncode} before {model} was ready", [proc])
+            if time.monotonic() > deadline:
+                raise self.fail(f"{model} not ready on {node_id} after {timeout_s}s", [proc])
+            time.sleep(poll_s)
+
+    def edge_metrics(self, node_id: str) -> str:
+        """The edge's ``/metrics`` text (Prometheus)."""
+        r = self.client.get(self.edges[node_id].http_url + "/metrics")
+        r.raise_for_status()
+        return r.text
 
     def model_file(self, node_id: str, name: str, version: str) -> Path:
         """Where an edge assembled a version."""

@@ -110,7 +110,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     v1 = cached_mlp(cache, width=width, hidden_layers=layers, head_seed=0)
     v2 = cached_mlp(cache, width=width, hidden_layers=layers, head_seed=1)
     model_bytes = v2.stat().st_size
-    central_env = {**chunking_env(args.chunk_avg_kb), **parse_env_pairs(args.central_env)}
+    # The delta of the uploaded FP32 file is measured; INT8 artifacts are chunked the same way.
+    central_env = {
+        "MODELFLEET_QUANTIZE__ENABLED": "false",
+        **chunking_env(args.chunk_avg_kb),
+        **parse_env_pairs(args.central_env),
+    }
     edge_env = parse_env_pairs(args.edge_env)
     print(
         f"model {v1.name}: {model_bytes / 1e6:.1f} MB (width {width}, {layers} hidden layers); "

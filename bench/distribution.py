@@ -113,6 +113,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cap = int(args.egress_mb_s * 1e6)
     central_env = {
         "MODELFLEET_ORIGIN__EGRESS_BYTES_S": str(cap),
+        # Distribution of the uploaded bytes is what is measured; quantizing a random
+        # MLP would only add push time (and its guard refuses such models).
+        "MODELFLEET_QUANTIZE__ENABLED": "false",
         **chunking_env(args.chunk_avg_kb),
         **parse_env_pairs(args.central_env),
     }

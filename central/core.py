@@ -8,7 +8,8 @@ from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
-from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, ValidateStep
+from central.quantize import QuantizeStep
+from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
@@ -28,7 +29,13 @@ class Central:
         self.store = SQLiteMetadataStore(data / "registry.sqlite3")
         p = settings.placement
         self.placement = PlacementService(replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled)
-        pipeline = PushPipeline([ValidateStep(), ChunkStep(Chunker(settings.chunking), self.blobs), ManifestStep()])
+        steps: list[PushStep] = [
+            ValidateStep(),
+            QuantizeStep(settings.quantize),
+            ChunkStep(Chunker(settings.chunking), self.blobs),
+            ManifestStep(),
+        ]
+        pipeline = PushPipeline(steps)
         self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed)
         self.registry.remove_orphan_blobs()
         self.nodes = NodeDirectory(self.placement, on_change=self._changed)

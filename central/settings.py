@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from central.quantize.step import QuantizeSettings
+
 
 class ChunkingSettings(BaseModel):
     """Content-defined chunking bounds (FastCDC). Edges dedupe across versions by digest,
@@ -68,4 +70,5 @@ class CentralSettings(BaseSettings):
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     origin: OriginSettings = Field(default_factory=OriginSettings)
+    quantize: QuantizeSettings = Field(default_factory=QuantizeSettings)
     log_level: str = Field("info", description="Python logging level name.")

@@ -22,8 +22,17 @@ SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256
 
 
 def central_settings(data_dir: Path, **overrides: Any) -> CentralSettings:
-    """Settings for a test central on free ports with small chunks."""
-    base: dict[str, Any] = {"data_dir": data_dir, "http_port": 0, "grpc_port": 0, "chunking": SMALL_CHUNKS}
+    """Settings for a test central on free ports with small chunks.
+
+    Quantization is off unless a test turns it on: distribution tests compare what edges
+    hold with the uploaded bytes, and random test MLPs do not pass the INT8 guard."""
+    base: dict[str, Any] = {
+        "data_dir": data_dir,
+        "http_port": 0,
+        "grpc_port": 0,
+        "chunking": SMALL_CHUNKS,
+        "quantize": {"enabled": False},
+    }
     base.update(overrides)
     return CentralSettings(**base)
 

@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from central.errors import CentralError
 from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
-from central.quantize.guard import Agreement, measure_agreement
+from central.quantize.guard import GUARD_BATCH, Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
 from central.registry.pipeline import PushContext
 from central.registry.validate import signature
+from fleetwire.manifest import TensorSpec
 
 
 class AccuracyGuardFailed(CentralError):
@@ -70,28 +71,31 @@ class QuantizeStep:
             return
         if not ctx.inputs or not ctx.outputs:
             ctx.inputs, ctx.outputs = signature(onnx.load(str(ctx.upload), load_external_data=False))
-        work = _work_dir(ctx)
         calibration, held_out, report = self._samples(ctx)
-        out = work / "int8.onnx"
-        size, fixed = batch_size(ctx.inputs), batch_size(ctx.inputs, 0) > 0
+        out = _work_dir(ctx) / "int8.onnx"
+        size, fixed = _batching(ctx.inputs)
+        scratch = out.parent / "quantize"
         try:
             result = quantize(
-                ctx.upload, out, calibration=calibration, work_dir=work / "quantize", batch_size=size, fixed_batch=fixed
+                ctx.upload, out, calibration=calibration, work_dir=scratch, batch_size=size, fixed_batch=fixed
             )
         except QuantizationError as exc:
             self._failed(ctx, report, exc)
             return
         started = time.perf_counter()
-        agreement = measure_agreement(ctx.upload, out, held_out, ctx.outputs, fixed_batch=fixed)
-        report.update(_result_fields(result, agreement, self.settings.threshold))
+        guard_batch = size if fixed else GUARD_BATCH
+        agreement = measure_agreement(ctx.upload, out, held_out, ctx.outputs, batch_size=guard_batch, fixed_batch=fixed)
         report["guard_seconds"] = round(time.perf_counter() - started, 4)
+        report.update(_result_fields(result, agreement, self.settings.threshold))
         ctx.artifacts["int8"] = out
         self._decide(ctx, report, agreement)
 
     def _samples(self, ctx: PushContext) -> tuple[Samples | None, Samples, dict[str, Any]]:
         """(calibration part or None, guard samples, report so far)."""
         if ctx.calibration is None:
-            n = self.settings.generated_samples
+            size, fixed = _batching(ctx.inputs)
+            whole = size if fixed else 1  # a fixed batch dimension takes whole batches only
+            n = -(-self.settings.generated_samples // whole) * whole
             samples = generated_samples(ctx.inputs, n, self.settings.seed)
             return None, samples, {"samples_source": "generated", "calibration_samples": 0}
         data = load_calibration(ctx.calibration, ctx.inputs)
@@ -124,6 +128,12 @@ class QuantizeStep:
         _publish(ctx, report)
         if not refused:
             ctx.served_artifact = artifact
+
+
+def _batching(inputs: list[TensorSpec]) -> tuple[int, bool]:
+    """(calibration batch size, whether the model's batch dimension is fixed)."""
+    fixed = batch_size(inputs, 0)
+    return (fixed, True) if fixed > 0 else (batch_size(inputs), False)
 
 
 def _work_dir(ctx: PushContext) -> Path:

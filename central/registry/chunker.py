@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyfastcdc import FastCDC
 
-from central.settings import ChunkingSettings
+if TYPE_CHECKING:  # settings imports the quantize step, which imports the pipeline
+    from central.settings import ChunkingSettings
+
 
 
 class Chunker:

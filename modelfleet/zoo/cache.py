@@ -52,6 +52,7 @@ def cached_entry(
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
         build(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared
         os.rename(tmp, final)
     except OSError:
         if not final.is_dir():

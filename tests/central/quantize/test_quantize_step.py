@@ -100,18 +100,19 @@ def test_keep_fp32_serves_fp32_and_keeps_int8(tmp_path: Path) -> None:
 
 
 def test_dynamic_without_calibration(tmp_path: Path) -> None:
-    """A random MLP's logits have tiny top-2 margins, so ~2 % of generated samples
-    flip under INT8 (measured 0.97-0.98); the threshold is set to what such a model
-    can meet, and the default threshold is shown to refuse it."""
+    """A random MLP's logits have tiny top-2 margins, so a few generated samples can
+    flip under INT8 (63/64 here; 0.97-0.98 on 256), which would sit at the edge of the
+    default 0.99; the test sets a threshold such a model meets on any CPU."""
     model = build_mlp(tmp_path / "mlp.onnx", width=64, hidden_layers=2)
     ctx = _ctx(model, tmp_path)
     QuantizeStep(QuantizeSettings(threshold=0.9)).run(ctx)
-    assert ctx.quantization is not None
-    assert (ctx.quantization["method"], ctx.quantization["samples_source"]) == ("dynamic", "generated")
-    assert ctx.quantization["samples"] == 64 and ctx.quantization["agreement"] >= 0.9
-    assert ctx.served_artifact == "int8"
-    with pytest.raises(AccuracyGuardFailed, match=r"\(top-1 on 64 generated samples\)"):
-        QuantizeStep().run(_ctx(model, tmp_path))
+    report = ctx.quantization
+    assert report is not None
+    assert (report["method"], report["samples_source"], report["calibration_samples"]) == ("dynamic", "generated", 0)
+    assert (report["metric"], report["samples"], report["threshold"]) == ("top1", 64, 0.9)
+    assert report["agreement"] >= 0.9 and report["served"] == "int8" and report["served_reason"] is None
+    assert report["per_channel"] is True and report["per_channel_fallback_reason"] is None
+    assert ctx.served_artifact == "int8" and ctx.artifacts["int8"].is_file()
 
 
 def test_disabled_is_a_no_op(tmp_path: Path) -> None:
@@ -197,3 +198,25 @@ def test_split_and_ignored_arrays(digits: DigitsModel, tmp_path: Path) -> None:
     rows = {row[0] for row in calibration["input"]} | {row[0] for row in held_out["input"]}
     assert len(rows) == 100  # disjoint and complete
     assert held_out["input"][:, 0].tolist() != x[80:, 0].tolist()  # a permutation, not the file's tail
+
+
+def test_fixed_batch_model(tmp_path: Path) -> None:
+    """A model whose batch dimension is fixed at 2 gets whole batches of 2 everywhere."""
+    w = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "w"], ["y"])],
+        "fixed",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "fixed.onnx"))
+    np.savez(tmp_path / "c.npz", input=np.random.default_rng(1).standard_normal((45, 16)).astype(np.float32))
+    ctx = _ctx(tmp_path / "fixed.onnx", tmp_path, tmp_path / "c.npz")
+    QuantizeStep().run(ctx)
+    assert ctx.quantization is not None and ctx.quantization["samples"] == 10
+    generated = _ctx(tmp_path / "fixed.onnx", tmp_path)
+    QuantizeStep(QuantizeSettings(generated_samples=5)).run(generated)
+    assert generated.quantization is not None and generated.quantization["samples"] == 6

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[3]
 READY = re.compile(r"central ready http=(\S+) grpc=(\S+)")
 CHUNK_ENV = {
     "MODELFLEET_CHUNKING__AVG_BYTES": "65536",
+    "MODELFLEET_QUANTIZE__ENABLED": "false",
     "MODELFLEET_CHUNKING__MIN_BYTES": "16384",
     "MODELFLEET_CHUNKING__MAX_BYTES": "262144",
     "MODELFLEET_LOG_LEVEL": "warning",

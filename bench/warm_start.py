@@ -1,0 +1,255 @@
+"""Warm-start benchmark: how fast a restarted edge serves again, against a cold one.
+
+One central (a real process on loopback) with one model pushed (the benchmark MLP,
+or ``--model digits``; with its calibration file, so INT8 once central quantizes).
+Then, per repeat:
+
+* cold: an edge process with an empty data dir and chunk cache starts; it fetches
+  every chunk from central, assembles the model, optimizes it (ORT_ENABLE_ALL, written
+  to its optimized-model cache) and loads it;
+* warm: that edge is stopped cleanly (SIGTERM) and started again on the same data dir
+  and cache: chunks cached, model assembled, optimized model cached.
+
+Each start is timed from just before the process is spawned to the first
+``GET /v2/models/{m}/ready`` answering 200 (polled every few ms). The breakdown of
+each: ``healthz_s`` (the HTTP server answers ``/healthz``: interpreter start plus
+imports plus start-up, the floor no model work can go under), ``ready_line_s`` (the
+edge printed its ready line), ``complete_s`` (the version's ``completed_at`` in
+``/api/v1/status``: fetch and assembly done, or found complete on disk) and
+``load_s`` (from there to serving: session creation and warm-up). ``cold_ready_s`` and
+``warm_ready_s`` are medians over repeats; ``ratio`` = warm / cold (target <= 0.2).
+
+Usage: ``python -m bench.warm_start --json out.json [--model bench|digits]
+[--width 2048 --layers 7] [--repeats 3] [--timeout-s 120] [--require-int8]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench._fleet import Fleet, Proc, parse_env_pairs, sigterm_raises
+from modelfleet.zoo import build_bench_model, build_digits
+
+TARGETS = {"ratio": 0.2}
+VERSION = "v1"
+_POLL_S = 0.005
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (bound and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get_ok(client: httpx.Client, url: str) -> bool:
+    try:
+        return client.get(url).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def time_start(fleet: Fleet, node_id: str, model: str, timeout_s: float) -> dict[str, Any]:
+    """Start ``node_id`` (on its data dir) and time it to healthz, ready line, complete, serving."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc: Proc = fleet.start_edge(node_id, http_port=port, wait_ready=False)
+    t0 = proc.started_at
+    marks: dict[str, float | None] = {"healthz_s": None, "ready_line_s": None, "ready_s": None}
+    deadline = t0 + timeout_s
+    with httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0)) as client:
+        while marks["ready_s"] is None:
+            now = time.monotonic()
+            if marks["healthz_s"] is None and _get_ok(client, base + "/healthz"):
+                marks["healthz_s"] = time.monotonic() - t0
+            if marks["ready_line_s"] is None and b" ready http=" in proc.stdout_path.read_bytes():
+                marks["ready_line_s"] = time.monotonic() - t0
+            if marks["healthz_s"] is not None and _get_ok(client, f"{base}/v2/models/{model}/ready"):
+                marks["ready_s"] = time.monotonic() - t0
+                break
+            if not proc.alive():
+                raise fleet.fail(f"{node_id} exited with {proc.popen.returncode} during start-up", [proc])
+            if now > deadline:
+                break
+            time.sleep(_POLL_S)
+        status: dict[str, Any] = {}
+        if marks["healthz_s"] is not None:
+            r = client.get(base + "/api/v1/status")
+            if r.status_code == 200:
+                status = r.json()
+    fleet.wait_ready_line(proc)  # fills in the proc's addresses (the line is there by now)
+    version: dict[str, Any] = next((v for v in status.get("versions", []) if v.get("name") == model), {})
+    completed_at = version.get("completed_at")
+    complete_s = float(completed_at) - proc.started_wall if completed_at else None
+    result: dict[str, Any] = {
+        **marks,
+        "complete_s": complete_s,
+        "load_s": marks["ready_s"] - complete_s if marks["ready_s"] is not None and complete_s is not None else None,
+        "version_state": version.get("state"),
+        "fetch": status.get("fetch", {}),
+        "error": None if marks["ready_s"] is not None else f"{model} not ready after {timeout_s}s",
+    }
+    return result
+
+
+def _ort_cache_files(fleet: Fleet, node_id: str) -> list[str]:
+    cache = fleet.edges[node_id].data_dir / "ort-cache"
+    return sorted(p.name for p in cache.glob("*.onnx")) if cache.is_dir() else []
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Push the model, then per repeat one cold start and one warm restart; summarise."""
+    if args.model == "digits":
+        digits = build_digits()
+        model_path, calibration, name = digits.onnx_path, digits.calibration_path, "digits"
+    else:
+        bench = build_bench_model(width=args.width, hidden_layers=args.layers)
+        model_path, calibration, name = bench.onnx_path, bench.calibration_path, "bench-mlp"
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.gettempdir())
+    edge_env, central_env = parse_env_pairs(args.edge_env), parse_env_pairs(args.central_env)
+    cold: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []
+    log(f"model {name}: {model_path.stat().st_size / 1e6:.1f} MB FP32; {args.repeats} repeat(s); {os.cpu_count()} CPUs")
+    with Fleet(root=work, central_env=central_env, edge_env=edge_env, keep=args.keep) as fleet:
+        fleet.start_central()
+        pushed = fleet.push_files(name, VERSION, model_path, calibration=calibration)
+        artifact = pushed.manifest.get("artifact")
+        log(f"served artifact: {artifact} ({pushed.manifest.get('size', 0) / 1e6:.1f} MB)")
+        if args.require_int8 and artifact != "int8":
+            raise Int8Required(f"--require-int8: central serves {name} as {artifact!r}")
+        for i in range(args.repeats):
+            node = f"w{i}"
+            c = time_start(fleet, node, name, args.timeout_s)
+            c["ort_cache_files"] = _ort_cache_files(fleet, node)
+            c["stop_rc"] = fleet.stop_edge(node)
+            cold.append(c)
+            w = time_start(fleet, node, name, args.timeout_s)
+            w["stop_rc"] = fleet.stop_edge(node)
+            warm.append(w)
+            log(f"  repeat {i}: cold {_fmt(c['ready_s'])} s, warm {_fmt(w['ready_s'])} s" + _note(c, w))
+    cold_s, warm_s = _median([c["ready_s"] for c in cold]), _median([w["ready_s"] for w in warm])
+    failed = [r["error"] for r in (*cold, *warm) if r["error"]]
+    ratio = warm_s / cold_s if cold_s and warm_s is not None and len(failed) == 0 else None
+    breakdown = {
+        phase: {
+            key: _median([r[key] for r in runs])
+            for key in ("healthz_s", "ready_line_s", "complete_s", "load_s", "ready_s")
+        }
+        for phase, runs in (("cold", cold), ("warm", warm))
+    }
+    return {
+        "model": name,
+        "artifact": artifact,
+        "model_bytes": pushed.manifest.get("size"),
+        "repeats": args.repeats,
+        "cold_ready_s": cold_s,
+        "warm_ready_s": warm_s,
+        "ratio": ratio,
+        "healthz_floor_s": _median([r["healthz_s"] for r in (*cold, *warm)]),
+        "breakdown": breakdown,
+        "errors": failed,
+        "targets": dict(TARGETS),
+        "met": {"ratio": ratio is not None and ratio <= TARGETS["ratio"]},
+        "settings": {
+            "width": args.width if name == "bench-mlp" else None,
+            "layers": args.layers if name == "bench-mlp" else None,
+            "timeout_s": args.timeout_s,
+            "edge_env": edge_env,
+            "central_env": central_env,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+        },
+        "runs": {"cold": cold, "warm": warm},
+    }
+
+
+class Int8Required(RuntimeError):
+    """``--require-int8`` and central served the model as something else."""
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _note(cold: dict[str, Any], warm: dict[str, Any]) -> str:
+    errors = [r["error"] for r in (cold, warm) if r["error"]]
+    return f" ({'; '.join(errors)})" if errors else ""
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Per phase: the medians of each mark; then the ratio against the target."""
+    header = f"{'start':<6} {'healthz s':>9} {'ready line s':>12} {'complete s':>10} {'load s':>7} {'ready s':>8}"
+    print(header)
+    print("-" * len(header))
+    for phase, b in result["breakdown"].items():
+        print(
+            f"{phase:<6} {_fmt(b['healthz_s']):>9} {_fmt(b['ready_line_s']):>12} {_fmt(b['complete_s']):>10} "
+            f"{_fmt(b['load_s']):>7} {_fmt(b['ready_s']):>8}"
+        )
+    ratio = result["ratio"]
+    print(
+        f"model {result['model']} ({result['artifact']}); healthz floor {_fmt(result['healthz_floor_s'])} s\n"
+        f"ratio (warm/cold) {'-' if ratio is None else f'{ratio:.3f}'} (target <= {result['targets']['ratio']}) "
+        f"{'met' if result['met']['ratio'] else 'MISSED'}"
+        + (f"\nerrors: {result['errors']}" if result["errors"] else "")
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m bench.warm_start", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--json", type=Path, required=True, help="write results here")
+    p.add_argument("--model", choices=("bench", "digits"), default="bench")
+    p.add_argument("--width", type=int, default=2048, help="bench model width")
+    p.add_argument("--layers", type=int, default=7, help="bench model hidden layers")
+    p.add_argument("--repeats", type=int, default=3, help="cold + warm pairs (medians are reported)")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="per start, until the model must be served")
+    p.add_argument("--require-int8", action="store_true", help="fail (exit 3) unless central serves INT8")
+    p.add_argument("--edge-env", action="append", default=[], metavar="K=V", help="extra env var for the edges")
+    p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
+    p.add_argument("--work-dir", type=Path, default=None, help="where the fleet's temp dir goes")
+    p.add_argument("--keep", action="store_true", help="keep the fleet's data dirs and logs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: run, print the table, write the JSON (exit 1 if a start never served)."""
+    args = build_parser().parse_args(argv)
+    if args.repeats < 1 or args.timeout_s <= 0:
+        print("--repeats and --timeout-s must be positive", file=sys.stderr)
+        return 2
+    try:
+        with sigterm_raises():
+            result = run(args)
+    except Int8Required as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    print_table(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The whole path with quantization on: a push is quantized at central, distributed,
+loaded on every edge and served as INT8 over OIP v2 with FP32-level accuracy."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from central.server import CentralServer
+from conftest import EdgeFactory, central_settings, wait_for
+from modelfleet.zoo import build_digits, build_mlp
+
+
+@pytest.fixture
+async def quantizing_central(tmp_path: Path) -> AsyncIterator[CentralServer]:
+    server = CentralServer(central_settings(tmp_path / "central", quantize={"enabled": True}))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def test_digits_is_quantized_distributed_and_served_as_int8(
+    quantizing_central: CentralServer, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    digits = build_digits(tmp_path / "zoo")
+    edges = [await make_edge(f"edge-{i}", quantizing_central) for i in range(2)]
+    async with httpx.AsyncClient(base_url=quantizing_central.http_url, timeout=120) as api:
+        files = {"file": digits.onnx_path.read_bytes(), "calibration": digits.calibration_path.read_bytes()}
+        response = await api.post("/api/v1/models/digits/versions", files=files)
+        assert response.status_code == 201, response.text
+        manifest = response.json()["manifest"]
+        report = manifest["quantization"]
+        assert manifest["artifact"] == "int8" and report["method"] == "static" and report["served"] == "int8"
+        assert report["agreement"] >= 0.99 and report["int8_bytes"] < report["fp32_bytes"]
+        fp32 = (await api.get("/api/v1/models/digits/versions/1", params={"artifact": "fp32"})).json()
+        assert fp32["sha256"] != manifest["sha256"] and fp32["artifact"] == "fp32"
+
+    await wait_for(lambda: all(e.repository.ready() for e in edges), 60, "digits ready everywhere")
+    for edge in edges:
+        assert edge.files.model_path("digits", "1").stat().st_size == manifest["size"]
+        x = digits.test_x
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=60) as oip:
+            doc = (await oip.post("/v2/models/digits/infer", json=body)).json()
+        labels = np.array(next(o for o in doc["outputs"] if o["name"] == "label")["data"])
+        int8_accuracy = float((labels == digits.test_y).mean())
+        assert digits.fp32_test_accuracy - int8_accuracy <= 0.005
+
+
+async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
+    tmp_path: Path,
+) -> None:
+    settings = central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.999})
+    server = CentralServer(settings)
+    await server.start()
+    try:
+        model = build_mlp(tmp_path / "m.onnx", width=384, hidden_layers=4)  # random logits: INT8 flips some
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=120) as api:
+            refused = await api.post("/api/v1/models/m/versions", content=model.read_bytes())
+            assert refused.status_code == 422
+            assert "below the 99.9% threshold" in refused.json()["error"] and "keep_fp32" in refused.json()["error"]
+            assert (await api.get("/api/v1/models")).json() == []
+            kept = await api.post("/api/v1/models/m/versions", params={"keep_fp32": "true"}, content=model.read_bytes())
+            assert kept.status_code == 201, kept.text
+            assert kept.json()["manifest"]["artifact"] == "fp32"
+            assert kept.json()["manifest"]["quantization"]["served"] == "fp32"
+    finally:
+        await server.stop()
