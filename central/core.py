@@ -6,9 +6,9 @@ from central.distribution import DesiredStateService
 from central.membership import NodeDirectory
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
+from central.quantize import QuantizeStep
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
-from central.quantize import QuantizeStep
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.sqlite_impl import SQLiteMetadataStore
