@@ -33,6 +33,10 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON lands in bench/out/
 	$(PY) -m bench.placement --json bench/out/placement.json
 	$(PY) -m bench.distribution --edges 8 --json bench/out/distribution.json
 	$(PY) -m bench.delta --json bench/out/delta.json
+	$(PY) -m bench.quantization --json bench/out/quantization.json
+	-bash bench/ensure_wrk.sh
+	$(PY) -m bench.serving --clients 64 --json bench/out/serving.json
+	$(PY) -m bench.warm_start --json bench/out/warm_start.json
 
 up: $(STAMP)  ## a local fleet with a demo model (arrives with the operator issue)
 	@echo "make up arrives with the operator issue; for now start central and edges by hand (README)" && exit 1
