@@ -92,9 +92,7 @@ def run_case(nodes: int, chunks_per_node: int, replicas: int) -> dict[str, Any]:
     }
 
 
-def run(
-    sizes: Sequence[int], chunks_per_node: Sequence[int], replicas: int
-) -> dict[str, Any]:
+def run(sizes: Sequence[int], chunks_per_node: Sequence[int], replicas: int) -> dict[str, Any]:
     """Run every case and summarise against the targets."""
     cases = [run_case(n, k, replicas) for n in sizes for k in chunks_per_node]
     worst_mom = max((c["max_over_mean"] for c in cases), default=0.0)
@@ -105,12 +103,8 @@ def run(
         "cases": cases,
         "worst_max_over_mean": worst_mom,
         "worst_moved_over_ideal": worst_moi,
-        "worst_moved_over_ideal_max": max(
-            (c["moved_over_ideal_max"] for c in cases), default=0.0
-        ),
-        "worst_unbounded_max_over_mean": max(
-            (c["unbounded_max_over_mean"] for c in cases), default=0.0
-        ),
+        "worst_moved_over_ideal_max": max((c["moved_over_ideal_max"] for c in cases), default=0.0),
+        "worst_unbounded_max_over_mean": max((c["unbounded_max_over_mean"] for c in cases), default=0.0),
         "targets": dict(TARGETS),
         "met": {
             "max_over_mean": worst_mom <= TARGETS["max_over_mean"],
@@ -134,9 +128,7 @@ _COLUMNS = (
 
 def _rows(result: dict[str, Any]) -> list[list[str]]:
     """Formatted table cells, one row per case."""
-    return [
-        [fmt.format(case[key]) for key, _, fmt in _COLUMNS] for case in result["cases"]
-    ]
+    return [[fmt.format(case[key]) for key, _, fmt in _COLUMNS] for case in result["cases"]]
 
 
 def _print_rich(result: dict[str, Any]) -> bool:
@@ -175,9 +167,7 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers: {text!r}"
-        ) from exc
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers: {text!r}") from exc
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers: {text!r}")
     return values
@@ -185,9 +175,7 @@ def _int_list(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run, print the table, write the JSON."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.placement", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.placement", description=__doc__)
     parser.add_argument("--json", type=Path, required=True, help="write results here")
     parser.add_argument("--sizes", type=_int_list, default=[4, 8, 32, 100])
     parser.add_argument("--chunks-per-node", type=_int_list, default=[4, 8, 16, 32, 64])

@@ -10,7 +10,7 @@ import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -97,10 +97,16 @@ class ModelMetrics:
         self._queue_seconds = self._f.queue_seconds.labels(**labels)
         self._inference_seconds = self._f.inference_seconds.labels(**labels)
         self._queue_rows = self._f.queue_rows.labels(**labels)
+        self._requests: dict[str, Any] = {}
 
     def request(self, outcome: Outcome) -> None:
-        """Count one finished request with its outcome."""
-        self._f.requests.labels(model=self.model, version=self.version, outcome=outcome).inc()
+        """Count one finished request with its outcome (label children cached: hot path)."""
+        child = self._requests.get(outcome)
+        if child is None:
+            child = self._requests[outcome] = self._f.requests.labels(
+                model=self.model, version=self.version, outcome=outcome
+            )
+        child.inc()
 
     def batch(self, rows: int, seconds: float) -> None:
         """Record one executed batch: its rows and its time in the session."""

@@ -112,6 +112,7 @@ class Materializer:
                 progress.chunks_total,
                 time.time(),
             )
+            await self._completed(m)  # assembled before a restart: serve it again
             return
         delay = 0.5
         while True:

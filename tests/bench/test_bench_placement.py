@@ -29,15 +29,8 @@ def test_bench_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         n = case["nodes"]
         assert case["ideal_moved_fraction"] == pytest.approx(1 / n)
         assert 1.0 <= case["max_over_mean"] <= case["unbounded_max_over_mean"] + 1e-9
-        assert (
-            0.0
-            < case["moved_fraction_on_leave"]
-            <= case["moved_fraction_on_leave_max"]
-            <= 1.0
-        )
+        assert 0.0 < case["moved_fraction_on_leave"] <= case["moved_fraction_on_leave_max"] <= 1.0
         expected = case["moved_fraction_on_leave"] / case["ideal_moved_fraction"]
         assert case["moved_over_ideal"] == pytest.approx(expected)
     assert data["worst_max_over_mean"] == max(c["max_over_mean"] for c in data["cases"])
-    assert data["worst_moved_over_ideal"] == max(
-        c["moved_over_ideal"] for c in data["cases"]
-    )
+    assert data["worst_moved_over_ideal"] == max(c["moved_over_ideal"] for c in data["cases"])

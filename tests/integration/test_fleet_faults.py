@@ -118,6 +118,7 @@ async def test_a_restarted_edge_fetches_nothing_it_already_had(
     # Same data dir (cache and versions): it comes back complete without a byte fetched.
     again = await make_edge("edge-0", central, data_dir=tmp_path / "edge-0")
     await wait_for(lambda: version_state(again, "mlp", "1") == "complete", what="restart")
+    await wait_for(lambda: again.repository.ready(), what="the restarted edge serving again")
     assert again.fetcher.stats.as_dict()["bytes_fetched"] == 0
     await again.stop()
 
