@@ -1,0 +1,88 @@
+"""MQTT payloads (JSON). The committed JSON Schemas in ``fleetwire/schemas/`` are
+generated from these models (``python -m fleetwire.mqtt.schemas``) and checked in tests."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Anything larger is dropped unread by consumers: a heartbeat is well under 16 KiB.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class NodeStatus(_Payload):
+    """Birth (``online``) or death (``offline``) of a node, Sparkplug style.
+
+    ``bdseq`` grows by one per connect; the Last Will carries the same ``bdseq`` as the
+    birth it belongs to, so a death older than the latest birth is recognisably stale."""
+
+    state: Literal["online", "offline"]
+    bdseq: int = Field(ge=0)
+    ts: int = Field(ge=0, description="Unix time, milliseconds.")
+
+
+class LoadInfo(_Payload):
+    """What the node is doing right now."""
+
+    inflight: int = Field(0, ge=0)
+    queue_depth: int = Field(0, ge=0)
+    cpu_percent: float = Field(0.0, ge=0)
+    rps: float = Field(0.0, ge=0)
+    p50_ms: float = Field(0.0, ge=0)
+    p99_ms: float = Field(0.0, ge=0)
+
+
+class ModelInfo(_Payload):
+    """One model version on the node and its state (loading, ready, failed, ...)."""
+
+    name: str
+    version: str
+    state: str
+    error: str | None = None
+
+
+class CacheInfo(_Payload):
+    """The node's chunk cache."""
+
+    bytes: int = Field(0, ge=0)
+    capacity: int = Field(0, ge=0)
+    hits: int = Field(0, ge=0)
+    misses: int = Field(0, ge=0)
+
+
+class Heartbeat(_Payload):
+    """Sent every ``interval_s`` on ``…/nodes/{node_id}/heartbeat``."""
+
+    node_id: str = Field(min_length=1, max_length=128)
+    bdseq: int = Field(ge=0)
+    seq: int = Field(ge=0, description="Grows by one per heartbeat within a connection.")
+    ts: int = Field(ge=0, description="Unix time, milliseconds.")
+    interval_s: float = Field(gt=0, le=3600)
+    state: str = Field("online", description="The node's own view: online, draining, ...")
+    load: LoadInfo = Field(default_factory=LoadInfo)
+    models: list[ModelInfo] = Field(default_factory=list, max_length=1024)
+    cache: CacheInfo = Field(default_factory=CacheInfo)
+    grpc_address: str = ""
+    http_address: str = ""
+
+
+class CentralStatus(_Payload):
+    """Central's own retained status; ``offline`` is also its Last Will."""
+
+    state: Literal["online", "offline"]
+    ts: int = Field(ge=0)
+    central_id: str = ""
+
+
+class Event(_Payload):
+    """A fleet event: node_suspect, node_dead, node_alive, placement_changed, ..."""
+
+    type: str
+    ts: int = Field(ge=0)
+    node_id: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
