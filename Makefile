@@ -25,7 +25,9 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: $(STAMP) proto-check  ## the whole test suite (starts its own servers on loopback)
+test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
+	bash scripts/ensure_mosquitto.sh
+	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 
 bench: $(STAMP)  ## the benchmarks at full size; JSON lands in bench/out/

@@ -15,6 +15,7 @@ import uvicorn
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, PeerClient
+from edge_node.heartbeat import HeartbeatPublisher, LoadTracker, edge_snapshot
 from edge_node.http.app import create_app
 from edge_node.inference import ModelRepository, SessionFactory, available_providers
 from edge_node.peer import PeerServicer
@@ -58,6 +59,13 @@ class Edge:
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self._stopped = False
+        self.load = LoadTracker()
+        self.heartbeat = HeartbeatPublisher(
+            self.node_id,
+            settings.heartbeat,
+            edge_snapshot(self, self.load, lambda: "stopping" if self._stopped else "online"),
+            settings.data_dir,
+        )
 
     @property
     def advertise_host(self) -> str:
@@ -98,6 +106,7 @@ class Edge:
         self.grpc_port = self._grpc.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
         await self._grpc.start()
         await self._start_http()
+        await self.heartbeat.start()  # after the listeners: heartbeats carry their ports
         await self.follower.start()
         log.info("edge %s up: peer %s:%d, http %d", self.node_id, self.advertise_host, self.grpc_port, self.http_port)
 
@@ -123,6 +132,7 @@ class Edge:
         if self._stopped:
             return
         self._stopped = True
+        await self.heartbeat.stop()  # a clean "offline" first: central moves traffic at once
         await self.follower.stop(unregister=unregister)
         if self._grpc is not None:  # first, so no peer request starts a fetch after this
             await self._grpc.stop(grace=0.5)

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from edge_node.heartbeat import HeartbeatSettings
 from edge_node.inference.repository import BatchSettings
 from fleetwire.names import InvalidName, check_name
 
@@ -70,6 +71,9 @@ class EdgeSettings(BaseSettings):
     cache_bytes: int = Field(8 * 1024**3, ge=1024 * 1024, description="Cache size cap; pinned chunks may exceed it.")
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    heartbeat: HeartbeatSettings = Field(
+        default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
+    )
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
     log_level: str = Field("info", description="Python logging level name.")
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from brokers import MosquittoBroker
 from central.server import CentralServer
 from central.settings import CentralSettings
 from edge_node.server import Edge
@@ -44,10 +45,18 @@ def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) 
         "central": central,
         "data_dir": data_dir,
         "reconnect_backoff_max_s": 0.5,
+        "heartbeat": {"enabled": False},
         "fetch": {"peer_timeout_s": 5.0, "origin_timeout_s": 20.0, "backoff_s": 0.05, "backoff_max_s": 0.5},
     }
     base.update(overrides)
     return EdgeSettings(**base)
+
+
+@pytest.fixture
+def mosquitto() -> Iterator[MosquittoBroker]:
+    """A private Mosquitto on a free loopback port, stopped after the test."""
+    with MosquittoBroker() as broker:
+        yield broker
 
 
 @pytest.fixture(scope="session")

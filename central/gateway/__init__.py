@@ -1,0 +1,29 @@
+"""Central's inference gateway: one OIP v2 endpoint in front of the fleet, routing each
+request to an edge that serves the model (least outstanding requests, or consistent-hash
+affinity), with per-node circuit breakers and retries on other nodes."""
+
+from __future__ import annotations
+
+from central.gateway.breaker import BreakerState, CircuitBreaker
+from central.gateway.candidates import Candidate, NodeSource, StaticNodeSource
+from central.gateway.proxy import AFFINITY_HEADER, NODE_HEADER, GatewayProxy, GatewayResponse, GatewayStats
+from central.gateway.router import GatewayRouter, Policy
+from central.gateway.routes import GatewaySettings, create_gateway, create_gateway_router
+
+__all__ = [
+    "AFFINITY_HEADER",
+    "NODE_HEADER",
+    "BreakerState",
+    "Candidate",
+    "CircuitBreaker",
+    "GatewayProxy",
+    "GatewayResponse",
+    "GatewayRouter",
+    "GatewaySettings",
+    "GatewayStats",
+    "NodeSource",
+    "Policy",
+    "StaticNodeSource",
+    "create_gateway",
+    "create_gateway_router",
+]

@@ -1,0 +1,115 @@
+"""The gateway's HTTP surface and settings.
+
+``POST /v2/models/{m}/infer`` and ``POST /v2/models/{m}/versions/{v}/infer`` take an
+OIP v2 inference request (JSON, or the binary tensor extension with
+``Inference-Header-Content-Length``) and answer with whatever the chosen edge answered
+(see ``central.gateway.proxy``). Optional request header ``X-Modelfleet-Affinity-Key``:
+requests with the same key go to the same node while it is healthy (consistent
+hashing). Answers carry ``X-Modelfleet-Node``. Bodies over ``max_body_bytes`` get 413.
+
+``GET /api/v1/gateway``: routing policy, per-node outstanding requests and breaker
+states, and counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from central.gateway.candidates import NodeSource
+from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy
+from central.gateway.router import GatewayRouter, Policy
+
+
+class GatewaySettings(BaseModel):
+    """The inference gateway: central forwarding OIP requests to edges that serve the model."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+    enabled: bool = True
+    """Mount the gateway's /v2 inference routes on central's HTTP server."""
+    policy: Policy = "least_outstanding"
+    """Routing: "least_outstanding" sends to the node with the fewest requests in flight first, ties taken in turn.
+    "affinity": every request is consistently hashed to an owner node by its X-Modelfleet-Affinity-Key
+    header, or without one by its model (and version). With either policy a request carrying the
+    header goes to the key's owner first."""
+    attempts: int = Field(3, ge=1, le=16)
+    """Most nodes one request is sent to (the first try included) before the gateway answers 503."""
+    deadline_s: float = Field(10.0, gt=0)
+    """Time budget of one request across all its attempts; what is left bounds each attempt."""
+    connect_timeout_s: float = Field(1.0, gt=0)
+    """Longest wait for a TCP connection to a node; beyond it the next node is tried."""
+    read_timeout_s: float = Field(5.0, gt=0)
+    """Longest a node may stay silent while sending or answering one request (then: next node)."""
+    failure_threshold: int = Field(3, ge=1)
+    """Consecutive failures (unreachable, timeout, 5xx) that open a node's circuit breaker."""
+    open_s: float = Field(2.0, ge=0)
+    """How long an open breaker skips its node before one trial request probes it (half-open)."""
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    """Largest inference request body accepted; larger ones get 413. Bodies are held in memory."""
+    max_connections: int = Field(1024, ge=1)
+    """Connections the gateway keeps open to all nodes together (HTTP/1.1 keep-alive pool)."""
+
+
+def create_gateway(source: NodeSource, settings: GatewaySettings | None = None) -> GatewayProxy:
+    """A router and proxy over ``source`` configured by ``settings``; ``close()`` it at shutdown."""
+    s = settings or GatewaySettings()
+    router = GatewayRouter(source, policy=s.policy, failure_threshold=s.failure_threshold, open_s=s.open_s)
+    return GatewayProxy(
+        router,
+        attempts=s.attempts,
+        deadline_s=s.deadline_s,
+        connect_timeout_s=s.connect_timeout_s,
+        read_timeout_s=s.read_timeout_s,
+        max_body_bytes=s.max_body_bytes,
+        max_connections=s.max_connections,
+    )
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
+    """The gateway's routes over ``proxy``."""
+    router = APIRouter()
+
+    async def forward(name: str, version: str | None, request: Request) -> Response:
+        body = await _read_body(request, proxy.max_body_bytes)
+        if body is None:
+            proxy.stats.too_large += 1
+            return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
+        key = request.headers.get(AFFINITY_HEADER) or None
+        answer = await proxy.forward(name, version, body, request.headers, key)
+        return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
+
+    @router.post("/v2/models/{name}/infer")
+    async def gateway_infer(name: str, request: Request) -> Response:
+        return await forward(name, None, request)
+
+    @router.post("/v2/models/{name}/versions/{version}/infer")
+    async def gateway_infer_version(name: str, version: str, request: Request) -> Response:
+        return await forward(name, version, request)
+
+    @router.get("/api/v1/gateway")
+    async def gateway_status() -> dict[str, Any]:
+        return proxy.snapshot()
+
+    return router

@@ -1,0 +1,292 @@
+"""Central's MQTT client: node births, deaths and heartbeats in; central's own status and
+fleet events out.
+
+paho runs its network loop on its own thread (``loop_start``) and reconnects by itself
+with exponential backoff. Messages are size-checked and parsed on that thread, then
+handed to the tracker on the asyncio loop in batches (one ``call_soon_threadsafe`` per
+burst, not per message). Nothing raised by a message ever leaves the paho callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from central.membership.tracker import MembershipTracker
+from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
+from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MembershipConsumer", "MqttSettings"]
+
+#: Events queued in paho while the broker is unreachable; older ones are dropped beyond.
+_MAX_QUEUED = 1000
+
+
+class MqttSettings(BaseModel):
+    """Central's MQTT link: where the broker is and how node liveness is judged."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    enabled: bool = True
+    """Off: no MQTT at all; membership is gRPC registration and watch streams only."""
+    host: str = "127.0.0.1"
+    """Broker host."""
+    port: int = Field(1883, ge=1, le=65535)
+    """Broker port."""
+    topic_prefix: str = Field(DEFAULT_PREFIX, min_length=1)
+    """Prefix of every fleet topic; must match the edges'."""
+    keepalive_s: int = Field(10, ge=1, le=3600)
+    """MQTT keepalive; the broker publishes central's Last Will about 1.5 × this after losing it."""
+    client_id: str | None = None
+    """MQTT client id; None picks ``modelfleet-central-<random>``."""
+    suspect_after: float = Field(2.0, gt=0)
+    """A node is suspect after this many of its heartbeat intervals without one."""
+    dead_after: float = Field(3.0, gt=0)
+    """A node is dead (and leaves the ring) after this many intervals without a heartbeat."""
+    default_interval_s: float = Field(5.0, gt=0, le=3600)
+    """Heartbeat interval assumed for a node until its first heartbeat declares its own."""
+    events_kept: int = Field(500, ge=1, le=1_000_000)
+    """Membership events kept in memory for the API/dashboard."""
+    reconnect_min_s: float = Field(0.5, gt=0)
+    """First reconnect delay after losing the broker; doubles per failed attempt."""
+    reconnect_max_s: float = Field(10.0, gt=0)
+    """Cap on the reconnect delay."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MqttSettings:
+        if self.suspect_after > self.dead_after:
+            raise ValueError("mqtt.suspect_after must not exceed mqtt.dead_after")
+        if self.reconnect_min_s > self.reconnect_max_s:
+            raise ValueError("mqtt.reconnect_min_s must not exceed mqtt.reconnect_max_s")
+        return self
+
+    def make_tracker(self, loop: asyncio.AbstractEventLoop | None = None) -> MembershipTracker:
+        """A tracker with these thresholds."""
+        return MembershipTracker(
+            suspect_after=self.suspect_after,
+            dead_after=self.dead_after,
+            default_interval_s=self.default_interval_s,
+            events_kept=self.events_kept,
+            loop=loop,
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MembershipConsumer:
+    """Feeds a ``MembershipTracker`` from the broker and publishes central's status/events."""
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        tracker: MembershipTracker,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        central_id: str = "",
+        publish_events: bool = True,
+    ) -> None:
+        """``loop`` defaults to the running loop at ``start``. With ``publish_events`` the
+        tracker's events go to ``topics.events`` while the consumer runs."""
+        self.settings = settings
+        self.tracker = tracker
+        self.topics = Topics(settings.topic_prefix)
+        self.central_id = central_id or f"central-{os.getpid()}"
+        self.client_id = settings.client_id or f"modelfleet-central-{uuid.uuid4().hex[:12]}"
+        self._loop = loop
+        self._publish_events = publish_events
+        self._client: mqtt.Client | None = None
+        self._connected = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._drain_scheduled = False
+        self.connects = 0
+        self.events_published = 0
+        self.events_dropped = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the broker session is up right now."""
+        return self._connected.is_set()
+
+    async def start(self) -> None:
+        """Connect in the background; returns at once (the broker may come up later)."""
+        if self._client is not None:
+            return
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        s = self.settings
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=True,
+            protocol=mqtt.MQTTv311,
+        )
+        # paho's signature says int, but the delay arithmetic is float throughout.
+        client.reconnect_delay_set(cast(int, s.reconnect_min_s), cast(int, s.reconnect_max_s))
+        client.max_queued_messages_set(_MAX_QUEUED)
+        client.will_set(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        self._client = client
+        self.tracker.link_down()  # until the first CONNACK: nobody can be heard yet
+        client.connect_async(s.host, s.port, keepalive=s.keepalive_s)
+        client.loop_start()
+        if self._publish_events:
+            self.tracker.set_publisher(self.publish_event)
+        log.info("MQTT consumer connecting to %s:%d as %s", s.host, s.port, self.client_id)
+
+    async def wait_connected(self, timeout: float) -> bool:
+        """Wait until the first (or next) successful connect; False on timeout."""
+        return await asyncio.to_thread(self._connected.wait, timeout)
+
+    async def stop(self) -> None:
+        """Publish central offline (retained), disconnect cleanly and stop paho's thread."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self._publish_events:
+            self.tracker.set_publisher(None)
+        await asyncio.to_thread(self._shutdown, client)
+        self.tracker.link_down()
+
+    def _shutdown(self, client: mqtt.Client) -> None:
+        if self._connected.is_set():
+            info = client.publish(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
+            try:
+                info.wait_for_publish(timeout=2.0)
+            except (ValueError, RuntimeError) as exc:
+                log.warning("could not publish central offline: %s", exc)
+        client.disconnect()
+        client.loop_stop()
+        self._connected.clear()
+
+    # ----------------------------------------------------------------- events out
+
+    def publish_event(self, event: Event) -> None:
+        """Publish one tracker event on ``topics.events`` (QoS 1, not retained).
+
+        Safe from the loop thread (paho's publish is thread-safe and does not block);
+        while disconnected paho queues up to 1000 and the rest are counted as dropped."""
+        client = self._client
+        if client is None:
+            self.events_dropped += 1
+            return
+        info = client.publish(self.topics.events, event.model_dump_json(), qos=1, retain=False)
+        if info.rc in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+            self.events_published += 1
+        else:
+            self.events_dropped += 1
+
+    def _central_status(self, state: Literal["online", "offline"]) -> str:
+        return CentralStatus(state=state, ts=_now_ms(), central_id=self.central_id).model_dump_json()
+
+    # ----------------------------------------------------------------- paho thread
+
+    def _on_connect(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        flags: mqtt.ConnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        if reason_code.is_failure:
+            log.warning("MQTT connect refused: %s", reason_code)
+            return
+        self.connects += 1
+        # Before the subscription, so that retained births queue up behind it on the loop.
+        self._hand_over(self.tracker.link_up)
+        client.subscribe([(self.topics.all_status, 1), (self.topics.all_heartbeats, 0)])
+        client.publish(self.topics.central_status, self._central_status("online"), qos=1, retain=True)
+        self._connected.set()
+        log.info("MQTT connected to %s:%d (connect #%d)", self.settings.host, self.settings.port, self.connects)
+
+    def _on_disconnect(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        flags: mqtt.DisconnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        was = self._connected.is_set()
+        self._connected.clear()
+        if was:
+            self._hand_over(self.tracker.link_down)
+            log.warning("MQTT disconnected: %s; reconnecting", reason_code)
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        try:
+            self.handle_message(msg.topic, msg.payload, bool(msg.retain))
+        except Exception:  # never let anything unwind into paho's loop
+            log.exception("dropping MQTT message on %r", getattr(msg, "topic", "?"))
+
+    def handle_message(self, topic: str, payload: bytes | bytearray, retained: bool = False) -> None:
+        """Check, parse and hand one message to the tracker (paho's thread; public for tests)."""
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            self.tracker.count_oversized()
+            return
+        node_id = self.topics.node_id_of(topic)
+        if node_id is None:
+            self.tracker.count_malformed()
+            return
+        try:
+            if topic == self.topics.node_heartbeat(node_id):
+                hb = Heartbeat.model_validate_json(payload)
+                if hb.node_id != node_id:
+                    self.tracker.count_malformed()
+                    return
+                self._hand_over(self.tracker.on_heartbeat, node_id, hb)
+            elif topic == self.topics.node_status(node_id):
+                if not payload:
+                    return  # a retained status being cleared: nothing to learn
+                status = NodeStatus.model_validate_json(payload)
+                self._hand_over(self.tracker.on_status, node_id, status, retained)
+            else:
+                self.tracker.count_malformed()
+        except (ValidationError, ValueError):
+            self.tracker.count_malformed()
+
+    def _hand_over(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue a tracker call for the loop; one wake-up per burst of messages."""
+        with self._lock:
+            self._pending.append((fn, args))
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        loop = self._loop
+        try:
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: central is shutting down
+            with self._lock:
+                self._pending.clear()
+                self._drain_scheduled = False
+
+    def _drain(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._drain_scheduled = False
+        for fn, args in batch:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("membership tracker failed on %s", getattr(fn, "__name__", fn))

@@ -1,0 +1,21 @@
+"""The edge's MQTT presence: birth/death with a Last Will, and periodic heartbeats.
+
+``HeartbeatPublisher`` (see ``publisher.py`` for how ``bdseq`` and the will line up
+across reconnects), its ``HeartbeatSettings``, the ``HeartbeatBody`` a snapshot returns,
+``edge_snapshot`` to build one from an ``Edge``, ``LoadTracker`` for the load figures and
+``BdseqStore`` for the persisted birth/death sequence."""
+
+from edge_node.heartbeat.bdseq import BDSEQ_FILE, BdseqStore
+from edge_node.heartbeat.load import LoadTracker, percentile
+from edge_node.heartbeat.publisher import HeartbeatBody, HeartbeatPublisher, HeartbeatSettings, edge_snapshot
+
+__all__ = [
+    "BDSEQ_FILE",
+    "BdseqStore",
+    "HeartbeatBody",
+    "HeartbeatPublisher",
+    "HeartbeatSettings",
+    "LoadTracker",
+    "edge_snapshot",
+    "percentile",
+]
