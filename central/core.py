@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from central.distribution import DesiredStateService
+from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
+from central.membership.failover import FailoverCoordinator
+from central.membership.mqtt_consumer import MembershipConsumer
+from central.membership.tracker import MembershipTracker
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.quantize import QuantizeStep
@@ -14,6 +18,17 @@ from central.registry.service import RegistryService
 from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
 from central.settings import CentralSettings
+
+
+class TrackerNodeSource:
+    """Gateway candidates: alive nodes whose last heartbeat lists the model ready."""
+
+    def __init__(self, tracker: MembershipTracker) -> None:
+        self._tracker = tracker
+
+    def candidates(self, model: str, version: str | None) -> list[Candidate]:
+        """Node id and HTTP address of every node that can serve ``model`` (``version``)."""
+        return [Candidate(n, a) for n, a in self._tracker.ready_endpoints(model, version) if a]
 
 
 class Central:
@@ -39,6 +54,11 @@ class Central:
         self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed)
         self.registry.remove_orphan_blobs()
         self.nodes = NodeDirectory(self.placement, on_change=self._changed)
+        m = settings.mqtt
+        self.membership = m.make_tracker()
+        self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
+        self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
+        self.gateway = create_gateway(TrackerNodeSource(self.membership), settings.gateway)
         self.desired = DesiredStateService(self.placement, self.registry.active_versions, self.nodes.peers)
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
@@ -51,5 +71,6 @@ class Central:
         self.desired.refresh()
 
     def close(self) -> None:
-        """Release the metadata store."""
+        """Release the tracker's timers and the metadata store."""
+        self.membership.close()
         self.store.close()

@@ -50,6 +50,8 @@ class CentralServer:
     async def start(self) -> None:
         """Bind both servers; returns when they accept connections."""
         self.central.start()
+        if self.central.mqtt is not None:
+            await self.central.mqtt.start()
         self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(self.central), self._grpc)
         self.grpc_port = self._grpc.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
@@ -73,11 +75,14 @@ class CentralServer:
 
     async def stop(self) -> None:
         """Close streams and listeners, then the store."""
+        if self.central.mqtt is not None:  # first: freezes the tracker, nobody is evicted
+            await self.central.mqtt.stop()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             await self._http_task
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        await self.central.gateway.close()
         self.central.close()
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from central.gateway import GatewaySettings
+from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
 
 
@@ -71,4 +73,6 @@ class CentralSettings(BaseSettings):
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     origin: OriginSettings = Field(default_factory=OriginSettings)
     quantize: QuantizeSettings = Field(default_factory=QuantizeSettings)
+    mqtt: MqttSettings = Field(default_factory=MqttSettings, description="MQTT liveness: heartbeats, failover, status.")
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     log_level: str = Field("info", description="Python logging level name.")

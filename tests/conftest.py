@@ -33,6 +33,7 @@ def central_settings(data_dir: Path, **overrides: Any) -> CentralSettings:
         "grpc_port": 0,
         "chunking": SMALL_CHUNKS,
         "quantize": {"enabled": False},
+        "mqtt": {"enabled": False},
     }
     base.update(overrides)
     return CentralSettings(**base)

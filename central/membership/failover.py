@@ -56,6 +56,9 @@ class FailoverCoordinator:
                     http_address=view.http_address,
                     capacity=previous.capacity if previous else 1,
                     labels=dict(previous.labels) if previous else {},
+                    # Watch streams that were open at the eviction may still be: keep
+                    # counting them, or their close would evict the node again.
+                    streams=previous.streams if previous else 0,
                 )
             )
             self.restorations += 1

@@ -39,7 +39,7 @@ _MAX_QUEUED = 1000
 class MqttSettings(BaseModel):
     """Central's MQTT link: where the broker is and how node liveness is judged."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
     enabled: bool = True
     """Off: no MQTT at all; membership is gRPC registration and watch streams only."""
@@ -115,6 +115,7 @@ class MembershipConsumer:
         self._lock = threading.Lock()
         self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self._drain_scheduled = False
+        self._stopping = False
         self.connects = 0
         self.events_published = 0
         self.events_dropped = 0
@@ -125,8 +126,9 @@ class MembershipConsumer:
         return self._connected.is_set()
 
     async def start(self) -> None:
-        """Connect in the background; returns at once (the broker may come up later)."""
-        if self._client is not None:
+        """Connect in the background; returns at once (the broker may come up later).
+        Does nothing when ``settings.enabled`` is off."""
+        if self._client is not None or not self.settings.enabled:
             return
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -161,6 +163,7 @@ class MembershipConsumer:
         client, self._client = self._client, None
         if client is None:
             return
+        self._stopping = True
         if self._publish_events:
             self.tracker.set_publisher(None)
         await asyncio.to_thread(self._shutdown, client)
@@ -228,7 +231,7 @@ class MembershipConsumer:
     ) -> None:
         was = self._connected.is_set()
         self._connected.clear()
-        if was:
+        if was and not self._stopping:
             self._hand_over(self.tracker.link_down)
             log.warning("MQTT disconnected: %s; reconnecting", reason_code)
 

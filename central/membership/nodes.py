@@ -36,6 +36,9 @@ class NodeDirectory:
         self._placement = placement
         self._on_change = on_change
         self._nodes: dict[str, NodeRecord] = {}
+        # Watch streams of nodes evicted while their stream stayed open (MQTT said dead):
+        # their eventual close must not evict the node once it registered again.
+        self._orphan_streams: dict[str, int] = {}
 
     def nodes(self) -> list[NodeRecord]:
         """Registered nodes by id."""
@@ -54,6 +57,8 @@ class NodeDirectory:
         old = self._nodes.get(record.node_id)
         if old is not None:
             record.streams = old.streams
+        else:
+            record.streams = max(record.streams, self._orphan_streams.pop(record.node_id, 0))
         self._nodes[record.node_id] = record
         self._placement.join(RingMember(record.node_id, max(1, record.capacity)))
         log.info("node %s registered (%s)", record.node_id, record.grpc_address)
@@ -61,8 +66,11 @@ class NodeDirectory:
 
     def unregister(self, node_id: str) -> bool:
         """Remove a node; its chunks get new owners. False if it was unknown."""
-        if self._nodes.pop(node_id, None) is None:
+        record = self._nodes.pop(node_id, None)
+        if record is None:
             return False
+        if record.streams > 0:
+            self._orphan_streams[node_id] = record.streams
         self._placement.leave(node_id)
         log.info("node %s left", node_id)
         self._on_change()
@@ -80,6 +88,11 @@ class NodeDirectory:
         """A watch stream ended; the node leaves when it was its last one."""
         node = self._nodes.get(node_id)
         if node is None:
+            left = self._orphan_streams.get(node_id, 0) - 1
+            if left > 0:
+                self._orphan_streams[node_id] = left
+            else:
+                self._orphan_streams.pop(node_id, None)
             return
         node.streams -= 1
         if node.streams <= 0:

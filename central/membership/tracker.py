@@ -26,10 +26,11 @@ on at all (central cannot hear anyone, which says nothing about them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -127,6 +128,9 @@ class TrackerCounters:
         return dict(self.__dict__)
 
 
+_NO_KEYS: frozenset[tuple[str, str]] = frozenset()
+
+
 class _Node:
     __slots__ = (
         "bdseq",
@@ -138,6 +142,7 @@ class _Node:
         "interval_s",
         "last_heartbeat_at",
         "node_id",
+        "ready_keys",
         "seen_at",
         "since",
         "state",
@@ -160,6 +165,8 @@ class _Node:
         self.heartbeat: Heartbeat | None = None
         self.grpc_address = ""
         self.http_address = ""
+        #: (model, version) pairs the last heartbeat reports ``ready``; mirrored in the index.
+        self.ready_keys: frozenset[tuple[str, str]] = _NO_KEYS
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
 
@@ -182,28 +189,46 @@ class MembershipTracker:
         """``default_interval_s`` is assumed for a node until its first heartbeat
         declares its own ``interval_s`` (a birth carries none).
 
-        Needs a loop: ``loop`` or the running one."""
+        Runs on ``loop``, else the loop running at construction, else the one running at
+        the first call (so it can be built outside a loop, e.g. in ``Central.__init__``)."""
         if not 0 < suspect_after <= dead_after:
             raise ValueError("need 0 < suspect_after <= dead_after")
         if default_interval_s <= 0:
             raise ValueError("default_interval_s must be > 0")
         if events_kept < 1:
             raise ValueError("events_kept must be >= 1")
-        self._loop = loop or asyncio.get_running_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.suspect_after = float(suspect_after)
         self.dead_after = float(dead_after)
         self.default_interval_s = float(default_interval_s)
         self.counters = TrackerCounters()
         self._nodes: dict[str, _Node] = {}
         self._events: deque[Event] = deque(maxlen=events_kept)
+        #: model → version → ids of nodes whose last heartbeat reports it ready (any state).
+        self._ready_index: dict[str, dict[str, set[str]]] = {}
         self._listeners: list[Listener] = []
         self._publisher = publisher
         self._link_up = True
-        self._grace_from = self._loop.time()
+        self._grace_from = float("-inf")
+        if loop is None:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+        if loop is not None:
+            self._bind(loop)
         self._frozen: set[str] = set()
         self._closed = False
 
     # ----------------------------------------------------------------- wiring
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        self._loop = loop
+        self._grace_from = loop.time()  # binding counts as the first link-up
+        return loop
+
+    def _ev(self) -> asyncio.AbstractEventLoop:
+        """The loop: given, running at construction, or the one of the first call."""
+        loop = self._loop
+        return loop if loop is not None else self._bind(asyncio.get_running_loop())
 
     def subscribe(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` on every transition (on the loop); returns an unsubscribe."""
@@ -231,7 +256,7 @@ class MembershipTracker:
     def link_up(self) -> None:
         """Central (re)connected: every node gets a full window from now."""
         self._link_up = True
-        self._grace_from = self._loop.time()
+        self._grace_from = self._ev().time()
         frozen, self._frozen = self._frozen, set()
         for node_id in frozen:
             node = self._nodes.get(node_id)
@@ -251,7 +276,7 @@ class MembershipTracker:
     def on_heartbeat(self, node_id: str, hb: Heartbeat) -> None:
         """A heartbeat from ``node_id`` (already checked to match ``hb.node_id``)."""
         self.counters.heartbeats_processed += 1
-        now = self._loop.time()
+        now = self._ev().time()
         node = self._nodes.get(node_id)
         if node is None:
             node = self._nodes[node_id] = _Node(node_id, hb.bdseq, hb.interval_s, now)
@@ -287,7 +312,7 @@ class MembershipTracker:
             self._on_death(node_id, status, retained)
 
     def _on_birth(self, node_id: str, status: NodeStatus, retained: bool) -> None:
-        now = self._loop.time()
+        now = self._ev().time()
         node = self._nodes.get(node_id)
         if node is None:
             node = self._nodes[node_id] = _Node(node_id, status.bdseq, self.default_interval_s, now)
@@ -319,7 +344,7 @@ class MembershipTracker:
         node = self._nodes.get(node_id)
         if node is None:
             # Never seen alive (typically a retained death at start-up): remember it, quietly.
-            node = self._nodes[node_id] = _Node(node_id, status.bdseq, self.default_interval_s, self._loop.time())
+            node = self._nodes[node_id] = _Node(node_id, status.bdseq, self.default_interval_s, self._ev().time())
             node.state = NodeLiveness.DEAD
             node.dead_bdseq = status.bdseq
             return
@@ -345,11 +370,11 @@ class MembershipTracker:
     def get(self, node_id: str) -> NodeView | None:
         """One node, or None."""
         node = self._nodes.get(node_id)
-        return None if node is None else self._view(node, self._loop.time())
+        return None if node is None else self._view(node, self._ev().time())
 
     def nodes(self) -> list[NodeView]:
         """Every known node (dead ones too), by id."""
-        now = self._loop.time()
+        now = self._ev().time()
         return [self._view(self._nodes[k], now) for k in sorted(self._nodes)]
 
     def state_of(self, node_id: str) -> NodeLiveness | None:
@@ -366,18 +391,29 @@ class MembershipTracker:
 
     def ready_nodes(self, model: str, version: str | None = None) -> list[NodeView]:
         """Alive nodes whose last heartbeat lists ``model`` (at ``version``; None = any)
-        in state ``ready``, by id."""
-        now = self._loop.time()
-        out = []
-        for node_id in sorted(self._nodes):
-            node = self._nodes[node_id]
-            if node.state is not NodeLiveness.ALIVE or node.heartbeat is None:
-                continue
-            for m in node.heartbeat.models:
-                if m.name == model and m.state == "ready" and (version is None or m.version == version):
-                    out.append(self._view(node, now))
-                    break
-        return out
+        in state ``ready``, by id. Served from an index: cost follows the answer's size."""
+        now = self._ev().time()
+        return [self._view(self._nodes[node_id], now) for node_id in sorted(self._ready_ids(model, version))]
+
+    def ready_endpoints(self, model: str, version: str | None = None) -> list[tuple[str, str]]:
+        """(node id, http address) of ``ready_nodes``, unsorted and without building views:
+        cheap enough for a gateway to call on every request."""
+        nodes = self._nodes
+        return [(node_id, nodes[node_id].http_address) for node_id in self._ready_ids(model, version)]
+
+    def _ready_ids(self, model: str, version: str | None) -> list[str]:
+        by_version = self._ready_index.get(model)
+        if not by_version:
+            return []
+        if version is not None:
+            ids: Iterable[str] = by_version.get(version, ())
+        elif len(by_version) == 1:
+            ids = next(iter(by_version.values()))
+        else:
+            ids = set().union(*by_version.values())
+        nodes = self._nodes
+        alive = NodeLiveness.ALIVE
+        return [node_id for node_id in ids if nodes[node_id].state is alive]
 
     def events(self, limit: int | None = None) -> list[Event]:
         """The last ``limit`` events (all kept when None), oldest first."""
@@ -393,6 +429,7 @@ class MembershipTracker:
         if node is None or node.state is not NodeLiveness.DEAD:
             return False
         self._cancel(node)
+        self._reindex(node, _NO_KEYS)
         del self._nodes[node_id]
         return True
 
@@ -414,6 +451,25 @@ class MembershipTracker:
         node.interval_s = hb.interval_s
         node.grpc_address = hb.grpc_address
         node.http_address = hb.http_address
+        models = hb.models
+        keys = frozenset([(m.name, m.version) for m in models if m.state == "ready"]) if models else _NO_KEYS
+        if keys != node.ready_keys:
+            self._reindex(node, keys)
+
+    def _reindex(self, node: _Node, keys: frozenset[tuple[str, str]]) -> None:
+        index = self._ready_index
+        node_id = node.node_id
+        for name, version in node.ready_keys - keys:
+            by_version = index[name]
+            ids = by_version[version]
+            ids.discard(node_id)
+            if not ids:
+                del by_version[version]
+                if not by_version:
+                    del index[name]
+        for name, version in keys - node.ready_keys:
+            index.setdefault(name, {}).setdefault(version, set()).add(node_id)
+        node.ready_keys = keys
 
     def _next_deadline(self, node: _Node) -> float:
         base = max(node.seen_at, self._grace_from)
@@ -428,7 +484,7 @@ class MembershipTracker:
             if node.timer_at <= at:
                 return
             node.timer.cancel()
-        node.timer = self._loop.call_at(at, self._on_timer, node)
+        node.timer = self._ev().call_at(at, self._on_timer, node)
         node.timer_at = at
 
     def _cancel(self, node: _Node) -> None:
@@ -443,7 +499,7 @@ class MembershipTracker:
         if not self._link_up:
             self._frozen.add(node.node_id)
             return
-        now = self._loop.time()
+        now = self._ev().time()
         deadline = self._next_deadline(node)
         if now + _EARLY_S < deadline:
             self._arm(node, deadline)
@@ -483,7 +539,7 @@ class MembershipTracker:
         *,
         retained: bool = False,
     ) -> None:
-        now = self._loop.time()
+        now = self._ev().time()
         node.state = new
         node.since = now
         self.counters.transitions += 1
@@ -507,7 +563,7 @@ class MembershipTracker:
 
     def _notify_same(self, node: _Node, reason: str) -> None:
         if self._listeners:
-            self._emit(node, node.state, node.state, TransitionInfo(reason, self._view(node, self._loop.time()), None))
+            self._emit(node, node.state, node.state, TransitionInfo(reason, self._view(node, self._ev().time()), None))
 
     def _emit(self, node: _Node, old: NodeLiveness | None, new: NodeLiveness, info: TransitionInfo) -> None:
         for callback in list(self._listeners):

@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # settings imports the quantize step, which imports the pipel
     from central.settings import ChunkingSettings
 
 
-
 class Chunker:
     """Cuts files into chunks of about ``avg_bytes``."""
 

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.core import Central
 from central.errors import CentralError, NotFound
+from central.gateway import create_gateway_router
 from central.registry.store import VersionRecord
 from central.transport.uploads import receive_push
 
@@ -117,6 +118,32 @@ def create_app(central: Central) -> FastAPI:
             for n in central.nodes.nodes()
         ]
 
+    @app.get("/api/v1/membership")
+    async def membership() -> dict[str, Any]:
+        tracker = central.membership
+        return {
+            "counts": tracker.counts(),
+            "counters": tracker.counters.as_dict(),
+            "nodes": [
+                {
+                    "node_id": v.node_id,
+                    "state": str(v.state),
+                    "last_heartbeat_age_s": v.last_heartbeat_age_s,
+                    "bdseq": v.bdseq,
+                    "interval_s": v.interval_s,
+                    "grpc_address": v.grpc_address,
+                    "http_address": v.http_address,
+                    "models": [m.model_dump() for m in v.models],
+                    "load": v.load.model_dump() if v.load is not None else None,
+                }
+                for v in tracker.nodes()
+            ],
+        }
+
+    @app.get("/api/v1/events")
+    async def events(limit: int = 100) -> list[dict[str, Any]]:
+        return [e.model_dump() for e in central.membership.events(max(1, min(limit, 10_000)))]
+
     @app.get("/api/v1/stats")
     async def stats() -> dict[str, Any]:
         o = central.origin.stats
@@ -130,4 +157,6 @@ def create_app(central: Central) -> FastAPI:
             },
         }
 
+    if central.settings.gateway.enabled:
+        app.include_router(create_gateway_router(central.gateway))
     return app

@@ -22,7 +22,7 @@ def create_app(edge: Edge) -> FastAPI:
     app = FastAPI(
         title="modelfleet edge", version="0.1.0", telemetry={"tracing": False, "metrics": False, "logs": False}
     )
-    app.include_router(create_oip_router(edge.repository, version="0.1.0"))
+    app.include_router(create_oip_router(edge.repository, version="0.1.0", load=edge.load))
 
     @app.get("/metrics")
     async def metrics() -> Response:

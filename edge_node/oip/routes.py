@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from edge_node.heartbeat.load import LoadTracker
 from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
 from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
@@ -87,9 +88,18 @@ def _model_metadata(model: LoadedModel, versions: list[str]) -> dict[str, Any]:
     }
 
 
-def create_oip_router(repository: ModelRepository, version: str) -> APIRouter:
-    """The ``/v2`` routes over one repository."""
+def create_oip_router(repository: ModelRepository, version: str, load: LoadTracker | None = None) -> APIRouter:
+    """The ``/v2`` routes over one repository; ``load`` (if given) sees every inference."""
     router = APIRouter()
+
+    async def tracked(name: str, model_version: str | None, request: Request) -> Response:
+        if load is None:
+            return await _infer(repository, name, model_version, request)
+        started = load.begin()
+        try:
+            return await _infer(repository, name, model_version, request)
+        finally:
+            load.end(started)
 
     @router.get("/v2/health/live")
     async def live() -> Response:
@@ -139,10 +149,10 @@ def create_oip_router(repository: ModelRepository, version: str) -> APIRouter:
 
     @router.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request) -> Response:
-        return await _infer(repository, name, None, request)
+        return await tracked(name, None, request)
 
     @router.post("/v2/models/{name}/versions/{v}/infer")
     async def infer_version(name: str, v: str, request: Request) -> Response:
-        return await _infer(repository, name, v, request)
+        return await tracked(name, v, request)
 
     return router

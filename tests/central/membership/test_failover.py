@@ -114,6 +114,7 @@ async def test_timeout_death_evicts_and_rejoin_restores() -> None:
     try:
         for i in range(4):
             fleet.register(f"edge-{i}", capacity=3 if i == 1 else 1)
+            assert fleet.nodes.stream_opened(f"edge-{i}")
             fleet.tracker.on_heartbeat(f"edge-{i}", hb(f"edge-{i}", interval_s=60))
         fleet.tracker.on_heartbeat("edge-1", hb("edge-1", interval_s=0.05, seq=1))  # now goes silent
         deadline = time.monotonic() + 5
@@ -128,6 +129,7 @@ async def test_timeout_death_evicts_and_rejoin_restores() -> None:
         assert record is not None
         assert record.grpc_address == "10.0.0.1:50061" and record.http_address == "10.0.0.1:8081"
         assert record.capacity == 3  # what it had registered with before the eviction
+        assert record.streams == 1  # its watch stream may still be open: still counted
         assert fleet.ring() == {"edge-0", "edge-1", "edge-2", "edge-3"}
         fleet.assert_r_live_owners(fleet.ring())
         assert fleet.failover.restorations == 1

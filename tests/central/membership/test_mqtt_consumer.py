@@ -8,9 +8,7 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,65 +23,14 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from brokers import MosquittoBroker
 from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
 
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 REPO = Path(__file__).resolve().parents[3]
 ALIVE, SUSPECT, DEAD = NodeLiveness.ALIVE, NodeLiveness.SUSPECT, NodeLiveness.DEAD
-
-pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Broker:
-    """A private mosquitto: ``listener <port> 127.0.0.1``, anonymous, no persistence."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.host = "127.0.0.1"
-        self.port = free_port()
-        self.conf = workdir / "mosquitto.conf"
-        self.conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
-        self.log = workdir / "mosquitto.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 10.0) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mosquitto exited: {self.log.read_text()[-2000:]}")
-            try:
-                socket.create_connection((self.host, self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("mosquitto did not listen in time") from None
-                time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
 
 
 def ms() -> int:
@@ -99,7 +46,7 @@ def new_client(name: str) -> mqtt.Client:
 class FakeNode:
     """An edge's MQTT side: Last Will + retained birth, heartbeats at QoS 0."""
 
-    def __init__(self, broker: Broker, node_id: str, bdseq: int = 1, interval_s: float = 0.3) -> None:
+    def __init__(self, broker: MosquittoBroker, node_id: str, bdseq: int = 1, interval_s: float = 0.3) -> None:
         self.topics = Topics()
         self.node_id = node_id
         self.bdseq = bdseq
@@ -178,7 +125,7 @@ class FakeNode:
 class Watcher:
     """A plain subscriber collecting (topic, payload, retained) for assertions."""
 
-    def __init__(self, broker: Broker, topic: str) -> None:
+    def __init__(self, broker: MosquittoBroker, topic: str) -> None:
         self.messages: queue.Queue[tuple[str, bytes, bool]] = queue.Queue()
         self.client = new_client("watcher")
         self.client.on_connect = lambda c, *_: c.subscribe(topic, qos=1)
@@ -210,7 +157,7 @@ async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10
         await asyncio.sleep(0.02)
 
 
-def settings(broker: Broker, **kw: Any) -> MqttSettings:
+def settings(broker: MosquittoBroker, **kw: Any) -> MqttSettings:
     base: dict[str, Any] = {
         "host": broker.host,
         "port": broker.port,
@@ -223,16 +170,8 @@ def settings(broker: Broker, **kw: Any) -> MqttSettings:
     return MqttSettings(**base)
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    b = Broker(tmp_path)
-    b.start()
-    yield b
-    b.stop()
-
-
 class Harness:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MosquittoBroker) -> None:
         self.broker = broker
         self.settings = settings(broker)
         self.tracker = self.settings.make_tracker()
@@ -252,8 +191,8 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(broker: Broker) -> AsyncIterator[Harness]:
-    h = Harness(broker)
+async def harness(mosquitto: MosquittoBroker) -> AsyncIterator[Harness]:
+    h = Harness(mosquitto)
     await h.consumer.start()
     assert await h.consumer.wait_connected(10)
     yield h
@@ -382,7 +321,8 @@ CHILD = textwrap.dedent(
 )
 
 
-async def test_sigkilled_central_goes_offline_by_last_will(broker: Broker) -> None:
+async def test_sigkilled_central_goes_offline_by_last_will(mosquitto: MosquittoBroker) -> None:
+    broker = mosquitto
     topics = Topics()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
@@ -415,8 +355,8 @@ async def test_sigkilled_central_goes_offline_by_last_will(broker: Broker) -> No
                 pipe.close()
 
 
-async def test_consumer_started_before_the_broker_connects_later(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)  # not started yet
+async def test_consumer_started_before_the_broker_connects_later() -> None:
+    broker = MosquittoBroker()  # not started yet
     tracker = MembershipTracker(default_interval_s=0.3)
     consumer = MembershipConsumer(settings(broker), tracker)
     await consumer.start()
@@ -429,4 +369,4 @@ async def test_consumer_started_before_the_broker_connects_later(tmp_path: Path)
     finally:
         await consumer.stop()
         tracker.close()
-        broker.stop()
+        broker.close()

@@ -254,6 +254,29 @@ async def test_ready_nodes_and_views(tracker: MembershipTracker) -> None:
     assert tracker.counts() == {"alive": 3, "suspect": 0, "dead": 1}
 
 
+async def test_ready_index_follows_model_changes(tracker: MembershipTracker) -> None:
+    def models(*specs: tuple[str, str, str]) -> list[ModelInfo]:
+        return [ModelInfo(name=n, version=v, state=st) for n, v, st in specs]
+
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "loading")), http_address="h-a"))
+    assert tracker.ready_endpoints("m") == []
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "ready")), http_address="h-a"))
+    tracker.on_heartbeat("b", hb("b", interval_s=60, models=models(("m", "2", "ready")), http_address="h-b"))
+    assert sorted(tracker.ready_endpoints("m")) == [("a", "h-a"), ("b", "h-b")]
+    assert tracker.ready_endpoints("m", "2") == [("b", "h-b")]
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "2", "ready")), http_address="h-a"))
+    assert tracker.ready_endpoints("m", "1") == []
+    assert sorted(tracker.ready_endpoints("m", "2")) == [("a", "h-a"), ("b", "h-b")]
+    tracker.on_status("b", death(1))  # dead nodes are not candidates, though still indexed
+    assert tracker.ready_endpoints("m", "2") == [("a", "h-a")]
+    tracker.on_heartbeat("b", hb("b", bdseq=2, interval_s=60, models=models(("m", "2", "ready")), http_address="h-b"))
+    assert len(tracker.ready_endpoints("m", "2")) == 2
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=[]))
+    tracker.on_status("b", death(2))
+    assert tracker.forget("b")
+    assert tracker.ready_endpoints("m") == [] and tracker._ready_index == {}
+
+
 async def test_address_change_is_notified_without_an_event(tracker: MembershipTracker) -> None:
     rec = Recorder(tracker)
     tracker.on_status("a", birth(1))  # a birth carries no addresses
@@ -378,3 +401,21 @@ async def test_ten_thousand_nodes_exact_deaths() -> None:
         assert tracker.counters.transitions == n + 200
     finally:
         tracker.close()
+
+
+def test_built_outside_a_loop_binds_to_the_first_one() -> None:
+    tracker = MembershipTracker(default_interval_s=0.05)  # like Central.__init__, no loop yet
+
+    async def use() -> None:
+        tracker.on_status("a", birth(1))
+        await wait_state(tracker, "a", DEAD)
+
+    asyncio.run(use())
+    tracker.close()
+
+
+async def test_disabled_consumer_does_not_connect(tracker: MembershipTracker) -> None:
+    consumer = MembershipConsumer(MqttSettings(enabled=False), tracker)
+    await consumer.start()
+    assert not consumer.connected and consumer._client is None
+    await consumer.stop()

@@ -66,9 +66,7 @@ def test_deterministic_and_independent_of_member_order() -> None:
     members = ring(10)
     shuffled = list(members)
     random.Random(7).shuffle(shuffled)
-    assert (
-        place(ds, members) == place(ds, shuffled) == place(list(reversed(ds)), members)
-    )
+    assert place(ds, members) == place(ds, shuffled) == place(list(reversed(ds)), members)
 
 
 def test_independent_of_python_hash_seed() -> None:
@@ -164,9 +162,7 @@ def test_helpers_on_small_examples() -> None:
     assert max_over_mean({}, members) == 0.0
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"replicas": 0}, {"load_factor": 0.9}, {"load_factor": float("nan")}]
-)
+@pytest.mark.parametrize("kwargs", [{"replicas": 0}, {"load_factor": 0.9}, {"load_factor": float("nan")}])
 def test_invalid_parameters_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         place(digests(3), ring(3), **kwargs)  # type: ignore[arg-type]

@@ -92,12 +92,7 @@ def test_owners_of_shared_digest_come_from_first_sorted_key() -> None:
 def test_owned_by_covers_every_version() -> None:
     svc = service(4)
     svc.set_versions({V1: digests(30, "a"), V2: digests(30, "b")})
-    expected = {
-        d
-        for key in (V1, V2)
-        for d, owners in svc.placement(key).items()
-        if "edge-2" in owners
-    }
+    expected = {d for key in (V1, V2) for d, owners in svc.placement(key).items() if "edge-2" in owners}
     assert svc.owned_by("edge-2") == expected
     assert expected
     assert svc.owned_by("stranger") == set()
@@ -109,9 +104,7 @@ def test_origin_protection_rules() -> None:
     svc.set_versions({V1: ds})
     d = ds[0]
     first, second = svc.owners(d)
-    outsider = next(
-        m.node_id for m in svc.members() if m.node_id not in (first, second)
-    )
+    outsider = next(m.node_id for m in svc.members() if m.node_id not in (first, second))
     assert svc.origin_allowed(d, first, []) == (True, [first, second])
     assert svc.origin_allowed(d, second, [])[0] is False
     assert svc.origin_allowed(d, second, [first])[0] is True
@@ -128,9 +121,7 @@ def test_origin_allowed_if_any_version_allows() -> None:
     firsts = {owners[0] for owners in lists}
     for node in firsts:
         assert svc.origin_allowed(shared, node, [])[0] is True
-    outsider = next(
-        m.node_id for m in svc.members() if all(m.node_id not in o for o in lists)
-    )
+    outsider = next(m.node_id for m in svc.members() if all(m.node_id not in o for o in lists))
     assert svc.origin_allowed(shared, outsider, [])[0] is False
 
 

@@ -221,9 +221,7 @@ def _tamper_only_value_file(root: Path) -> None:
 
 
 @pytest.mark.parametrize("pinned", [False, True])
-def test_corruption_on_disk_detected(
-    tmp_path: Path, store: ChunkStore, pinned: bool
-) -> None:
+def test_corruption_on_disk_detected(tmp_path: Path, store: ChunkStore, pinned: bool) -> None:
     digest, data = make_chunk()
     store.put(digest, data)
     if pinned:
@@ -252,14 +250,10 @@ def test_reconcile_after_crash_mid_move(tmp_path: Path, store: ChunkStore) -> No
     store.close()
     # Simulate a crash that left the chunk in lru/ although it is pinned.
     settings = {"cull_limit": 0, "disk_min_file_size": 0}
-    pinned = diskcache.Cache(
-        str(tmp_path / "pinned"), eviction_policy="none", **settings
-    )
+    pinned = diskcache.Cache(str(tmp_path / "pinned"), eviction_policy="none", **settings)
     with pinned:
         assert pinned.delete(digest)
-    lru = diskcache.Cache(
-        str(tmp_path / "lru"), eviction_policy="least-recently-used", **settings
-    )
+    lru = diskcache.Cache(str(tmp_path / "lru"), eviction_policy="least-recently-used", **settings)
     with lru:
         assert lru.add(digest, data)
     with ChunkStore(tmp_path, size_limit=LIMIT, holder="node-a") as reopened:
@@ -280,10 +274,7 @@ def _child_churn(directory: str, holder: str, chunks: list[bytes]) -> None:
 def test_concurrent_processes_keep_each_others_pins(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     plan = {f"h{n}": [os.urandom(4 * KIB) for _ in range(5)] for n in range(3)}
-    procs = [
-        ctx.Process(target=_child_churn, args=(str(tmp_path), holder, chunks))
-        for holder, chunks in plan.items()
-    ]
+    procs = [ctx.Process(target=_child_churn, args=(str(tmp_path), holder, chunks)) for holder, chunks in plan.items()]
     for proc in procs:
         proc.start()
     for proc in procs:
