@@ -36,6 +36,17 @@ def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _broker(value: str | None) -> tuple[str, int] | None:
+    """``host:port`` of the MQTT broker; exit 2 with a clear line when malformed."""
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        err.print(f"[red]--broker must be host:port, got {value!r}[/red]")
+        raise typer.Exit(2)
+    return host, int(port)
+
+
 def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
     try:
         return cls(**overrides)
@@ -51,12 +62,15 @@ def central(
     http_port: Annotated[int | None, typer.Option(help="REST port (0: any free).")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0: any free).")] = None,
     host: Annotated[str | None, typer.Option(help="Bind address for both servers.")] = None,
+    broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
 ) -> None:
-    """Start central: registry REST API and gRPC Registry service."""
+    """Start central: registry REST API, gateway and gRPC Registry service."""
     from central.server import serve
     from central.settings import CentralSettings
 
     o = _overrides(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, http_host=host, grpc_host=host)
+    if (b := _broker(broker)) is not None:
+        o["mqtt"] = {"host": b[0], "port": b[1]}
     settings = _settings(CentralSettings, o)
     _logging(settings.log_level)
     _run(serve(settings))
@@ -71,6 +85,7 @@ def edge(
     grpc_port: Annotated[int | None, typer.Option(help="Peer gRPC port (0: any free).")] = None,
     http_port: Annotated[int | None, typer.Option(help="HTTP port (0: any free).")] = None,
     capacity: Annotated[int | None, typer.Option(help="Relative share of chunks to own.")] = None,
+    broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
 ) -> None:
     """Start an edge: follow central, fetch and verify chunks, serve peers."""
     from edge_node.server import serve
@@ -85,6 +100,8 @@ def edge(
         http_port=http_port,
         capacity=capacity,
     )
+    if (b := _broker(broker)) is not None:
+        o["heartbeat"] = {"broker_host": b[0], "broker_port": b[1]}
     settings = _settings(EdgeSettings, o)
     _logging(settings.log_level)
     _run(serve(settings))
