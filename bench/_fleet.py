@@ -303,14 +303,35 @@ class Fleet:
             if pending:
                 time.sleep(0.02)
 
-    def start_central(self) -> Proc:
-        """Start central on free ports with ``central_env``; returns once it printed its ready line."""
+    def start_central(self, *, http_port: int = 0, grpc_port: int = 0) -> Proc:
+        """Start central (free ports unless given) with ``central_env``; returns once it printed
+        its ready line. Started again (after ``kill_central``), it runs on the same data dir
+        and its logs go to ``central.N.out``/``.err``."""
         assert self.dir is not None, "use Fleet inside a with block"
+        old = self.central
+        if old is not None and old.alive():
+            raise RuntimeError("central is running")
         data_dir = self.dir / "central"
-        args = ["central", "--data-dir", str(data_dir), "--http-port", "0", "--grpc-port", "0"]
-        self.central = self._spawn("central", args, self.central_env, data_dir)
+        args = ["central", "--data-dir", str(data_dir), "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+        runs = 1 + sum(1 for _ in (self.dir / "logs").glob("central.*out")) if (self.dir / "logs").is_dir() else 1
+        if old is not None:
+            old.close_logs()
+        self.central = self._spawn(
+            "central", args, self.central_env, data_dir, log_name=None if runs == 1 else f"central.{runs}"
+        )
         self._wait_ready([self.central], _CENTRAL_READY)
         return self.central
+
+    def kill_central(self) -> None:
+        """SIGKILL central and reap it (for restart tests); a later ``start_central`` reuses its data dir."""
+        if self.central is not None and self.central.alive():
+            self.central.popen.kill()
+            self.central.popen.wait(timeout=10)
+
+    def central_ports(self) -> tuple[int, int]:
+        """(http port, grpc port) of the current central, to start it again on the same ones."""
+        assert self.central is not None, "start central first"
+        return int(self.central.http_url.rsplit(":", 1)[1]), int(self.central.grpc_address.rsplit(":", 1)[1])
 
     def start_edges(self, count: int, prefix: str = "e") -> list[Proc]:
         """Start ``count`` edges at once (own data and cache dirs), wait for all ready lines."""
@@ -392,6 +413,20 @@ class Fleet:
         if manifest.get("sha256") not in (None, digest):
             raise self.fail(f"central's manifest sha256 {manifest.get('sha256')} != pushed file's {digest}", [])
         return Pushed(name, version, manifest, doc.get("report", {}), digest, size, started, acked)
+
+    def membership(self) -> dict[str, Any]:
+        """``GET /api/v1/membership`` of central (MQTT liveness of every known node)."""
+        r = self.client.get(self._central_url("/api/v1/membership"))
+        r.raise_for_status()
+        doc: dict[str, Any] = r.json()
+        return doc
+
+    def events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """``GET /api/v1/events`` of central, oldest first."""
+        r = self.client.get(self._central_url("/api/v1/events"), params={"limit": limit})
+        r.raise_for_status()
+        events: list[dict[str, Any]] = r.json()
+        return events
 
     def stats(self) -> dict[str, Any]:
         """``GET /api/v1/stats`` of central (``origin.bytes_sent`` etc.)."""

@@ -41,8 +41,10 @@ class GatewaySettings(BaseModel):
     """Time budget of one request across all its attempts; what is left bounds each attempt."""
     connect_timeout_s: float = Field(1.0, gt=0)
     """Longest wait for a TCP connection to a node; beyond it the next node is tried."""
-    read_timeout_s: float = Field(5.0, gt=0)
-    """Longest a node may stay silent while sending or answering one request (then: next node)."""
+    read_timeout_s: float = Field(2.0, gt=0)
+    """Longest a node may stay silent while answering one request (then: next node). A frozen
+    node keeps accepting TCP, so this is what a request caught on it waits; edge inference
+    takes milliseconds to a few hundred, so 2 s leaves room for a loaded node."""
     failure_threshold: int = Field(3, ge=1)
     """Consecutive failures (unreachable, timeout, 5xx) that open a node's circuit breaker."""
     open_s: float = Field(2.0, ge=0)
