@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from brokers import MosquittoBroker
 
+from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, wait_for
 
