@@ -79,6 +79,9 @@ _TS_WIDTH = 13  # ms since the epoch: 13 digits until the year 2286
 _BIRTH_CHUNK = 500  # births in flight per connection before waiting for their PUBACKs
 _PING_EVERY_S = 15.0  # raw connections use keepalive 60
 _KEEPALIVE_S = 60
+_REPORT_EVERY_S = 0.2  # simulators print their sent total this often
+#: After the births, wait at most this long for central to work off its backlog.
+_CATCH_UP_TIMEOUT_S = 60.0
 
 
 def targets_for(interval_s: float) -> dict[str, float]:
@@ -310,6 +313,7 @@ def _sim_main(config_path: Path) -> int:
     cpu_t0: float | None = None
     cpu_t1: float | None = None
     wall_t0 = wall_t1 = 0.0
+    last_report = 0.0
     seq_fmt = b"%" + str(_SEQ_WIDTH).encode() + b"d"
     ts_fmt = b"%" + str(_TS_WIDTH).encode() + b"d"
     while not stop.is_set():
@@ -356,6 +360,9 @@ def _sim_main(config_path: Path) -> int:
             sent_window += count
             if first_due is not None:
                 lags.append(now - first_due)
+        if now - last_report >= _REPORT_EVERY_S:
+            last_report = now
+            print(f"sent {sent_total} {now!r}", flush=True)
         mono = time.monotonic()
         for conn in conns:
             conn.ping_if_due(mono)
@@ -403,13 +410,19 @@ class SimProc:
             preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
+        #: (heartbeats sent so far, wall time) as last reported.
+        self.sent: tuple[int, float] = (0, 0.0)
         self._pump_thread = threading.Thread(target=self._pump, name=f"{name}-stdout", daemon=True)
         self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
-            self.lines.put(line.rstrip("\n"))
+            if line.startswith("sent "):
+                _, count, at = line.split()
+                self.sent = (int(count), float(at))
+            else:
+                self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
     def expect(self, word: str, timeout_s: float) -> str:
@@ -584,6 +597,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     sims: list[SimProc] = []
     recorder: Recorder | None = None
     topic_events: list[dict[str, Any]] = []
+    broker_drops = 0
     events_kept = max(20_000, 2 * n + 1000)
     central_env = {
         "MODELFLEET_MQTT__HOST": broker.host,
@@ -591,6 +605,14 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "MODELFLEET_MQTT__EVENTS_KEPT": str(events_kept),
         **parse_env_pairs(args.central_env),
     }
+    if args.central_gc_threshold:
+        # Experiment knob: a sitecustomize that sets central's GC thresholds at start-up.
+        site = work / "site"
+        site.mkdir()
+        values = [int(x) for x in args.central_gc_threshold.split(",")]
+        (site / "sitecustomize.py").write_text(f"import gc\ngc.set_threshold(*{values!r})\n")
+        pythonpath = [str(site), str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        central_env["PYTHONPATH"] = os.pathsep.join(p for p in pythonpath if p)
     failed = True
     try:
         broker.start()
@@ -636,6 +658,22 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                 time.sleep(0.5)
             t_births_done = time.time()
             log(f"central has all {n} births {t_births_done - t_spawn:.2f}s after the simulators started")
+
+            # Heartbeats started right after the births: wait until central has worked off
+            # what queued up meanwhile (backlog under half a second of traffic, twice).
+            streak, backlog = 0, 0
+            deadline = time.monotonic() + _CATCH_UP_TIMEOUT_S
+            while streak < 2:
+                _, body = api.membership()
+                backlog = sum(s.sent[0] for s in sims) - body["counters"]["heartbeats_processed"]
+                streak = streak + 1 if backlog <= 0.5 * n * args.rate else 0
+                if time.monotonic() > deadline:
+                    errors.append(f"central never caught up after the births (backlog {backlog} heartbeats)")
+                    break
+                if streak < 2:
+                    time.sleep(1.0)
+            t_caught_up = time.time()
+            log(f"central caught up {t_caught_up - t_births_done:.1f}s later (backlog {backlog})")
 
             t_start = time.time() + max(1.0, 2 * interval)
             silence_at = t_start + args.duration_s / 2
@@ -689,6 +727,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                         topic_events.append(m.json())
             recorder.close()
         broker_log = broker.log_tail()
+        with contextlib.suppress(OSError):
+            broker_drops = sum("dropped" in line for line in broker.log_path.read_text(errors="replace").splitlines())
         broker.close()
         if not failed and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -715,13 +755,19 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             seen.add(key)
             merged.append(e)
     deaths: dict[str, list[int]] = {}
+    startup_false_dead: set[str] = set()
     suspects: set[str] = set()
     suspect_phases = {"before": 0, "window": 0, "grace": 0}
     for e in merged:
         if e.get("type") == "node_dead" and e.get("node_id"):
+            if int(e["ts"]) < t_start * 1000:
+                if e["node_id"] not in silent:
+                    startup_false_dead.add(e["node_id"])
+                continue
             deaths.setdefault(e["node_id"], []).append(int(e["ts"]))
         elif e.get("type") == "node_suspect" and e.get("node_id") and e["node_id"] not in silent:
-            suspects.add(e["node_id"])
+            if e["ts"] >= t_start * 1000:
+                suspects.add(e["node_id"])
             phase = "before" if e["ts"] < t_start * 1000 else "window" if e["ts"] < t_end * 1000 else "grace"
             suspect_phases[phase] += 1
     final_states = {v["node_id"]: v["state"] for v in body_final["nodes"]}
@@ -767,6 +813,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "false_deaths": len(false_dead),
         "false_death_ids": sorted(false_dead)[:20],
         "false_suspects": len(suspects),
+        "startup_false_deaths": len(startup_false_dead),
+        "births_to_caught_up_s": round(t_caught_up - t_births_done, 3),
         "false_suspect_events": suspect_phases,
         "missed_deaths": len(missed),
         "missed_death_ids": missed[:20],
@@ -783,6 +831,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "heartbeats_sent_total": sent_total,
         "heartbeats_processed_total": processed_all,
         "heartbeats_lost": max(0, sent_total - processed_all),
+        "broker_drop_log_lines": broker_drops,
+        "central_gc_threshold": args.central_gc_threshold,
         "counters_final": body_drained["counters"],
         "events_kept": events_kept,
         "events_rest": len(rest_events),
@@ -837,7 +887,14 @@ def print_table(r: dict[str, Any]) -> None:
         ("central_cpu_percent", _f(r["central_cpu_percent"], "{:.1f}"), f"of one core; {r['cpu_count']} here", ""),
         ("simulator_cpu_percent", _f(r["simulator_cpu_percent"], "{:.1f}"), lag, ""),
         ("broker_cpu_percent", _f(r["broker_cpu_percent"], "{:.1f}"), "", ""),
-        ("heartbeats_lost", f"{r['heartbeats_lost']}", f"of {r['heartbeats_sent_total']} sent in all", ""),
+        ("heartbeats_lost", f"{r['heartbeats_lost']}", f"of {r['heartbeats_sent_total']} sent (10 s drain)", ""),
+        (
+            "startup_false_deaths",
+            f"{r['startup_false_deaths']}",
+            f"before the window; births->central {r['births_to_central_s']:.1f}s, "
+            f"catch-up {r['births_to_caught_up_s']:.1f}s",
+            "",
+        ),
     ]
     print(f"heartbeat scale: {r['nodes']} nodes x {r['rate_per_node_s']:g}/s for {r['duration_s']:g}s")
     print(f"{'figure':<22} {'value':>10}  {'':<60} status")
@@ -865,6 +922,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-procs", type=int, default=2, help="simulator processes (connections are split)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
+    p.add_argument(
+        "--central-gc-threshold",
+        default=None,
+        metavar="G0,G1,G2",
+        help="experiment: gc.set_threshold() in central (via a sitecustomize on its PYTHONPATH)",
+    )
     p.add_argument("--py-spy", type=Path, default=None, metavar="DIR", help="profile central over the window")
     p.add_argument("--work-dir", type=Path, default=None, help="where the temp dir goes")
     p.add_argument("--keep", action="store_true", help="keep broker/central/simulator files")
