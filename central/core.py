@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from central.distribution import DesiredStateService
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
@@ -36,6 +38,7 @@ class Central:
 
     def __init__(self, settings: CentralSettings) -> None:
         self.settings = settings
+        self._refresh_pending = False
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(data / "blobs")
@@ -64,6 +67,15 @@ class Central:
         self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
 
     def _changed(self) -> None:
+        # Coalesced: a burst of births (thousands of nodes after a broker restart) or a
+        # batch of heartbeat transitions costs one re-placement, not one per node.
+        if self._refresh_pending:
+            return
+        self._refresh_pending = True
+        asyncio.get_running_loop().call_soon(self._refresh)
+
+    def _refresh(self) -> None:
+        self._refresh_pending = False
         self.desired.refresh()
 
     def start(self) -> None:
