@@ -32,8 +32,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MembershipConsumer", "MqttSettings"]
 
-#: Events queued in paho while the broker is unreachable; older ones are dropped beyond.
-_MAX_QUEUED = 1000
+#: Events queued in paho (in flight, or while the broker is unreachable); beyond it new
+#: ones are dropped. Sized for a start-up burst of one node_alive per node of a 10k fleet
+#: (~200 bytes each, so a few MB at most).
+_MAX_QUEUED = 20_000
+#: QoS 1 events awaiting the broker's ack at once; paho's default of 20 drains a burst slowly.
+_MAX_INFLIGHT = 200
 
 
 class MqttSettings(BaseModel):
@@ -142,6 +146,7 @@ class MembershipConsumer:
         # paho's signature says int, but the delay arithmetic is float throughout.
         client.reconnect_delay_set(cast(int, s.reconnect_min_s), cast(int, s.reconnect_max_s))
         client.max_queued_messages_set(_MAX_QUEUED)
+        client.max_inflight_messages_set(_MAX_INFLIGHT)
         client.will_set(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
