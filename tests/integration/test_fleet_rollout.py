@@ -32,14 +32,13 @@ async def test_push_reaches_every_edge_byte_for_byte(
     from_origin = sum(e.fetcher.stats.bytes_from_origin for e in edges)
     from_peers = sum(e.fetcher.stats.bytes_from_peers for e in edges)
     assert from_origin + from_peers == 4 * size  # every edge fetched each byte exactly once
-    assert origin["bytes_sent"] == from_origin
     if peer_errors == 0:
         # Each chunk left the origin once, to its first owner; the rest came from peers.
-        assert from_origin == size
+        assert origin["bytes_sent"] == from_origin == size
     else:
         # A peer that timed out on a loaded machine sends its requester to the origin for
         # that chunk only; the fleet still stays near one copy from the origin.
-        assert size <= from_origin <= 1.25 * size
+        assert size <= from_origin <= origin["bytes_sent"] <= 1.25 * size
 
 
 async def test_every_chunk_has_two_distinct_owners_spread_over_the_fleet(
