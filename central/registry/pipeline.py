@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import onnx
-
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
 from central.registry.sqlite_impl import utc_now
@@ -35,7 +33,6 @@ class PushContext:
     keep_fp32: bool = False
     #: A scratch directory for this push (quantized files, ...); removed after the push.
     work_dir: Path | None = None
-    model: onnx.ModelProto | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
     #: Files to store, by artifact name; "fp32" is the upload, quantization adds "int8".
@@ -67,9 +64,8 @@ class ValidateStep:
 
     def run(self, ctx: PushContext) -> None:
         """Reject what is not a valid self-contained ONNX model."""
-        ctx.model = load_checked(ctx.upload)
-        ctx.inputs, ctx.outputs = signature(ctx.model)
-        ctx.model = None  # the proto can be large; later steps re-read the file
+        # The proto can be large: it is not kept in the context; later steps re-read the file.
+        ctx.inputs, ctx.outputs = signature(load_checked(ctx.upload))
 
 
 class ChunkStep:

@@ -28,7 +28,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         digest = request.digest
         if not is_digest(digest):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest!r}")
-        data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.read, digest)
+        data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.store.get, digest)
         if data is None:
             owners = self._fetcher.view.owners(digest) or list(request.owners)
             if self._fetcher.node_id not in owners:
