@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+# Tests spawn central and edge processes with Popen (preexec_fn: fork, then exec). With
+# gRPC loaded here, its fork handlers restart the event-engine poller in the child, whose
+# epoll fd close_fds has just closed: the child can abort with "epoll_wait error: Bad file
+# descriptor" before it execs (grpc/grpc#43055). The test process never uses gRPC across
+# a fork, so fork support is off, before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
