@@ -1,0 +1,65 @@
+"""``modelfleet central`` and ``modelfleet edge``: options → settings → server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from modelfleet.cli._common import build_settings, overrides, parse_broker, run_server, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service commands to ``app``."""
+    app.command()(central)
+    app.command()(edge)
+
+
+def central(
+    data_dir: Annotated[Path | None, typer.Option(help="Registry data directory.")] = None,
+    http_port: Annotated[int | None, typer.Option(help="REST port (0: any free).")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0: any free).")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address for both servers.")] = None,
+    broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
+) -> None:
+    """Start central: registry REST API, gateway and gRPC Registry service."""
+    from central.server import serve
+    from central.settings import CentralSettings
+
+    o = overrides(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, http_host=host, grpc_host=host)
+    if (b := parse_broker(broker)) is not None:
+        o["mqtt"] = {"host": b[0], "port": b[1]}
+    settings = build_settings(CentralSettings, o)
+    setup_logging(settings.log_level)
+    run_server(serve(settings))
+
+
+def edge(
+    node_id: Annotated[str | None, typer.Option(help="Unique node id.")] = None,
+    central: Annotated[str | None, typer.Option(help="Central's gRPC address host:port.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Edge data directory.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Shared chunk cache directory.")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="Peer gRPC port (0: any free).")] = None,
+    http_port: Annotated[int | None, typer.Option(help="HTTP port (0: any free).")] = None,
+    capacity: Annotated[int | None, typer.Option(help="Relative share of chunks to own.")] = None,
+    broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
+) -> None:
+    """Start an edge: follow central, fetch and verify chunks, serve peers."""
+    from edge_node.server import serve
+    from edge_node.settings import EdgeSettings
+
+    o = overrides(
+        node_id=node_id,
+        central=central,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        grpc_port=grpc_port,
+        http_port=http_port,
+        capacity=capacity,
+    )
+    if (b := parse_broker(broker)) is not None:
+        o["heartbeat"] = {"broker_host": b[0], "broker_port": b[1]}
+    settings = build_settings(EdgeSettings, o)
+    setup_logging(settings.log_level)
+    run_server(serve(settings))
