@@ -10,6 +10,7 @@ from central.membership import NodeDirectory
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker
+from central.observability import CentralMetrics
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.quantize import QuantizeStep
@@ -65,6 +66,7 @@ class Central:
         self.desired = DesiredStateService(self.placement, self.registry.active_versions, self.nodes.peers)
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
+        self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
 
     def _changed(self) -> None:
         # Coalesced: a burst of births (thousands of nodes after a broker restart) or a

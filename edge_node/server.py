@@ -18,6 +18,7 @@ from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, 
 from edge_node.heartbeat import HeartbeatPublisher, LoadTracker, edge_snapshot
 from edge_node.http.app import create_app
 from edge_node.inference import ModelRepository, SessionFactory, available_providers
+from edge_node.observability import EdgeStateCollector
 from edge_node.peer import PeerServicer
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, Materializer
@@ -66,6 +67,7 @@ class Edge:
             edge_snapshot(self, self.load, lambda: "stopping" if self._stopped else "online"),
             settings.data_dir,
         )
+        self.repository.metrics_registry.register(EdgeStateCollector(self))
 
     @property
     def advertise_host(self) -> str:

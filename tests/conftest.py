@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
@@ -131,6 +132,24 @@ def version_state(edge: Edge, name: str, version: str) -> str | None:
     """The state an edge reports for one version, or None."""
     progress = edge.materializer.progress.get((name, version))
     return progress.state if progress else None
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def metric_samples(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition: (name, labels) → value. Parsed with
+    prometheus_client's own parser, so a malformed exposition fails the test."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; 0.0 when absent (a labelled counter not yet incremented)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 async def push(api: httpx.AsyncClient, name: str, path: Path, **params: str) -> httpx.Response:

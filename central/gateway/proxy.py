@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -142,6 +142,8 @@ class GatewayProxy:
         self.read_timeout_s = read_timeout_s
         self.max_body_bytes = max_body_bytes
         self.stats = GatewayStats()
+        #: Called with (model, status, seconds) for every answered request (metrics).
+        self.observer: Callable[[str, int, float], None] | None = None
         # Keep-alive expiry below uvicorn's default 5 s idle timeout, so a pooled
         # connection is dropped here before the edge closes it under a request.
         limits = httpx.Limits(

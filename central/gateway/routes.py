@@ -12,6 +12,7 @@ states, and counters."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -99,7 +100,10 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
             proxy.stats.too_large += 1
             return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
         key = request.headers.get(AFFINITY_HEADER) or None
+        started = time.perf_counter()
         answer = await proxy.forward(name, version, body, request.headers, key)
+        if proxy.observer is not None:
+            proxy.observer(name, answer.status, time.perf_counter() - started)
         return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
 
     @router.post("/v2/models/{name}/infer")

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from central.core import Central
 from central.errors import CentralError, NotFound
 from central.gateway import create_gateway_router
+from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
 from central.transport.uploads import receive_push
 
@@ -157,6 +158,7 @@ def create_app(central: Central) -> FastAPI:
             },
         }
 
+    app.include_router(create_metrics_router(central.metrics))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway))
     return app

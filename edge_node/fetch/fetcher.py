@@ -34,6 +34,7 @@ class FetchStats:
     """What this node fetched, from where, and what went wrong."""
 
     cache_hits: int = 0
+    bytes_from_cache: int = 0
     chunks_from_peers: int = 0
     chunks_from_origin: int = 0
     bytes_from_peers: int = 0
@@ -109,6 +110,7 @@ class ChunkFetcher:
         """Return once ``digest`` is in the cache; raises FetchFailed."""
         if digest in self.hot or await asyncio.to_thread(self.store.has, digest):
             self.stats.cache_hits += 1
+            self.stats.bytes_from_cache += size
             return
         future = self._inflight.get(digest)
         if future is None:

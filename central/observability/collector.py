@@ -1,0 +1,218 @@
+"""Metrics read from central's live state at scrape time: nothing here is updated on
+the hot paths, so a scrape costs what it reads and serving costs nothing.
+
+Runs on the event loop (the ``/metrics`` route calls it there), like every other
+reader of the tracker, the placement and the gateway."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from central.core import Central
+    from central.gateway import GatewayProxy
+    from central.membership.tracker import MembershipTracker
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CentralStateCollector", "blob_usage"]
+
+_GATEWAY_COUNTERS = (
+    ("attempts", "modelfleet_gateway_attempts", "Requests the gateway sent to nodes (a request may take several)."),
+    (
+        "retries",
+        "modelfleet_gateway_retries",
+        "Attempts after the first of a request: a node failed, the next was tried.",
+    ),
+    ("node_failures", "modelfleet_gateway_node_failures", "Attempts that failed: unreachable, timed out or 5xx."),
+)
+_ROLLOUT_STATES = ("canary", "rolling", "complete", "rolled_back")
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def blob_usage(root: Path) -> tuple[int, int]:
+    """(blobs, bytes) under a blob store root (``sha256/ab/abcd…``); one stat per blob."""
+    count = size = 0
+    with os.scandir(root) as shards:
+        for shard in shards:
+            if not shard.is_dir():
+                continue
+            with os.scandir(shard.path) as blobs:
+                for blob in blobs:
+                    if blob.is_file() and not blob.name.startswith("."):
+                        count += 1
+                        size += blob.stat().st_size
+    return count, size
+
+
+class CentralStateCollector(Collector):
+    """Membership, nodes, placement, registry, origin, gateway and rollout figures."""
+
+    def __init__(self, central: Central) -> None:
+        self._central = central
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family, read now."""
+        c = self._central
+        yield from _membership(c.membership)
+        yield from self._nodes()
+        yield from self._registry()
+        o = c.origin.stats
+        yield _counter("modelfleet_origin_sent_bytes", "Chunk bytes central sent as the origin.", o.bytes_sent)
+        yield _counter("modelfleet_origin_chunks_sent", "Chunks central sent as the origin.", o.chunks_sent)
+        yield _counter(
+            "modelfleet_origin_refused", "Origin fetches refused because an owner had to be tried first.", o.refused
+        )
+        yield from _gateway(c.gateway)
+        yield from _rollouts(getattr(c, "rollouts", None))
+
+    def _nodes(self) -> Iterator[Metric]:
+        c = self._central
+        members = c.nodes.nodes()
+        yield _gauge("modelfleet_nodes", "Nodes registered with central (on the placement ring).", len(members))
+        chunks = GaugeMetricFamily(
+            "modelfleet_placement_chunks", "Chunks of the active versions each node owns.", labels=("node",)
+        )
+        for n in members:
+            chunks.add_metric((n.node_id,), len(c.placement.owned_by(n.node_id)))
+        yield chunks
+        failover = c.failover
+        if failover is not None:
+            yield _counter(
+                "modelfleet_failovers",
+                "Dead nodes taken off the placement ring (their chunks got new owners).",
+                failover.evictions,
+            )
+            yield _counter(
+                "modelfleet_node_restorations", "Nodes put back on the ring after coming back.", failover.restorations
+            )
+        yield _gauge(
+            "modelfleet_desired_state_generation", "Desired-state generation (bumped by every change).",
+            c.desired.generation,
+        )  # fmt: skip
+
+    def _registry(self) -> Iterator[Metric]:
+        c = self._central
+        models = c.registry.list_models()
+        yield _gauge("modelfleet_registry_models", "Models in the registry.", len(models))
+        yield _gauge("modelfleet_registry_versions", "Model versions in the registry.", sum(m.versions for m in models))
+        count, size = blob_usage(c.blobs.root)
+        yield _gauge("modelfleet_registry_blobs", "Chunk blobs stored by central.", count)
+        yield _gauge("modelfleet_registry_blob_bytes", "Bytes of chunk blobs stored by central.", size)
+
+
+def _membership(tracker: MembershipTracker) -> Iterator[Metric]:
+    states = GaugeMetricFamily(
+        "modelfleet_membership_nodes", "Nodes known over MQTT, by liveness state.", labels=("state",)
+    )
+    for state, n in sorted(tracker.counts().items()):
+        states.add_metric((state,), n)
+    yield states
+    k = tracker.counters
+    yield _counter("modelfleet_heartbeats_processed", "Heartbeats central's tracker processed.", k.heartbeats_processed)
+    yield _counter(
+        "modelfleet_membership_statuses_processed", "Birth and death messages processed.", k.statuses_processed
+    )
+    dropped = CounterMetricFamily(
+        "modelfleet_membership_messages_dropped",
+        "MQTT messages dropped unprocessed: malformed (did not parse or match its topic) or oversized.",
+        labels=("reason",),
+    )
+    dropped.add_metric(("malformed",), k.malformed_dropped)
+    dropped.add_metric(("oversized",), k.oversized_dropped)
+    yield dropped
+    stale = CounterMetricFamily(
+        "modelfleet_membership_stale_ignored",
+        "Messages of a superseded session (older bdseq) ignored, by kind.",
+        labels=("kind",),
+    )
+    stale.add_metric(("heartbeat",), k.stale_heartbeats_ignored)
+    stale.add_metric(("birth",), k.stale_births_ignored)
+    stale.add_metric(("death",), k.stale_deaths_ignored)
+    yield stale
+    yield _gauge("modelfleet_membership_events_kept", "Events held for the API and dashboard.", len(tracker.events()))
+
+
+def _gateway(proxy: GatewayProxy) -> Iterator[Metric]:
+    stats = proxy.stats
+    for attr, name, doc in _GATEWAY_COUNTERS:
+        yield _counter(name, doc, getattr(stats, attr))
+    in_flight = GaugeMetricFamily(
+        "modelfleet_gateway_in_flight", "Gateway requests in flight to each node.", labels=("node",)
+    )
+    breakers = GaugeMetricFamily(
+        "modelfleet_gateway_breakers", "Per-node circuit breakers by state.", labels=("state",)
+    )
+    by_state: dict[str, int] = {"closed": 0, "open": 0, "half_open": 0}
+    for node in proxy.router.snapshot()["nodes"]:
+        in_flight.add_metric((node["node_id"],), node["outstanding"])
+        state = str(node["breaker"]["state"])
+        by_state[state] = by_state.get(state, 0) + 1
+    for state, n in sorted(by_state.items()):
+        breakers.add_metric((state,), n)
+    yield in_flight
+    yield breakers
+
+
+def _rollout_docs(service: Any) -> list[Mapping[str, Any]]:
+    """The rollouts of ``service`` as mappings, newest first (duck-typed: read defensively)."""
+    for name in ("list", "list_rollouts", "all"):
+        fn = getattr(service, name, None)
+        if callable(fn):
+            items = fn()
+            break
+    else:
+        return []
+    docs: list[Mapping[str, Any]] = []
+    for item in items:
+        dump = getattr(item, "model_dump", None)
+        docs.append(dump() if callable(dump) else item if isinstance(item, Mapping) else vars(item))
+    return docs
+
+
+def _rollouts(service: Any) -> Iterator[Metric]:
+    if service is None:
+        return
+    try:
+        docs = _rollout_docs(service)
+    except Exception:  # a scrape must not fail because one part cannot be read
+        log.exception("rollout metrics unavailable")
+        return
+    by_state = dict.fromkeys(_ROLLOUT_STATES, 0)
+    nodes = GaugeMetricFamily(
+        "modelfleet_rollout_nodes",
+        "Nodes of each model's latest rollout by their state on the new version (pending, loading, ready, failed).",
+        labels=("model", "version", "state"),
+    )
+    seen: set[str] = set()
+    for doc in docs:
+        state = str(doc.get("state"))
+        by_state[state] = by_state.get(state, 0) + 1
+        model = str(doc.get("model"))
+        if model in seen:
+            continue
+        seen.add(model)
+        counts: dict[str, int] = dict.fromkeys(("pending", "loading", "ready", "failed"), 0)
+        for node_state in (doc.get("nodes") or {}).values():
+            counts[str(node_state)] = counts.get(str(node_state), 0) + 1
+        for node_state, n in sorted(counts.items()):
+            nodes.add_metric((model, str(doc.get("version")), node_state), n)
+    rollouts = GaugeMetricFamily("modelfleet_rollouts", "Rollouts by state.", labels=("state",))
+    for state, n in sorted(by_state.items()):
+        rollouts.add_metric((state,), n)
+    yield rollouts
+    yield nodes

@@ -1,0 +1,26 @@
+"""``GET /metrics``: central's metrics in the Prometheus text format."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from central.observability.instruments import CentralMetrics
+
+__all__ = ["create_metrics_router"]
+
+
+def create_metrics_router(metrics: CentralMetrics) -> APIRouter:
+    """The scrape endpoint over ``metrics``' registry."""
+    router = APIRouter()
+
+    @router.get("/metrics", include_in_schema=False)
+    async def scrape() -> Response:
+        # On the loop on purpose: the collector reads loop-owned state (tracker, ring).
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,128 @@
+"""A Prometheus collector over one ``Edge``: counters that already exist as
+attributes (cache, fetcher, peer servicer, heartbeat publisher) are read at scrape
+time instead of being duplicated on the hot paths."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from edge_node.server import Edge
+
+__all__ = ["EdgeStateCollector"]
+
+#: States a version's files go through (``edge_node.sync.materializer.VersionProgress``).
+VERSION_STATES = ("pending", "fetching", "complete", "failed")
+#: States of a model version in ONNX Runtime (``edge_node.inference.repository``).
+MODEL_STATES = ("loading", "ready", "failed", "retired")
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _by_label(
+    family: CounterMetricFamily | GaugeMetricFamily, values: dict[str, int]
+) -> CounterMetricFamily | GaugeMetricFamily:
+    for label, value in sorted(values.items()):
+        family.add_metric((label,), value)
+    return family
+
+
+class EdgeStateCollector(Collector):
+    """Cache, fetch, peer, heartbeat and version figures of one edge."""
+
+    def __init__(self, edge: Edge) -> None:
+        self._edge = edge
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family, read now."""
+        yield from self._cache()
+        yield from self._fetch()
+        yield from self._heartbeat()
+        yield from self._versions()
+
+    def _cache(self) -> Iterator[Metric]:
+        s = self._edge.store.stats()
+        yield _gauge("modelfleet_cache_bytes", "Bytes of chunks in the local cache.", s.bytes)
+        yield _gauge("modelfleet_cache_capacity_bytes", "Cache size cap (pinned chunks may exceed it).", s.capacity)
+        yield _gauge(
+            "modelfleet_cache_pinned_bytes", "Bytes of chunks pinned by versions this node holds.", s.pinned_bytes
+        )
+        yield _gauge("modelfleet_cache_entries", "Chunks in the local cache.", s.entries)
+        yield _counter("modelfleet_cache_hits", "Chunk reads served by the cache (verified).", s.hits)
+        yield _counter("modelfleet_cache_misses", "Chunk reads the cache could not serve.", s.misses)
+        yield _counter("modelfleet_cache_read_bytes", "Bytes read from the cache.", s.bytes_read)
+        yield _counter("modelfleet_cache_written_bytes", "Bytes written into the cache.", s.bytes_written)
+        yield _counter("modelfleet_cache_evictions", "Chunks evicted to stay under the cap.", s.evictions)
+
+    def _fetch(self) -> Iterator[Metric]:
+        f = self._edge.fetcher.stats
+        chunks = CounterMetricFamily(
+            "modelfleet_fetch_chunks", "Chunks this node needed, by where they came from.", labels=("source",)
+        )
+        yield _by_label(chunks, {"cache": f.cache_hits, "peer": f.chunks_from_peers, "origin": f.chunks_from_origin})
+        chunk_bytes = CounterMetricFamily(
+            "modelfleet_fetch_bytes", "Chunk bytes this node needed, by where they came from.", labels=("source",)
+        )
+        yield _by_label(
+            chunk_bytes, {"cache": f.bytes_from_cache, "peer": f.bytes_from_peers, "origin": f.bytes_from_origin}
+        )
+        yield _counter("modelfleet_fetch_failures", "Chunks no owner nor the origin could deliver.", f.failures)
+        yield _counter("modelfleet_fetch_peer_errors", "Failed chunk requests to peers.", sum(f.peer_errors.values()))
+        yield _counter(
+            "modelfleet_fetch_origin_refusals", "Origin refusals (an owner had to be tried first).", f.origin_refusals
+        )
+        rejected = CounterMetricFamily(
+            "modelfleet_fetch_rejected",
+            "Chunks refused because their bytes did not match the digest.",
+            labels=("source",),
+        )
+        by_source: Counter[str] = Counter({"peer": 0, "origin": 0})
+        for source, n in f.rejected_corrupt.items():
+            by_source["origin" if source == "origin" else "peer"] += n
+        yield _by_label(rejected, dict(by_source))
+        peer = self._edge.peer_servicer
+        yield _counter("modelfleet_peer_served_chunks", "Chunks this node served to peers.", peer.chunks_served)
+        yield _counter("modelfleet_peer_served_bytes", "Chunk bytes this node served to peers.", peer.bytes_served)
+
+    def _heartbeat(self) -> Iterator[Metric]:
+        hb = self._edge.heartbeat
+        yield _counter("modelfleet_heartbeats_sent", "Heartbeats handed to the MQTT client.", hb.heartbeats_sent)
+        yield _counter(
+            "modelfleet_heartbeats_dropped", "Heartbeats not sent (no connection, full queue, snapshot error).",
+            hb.heartbeats_dropped,
+        )  # fmt: skip
+        yield _counter("modelfleet_mqtt_connects", "Successful connections to the MQTT broker.", hb.connects)
+        yield _gauge("modelfleet_mqtt_connected", "1 while connected to the MQTT broker.", int(hb.connected))
+        yield _gauge(
+            "modelfleet_central_connected", "1 while the desired-state stream to central is open.",
+            int(self._edge.follower.connected.is_set()),
+        )  # fmt: skip
+
+    def _versions(self) -> Iterator[Metric]:
+        files: Counter[str] = Counter(dict.fromkeys(VERSION_STATES, 0))
+        for p in self._edge.materializer.progress.values():
+            files[p.state] += 1
+        yield _by_label(
+            GaugeMetricFamily(
+                "modelfleet_edge_versions", "Versions this node holds, by file state.", labels=("state",)
+            ),
+            dict(files),
+        )
+        models: Counter[str] = Counter(dict.fromkeys(MODEL_STATES, 0))
+        for m in self._edge.repository.models():
+            models[str(m.state)] += 1
+        yield _by_label(
+            GaugeMetricFamily("modelfleet_edge_models", "Model versions in ONNX Runtime, by state.", labels=("state",)),
+            dict(models),
+        )
