@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from central.dashboard.service import DashboardService
 from central.distribution import DesiredStateService
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
@@ -66,6 +67,7 @@ class Central:
         self.desired = DesiredStateService(self.placement, self.registry.active_versions, self.nodes.peers)
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
+        self.dashboard = DashboardService(self)
         self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
 
     def _changed(self) -> None:

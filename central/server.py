@@ -80,6 +80,7 @@ class CentralServer:
         if self.central.mqtt is not None:  # first: freezes the tracker, nobody is evicted
             await self.central.mqtt.stop()
         if self._http is not None and self._http_task is not None:
+            self.central.dashboard.close()  # open event streams would hold uvicorn's shutdown
             self._http.should_exit = True
             await self._http_task
         if self._grpc is not None:

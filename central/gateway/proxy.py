@@ -39,6 +39,7 @@ import httpx
 import orjson
 
 from central.gateway.candidates import Candidate
+from central.gateway.rolling import RollingStats
 from central.gateway.router import GatewayRouter
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ class GatewayProxy:
         self.read_timeout_s = read_timeout_s
         self.max_body_bytes = max_body_bytes
         self.stats = GatewayStats()
+        #: Requests per second and latency over the last minute (for the dashboard).
+        self.rolling = RollingStats()
         #: Called with (model, status, seconds) for every answered request (metrics).
         self.observer: Callable[[str, int, float], None] | None = None
         # Keep-alive expiry below uvicorn's default 5 s idle timeout, so a pooled

@@ -102,6 +102,7 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
         key = request.headers.get(AFFINITY_HEADER) or None
         started = time.perf_counter()
         answer = await proxy.forward(name, version, body, request.headers, key)
+        proxy.rolling.record(time.perf_counter() - started, ok=answer.status < 500)
         if proxy.observer is not None:
             proxy.observer(name, answer.status, time.perf_counter() - started)
         return Response(content=answer.body, status_code=answer.status, headers=answer.headers)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fleetwire.mqtt.payloads import Event, LoadInfo, ModelInfo
+from fleetwire.mqtt.payloads import CacheInfo, Event, LoadInfo, ModelInfo
 
 __all__ = [
     "REASON_ADDRESSES",
@@ -55,6 +55,8 @@ class NodeView:
     load: LoadInfo | None
     reported_state: str | None
     state_since: float
+    #: The chunk cache as of the last heartbeat (None before the first).
+    cache: CacheInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

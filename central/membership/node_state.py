@@ -80,4 +80,5 @@ class TrackedNode:
             load=hb.load if hb is not None else None,
             reported_state=hb.state if hb is not None else None,
             state_since=self.since,
+            cache=hb.cache if hb is not None else None,
         )

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.core import Central
+from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound
 from central.gateway import create_gateway_router
 from central.observability import create_metrics_router
@@ -159,6 +160,7 @@ def create_app(central: Central) -> FastAPI:
         }
 
     app.include_router(create_metrics_router(central.metrics))
+    app.include_router(create_dashboard_router(central.dashboard))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway))
     return app

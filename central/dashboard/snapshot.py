@@ -1,0 +1,173 @@
+"""One JSON document with everything the dashboard draws, built from central's services.
+
+Read-only and synchronous: every source is an in-memory structure on the loop (the
+tracker, the node directory, the placement), except the model list, which is one small
+SQLite read. Ages are computed here, in seconds, so the page needs no clock agreement
+with central: it adds the time elapsed since the document arrived."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from central.membership.liveness import NodeView
+
+if TYPE_CHECKING:
+    from central.core import Central
+
+__all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "build_snapshot", "membership_event"]
+
+#: Events of the membership/rollout log sent with each snapshot (newest first).
+MAX_EVENTS = 60
+#: Chunks per version drawn in the chunk map; a version with more is drawn truncated.
+MAX_CHUNK_CELLS = 512
+#: Versions listed per model (newest first).
+MAX_VERSIONS = 6
+
+
+def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[str, Any]:
+    """One node row: liveness from the tracker, registration from the directory."""
+    load = view.load.model_dump() if view is not None and view.load is not None else None
+    cache = view.cache.model_dump() if view is not None and view.cache is not None else None
+    return {
+        "node_id": view.node_id if view is not None else record.node_id,
+        # A node registered over gRPC but never heard on MQTT has no liveness yet.
+        "state": str(view.state) if view is not None else "unknown",
+        "state_age_s": round(now - view.state_since, 3) if view is not None else None,
+        "last_heartbeat_age_s": _round(view.last_heartbeat_age_s) if view is not None else None,
+        "interval_s": view.interval_s if view is not None else None,
+        "reported_state": view.reported_state if view is not None else None,
+        "http_address": (view.http_address if view is not None else "") or (record.http_address if record else ""),
+        "registered": record is not None,
+        "capacity": record.capacity if record is not None else None,
+        "labels": dict(record.labels) if record is not None else {},
+        "load": load,
+        "cache": cache,
+        "models": [m.model_dump() for m in view.models] if view is not None else [],
+        "owned_chunks": owned,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def nodes_section(central: Central, now: float) -> list[dict[str, Any]]:
+    """Every node the tracker or the directory knows, by id."""
+    views = {v.node_id: v for v in central.membership.nodes()}
+    records = {r.node_id: r for r in central.nodes.nodes()}
+    placement = central.placement
+    return [
+        _node(views.get(node_id), records.get(node_id), now, len(placement.owned_by(node_id)))
+        for node_id in sorted(views.keys() | records.keys())
+    ]
+
+
+def models_section(central: Central, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Models with their latest versions, the active one, and where each version stands."""
+    registry = central.registry
+    active = {m.name: m.version for m in registry.active_versions()}
+    out = []
+    for model in registry.list_models():
+        records = sorted(registry.list_versions(model.name), key=lambda r: r.seq, reverse=True)[:MAX_VERSIONS]
+        serving: dict[str, dict[str, list[str]]] = {}
+        for node in nodes:
+            for m in node["models"]:
+                if m["name"] == model.name:
+                    serving.setdefault(m["version"], {}).setdefault(m["state"], []).append(node["node_id"])
+        out.append(
+            {
+                "name": model.name,
+                "active_version": active.get(model.name),
+                "latest": model.latest,
+                "version_count": model.versions,
+                "versions": [
+                    {
+                        "version": r.version,
+                        "size": r.manifest.size,
+                        "chunks": len(r.manifest.chunks),
+                        "artifact": r.manifest.artifact,
+                        "created_at": r.created_at,
+                    }
+                    for r in records
+                ],
+                "serving": serving,
+            }
+        )
+    return out
+
+
+def placement_section(central: Central) -> list[dict[str, Any]]:
+    """For each active version: its chunks' owners in file order and a per-node count."""
+    out = []
+    for manifest in central.registry.active_versions():
+        owners_by_digest = central.placement.placement(manifest.key)
+        per_node: dict[str, dict[str, int]] = {}
+        for owners in owners_by_digest.values():
+            for rank, node_id in enumerate(owners):
+                counts = per_node.setdefault(node_id, {"primary": 0, "replica": 0})
+                counts["primary" if rank == 0 else "replica"] += 1
+        digests = list(owners_by_digest)
+        out.append(
+            {
+                "model": manifest.name,
+                "version": manifest.version,
+                "chunks": len(digests),
+                "per_node": per_node,
+                "owners": [owners_by_digest[d] for d in digests[:MAX_CHUNK_CELLS]],
+            }
+        )
+    return out
+
+
+def gateway_section(central: Central) -> dict[str, Any]:
+    """The gateway's counters, its rate/latency now and a minute of history."""
+    proxy = central.gateway
+    return {
+        "enabled": central.settings.gateway.enabled,
+        "totals": asdict(proxy.stats),
+        "now": proxy.rolling.summary(),
+        "series": proxy.rolling.series(),
+    }
+
+
+def central_section(central: Central) -> dict[str, Any]:
+    """Central's own state: desired-state generation, broker link, detection settings."""
+    tracker = central.membership
+    mqtt = central.settings.mqtt
+    return {
+        "generation": central.desired.generation,
+        "mqtt_enabled": mqtt.enabled,
+        "broker_link_up": tracker.link_is_up if mqtt.enabled else None,
+        "suspect_after": tracker.suspect_after,
+        "dead_after": tracker.dead_after,
+        "counts": tracker.counts(),
+        "counters": tracker.counters.as_dict(),
+        "origin_bytes_sent": central.origin.stats.bytes_sent,
+    }
+
+
+def build_snapshot(central: Central, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages)."""
+    nodes = nodes_section(central, loop_now)
+    return {
+        "ts": time.time(),
+        "central": central_section(central),
+        "nodes": nodes,
+        "models": models_section(central, nodes),
+        "placement": placement_section(central),
+        "rollouts": rollouts,
+        "events": [e.model_dump() for e in reversed(central.membership.events(MAX_EVENTS))],
+        "gateway": gateway_section(central),
+    }
+
+
+def membership_event(node_id: str, new_state: str, view: NodeView, event: dict[str, Any] | None) -> dict[str, Any]:
+    """What the stream sends the moment a node changes state (before the next snapshot)."""
+    return {
+        "node_id": node_id,
+        "state": new_state,
+        "last_heartbeat_age_s": _round(view.last_heartbeat_age_s),
+        "event": event,
+    }
