@@ -30,7 +30,7 @@ test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 
-bench: $(STAMP)  ## the benchmarks at full size; JSON lands in bench/out/
+bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report in docs/benchmarks.md
 	mkdir -p bench/out
 	$(PY) -m bench.placement --json bench/out/placement.json
 	$(PY) -m bench.distribution --edges 8 --json bench/out/distribution.json
@@ -39,6 +39,10 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON lands in bench/out/
 	-bash bench/ensure_wrk.sh
 	$(PY) -m bench.serving --clients 64 --json bench/out/serving.json
 	$(PY) -m bench.warm_start --json bench/out/warm_start.json
+	bash scripts/ensure_mosquitto.sh
+	$(PY) -m bench.failover --json bench/out/failover.json
+	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
+	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
 up: $(STAMP)  ## a local fleet with a demo model (arrives with the operator issue)
 	@echo "make up arrives with the operator issue; for now start central and edges by hand (README)" && exit 1

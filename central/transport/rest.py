@@ -17,7 +17,8 @@ from central.errors import CentralError, NotFound
 from central.gateway import create_gateway_router
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
-from central.transport.uploads import receive_push
+from central.transport.rollout_routes import create_rollout_router
+from central.transport.uploads import parse_flag, receive_push
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +82,18 @@ def create_app(central: Central) -> FastAPI:
     @app.post("/api/v1/models/{name:path}/versions", status_code=201)
     async def push(name: str, request: Request) -> dict[str, Any]:
         registry.check_request(name, request.query_params.get("version"))
+        activate = parse_flag("activate", request.query_params.get("activate") or "true")
         pushed = await receive_push(request, central.staging)
         calibration = pushed.calibration.path if pushed.calibration else None
         try:
+            central.rollouts.before_push(name, activate)
             result = await registry.push(
                 name, pushed.version, pushed.labels, pushed.upload, calibration=calibration, keep_fp32=pushed.keep_fp32
             )
         finally:
             pushed.discard()
+        if activate:  # before the coalesced refresh runs: one plan, the new stable version
+            central.rollouts.activated(name, result.manifest.version)
         return {"manifest": result.manifest.model_dump(), "report": result.report}
 
     @app.get("/api/v1/models/{name}/versions/{version}")
@@ -102,6 +107,7 @@ def create_app(central: Central) -> FastAPI:
 
     @app.delete("/api/v1/models/{name}/versions/{version}", status_code=204)
     async def delete_version(name: str, version: str) -> Response:
+        central.rollouts.check_deletable(name, version)
         await registry.delete(name, version)
         return Response(status_code=204)
 
@@ -161,6 +167,7 @@ def create_app(central: Central) -> FastAPI:
 
     app.include_router(create_metrics_router(central.metrics))
     app.include_router(create_dashboard_router(central.dashboard))
+    app.include_router(create_rollout_router(central.rollouts))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway))
     return app
