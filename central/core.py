@@ -21,6 +21,7 @@ from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, Pus
 from central.registry.service import RegistryService
 from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
+from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
 from central.settings import CentralSettings
 
 
@@ -64,11 +65,34 @@ class Central:
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
         self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
         self.gateway = create_gateway(TrackerNodeSource(self.membership), settings.gateway)
-        self.desired = DesiredStateService(self.placement, self.registry.active_versions, self.nodes.peers)
+        self.rollouts = self._rollout_service(settings)
+        self.desired = DesiredStateService(
+            self.placement, self.rollouts.active_versions, self.nodes.peers, serving=self.rollouts.serving
+        )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
         self.dashboard = DashboardService(self)
         self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
+
+    def _rollout_service(self, settings: CentralSettings) -> RolloutService:
+        """Rollouts over the node directory and heartbeats, stored beside the registry."""
+        fleet = DirectoryFleet(self.nodes, self.membership)
+        book = RolloutBook(RolloutStore(settings.data_dir / "rollouts.sqlite3"), self._latest_versions)
+        r = settings.rollout
+        controller = RolloutController(
+            book,
+            fleet,
+            emit=self.membership.record_event,
+            on_change=self._changed,
+            interval_s=r.interval_s,
+            stuck_after_s=r.stuck_after_s,
+        )
+        self._rollout_controller = controller
+        self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.evaluate_all())
+        return RolloutService(book, controller, self.store, fleet)
+
+    def _latest_versions(self) -> dict[str, str | None]:
+        return {m.name: m.latest for m in self.store.list_models()}
 
     def _changed(self) -> None:
         # Coalesced: a burst of births (thousands of nodes after a broker restart) or a
@@ -85,8 +109,11 @@ class Central:
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
         self.desired.refresh()
+        self._rollout_controller.start()
 
     def close(self) -> None:
         """Release the tracker's timers and the metadata store."""
+        self._rollouts_unsubscribe()
+        self.rollouts.close()
         self.membership.close()
         self.store.close()

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from central.gateway import GatewaySettings
 from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
+from central.rollout.settings import RolloutSettings
 
 
 class ChunkingSettings(BaseModel):
@@ -75,4 +76,5 @@ class CentralSettings(BaseSettings):
     quantize: QuantizeSettings = Field(default_factory=QuantizeSettings)
     mqtt: MqttSettings = Field(default_factory=MqttSettings, description="MQTT liveness: heartbeats, failover, status.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
     log_level: str = Field("info", description="Python logging level name.")

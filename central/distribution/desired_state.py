@@ -1,5 +1,8 @@
 """Computes each node's desired state and wakes its watch stream on every change.
 
+Every node holds every active version (chunks it owns are seeded); which of them it
+serves comes from ``serving`` (the rollout plan: a stable version, or a rollout's).
+
 A change (a version committed or deleted, a node joining or leaving) bumps one
 generation counter and notifies every stream at once, so edges hear of it within
 milliseconds, not on a poll interval."""
@@ -41,8 +44,12 @@ class DesiredStateService:
         placement: PlacementService,
         active_versions: Callable[[], list[Manifest]],
         peers: Callable[[], dict[str, str]],
+        serving: Callable[[str], set[tuple[str, str]]] | None = None,
     ) -> None:
+        """``active_versions``: every version some node needs; ``serving(node_id)``: the
+        ``(name, version)`` pairs that node serves (None: every active version)."""
         self._placement = placement
+        self._serving = serving
         self._active_versions = active_versions
         self._peers = peers
         self._generation = 0
@@ -70,8 +77,11 @@ class DesiredStateService:
 
     def state_for(self, node_id: str) -> DesiredState:
         """The desired state of ``node_id`` right now."""
+        served = self._serving(node_id) if self._serving is not None else None
         versions = [
-            VersionAssignment(manifest=m, serve=True, placement=self._placement.placement(m.key))
+            VersionAssignment(
+                manifest=m, serve=served is None or m.key in served, placement=self._placement.placement(m.key)
+            )
             for m in self._manifests
         ]
         return DesiredState(

@@ -284,6 +284,12 @@ class MembershipTracker:
         ids = ready_ids(self._ready_index, nodes, model, version)
         return [(node_id, nodes[node_id].http_address) for node_id in ids]
 
+    def record_event(self, event: Event) -> None:
+        """Keep and publish an event from elsewhere in central (rollouts), beside the
+        membership events, so dashboards read one log."""
+        self._notifier.events.append(event)
+        self._notifier.events.publish(event)
+
     def events(self, limit: int | None = None) -> list[Event]:
         """The last ``limit`` events (all kept when None), oldest first."""
         return self._notifier.events.last(limit)

@@ -44,6 +44,7 @@ class ModelInfo(_Payload):
     version: str
     state: str
     error: str | None = None
+    errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
 
 
 class CacheInfo(_Payload):

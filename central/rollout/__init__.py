@@ -1,0 +1,26 @@
+"""Staged rollouts: canary waves by label selector, soak and promote, and automatic
+rollback past a failure threshold, persisted beside the registry."""
+
+from __future__ import annotations
+
+from central.rollout.book import RolloutBook
+from central.rollout.controller import RolloutController
+from central.rollout.fleet import DirectoryFleet, FleetView
+from central.rollout.model import Rollout, RolloutRequest
+from central.rollout.plan import ServingPlan
+from central.rollout.service import RolloutService
+from central.rollout.settings import RolloutSettings
+from central.rollout.store import RolloutStore
+
+__all__ = [
+    "DirectoryFleet",
+    "FleetView",
+    "Rollout",
+    "RolloutBook",
+    "RolloutController",
+    "RolloutRequest",
+    "RolloutService",
+    "RolloutSettings",
+    "RolloutStore",
+    "ServingPlan",
+]

@@ -1,0 +1,67 @@
+"""The rollouts and release pointers in memory, written through to ``RolloutStore``.
+
+Everything runs on central's loop; SQLite writes are small and synchronous, so a
+state change is durable before anyone is told about it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from central.rollout.model import Rollout
+from central.rollout.plan import ServingPlan
+from central.rollout.store import Release, RolloutStore
+
+
+class RolloutBook:
+    """Every rollout (oldest first) and every model's release pointer."""
+
+    def __init__(self, store: RolloutStore, latest_versions: Callable[[], dict[str, str | None]]) -> None:
+        self._store = store
+        self._latest_versions = latest_versions
+        self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}
+        self._releases: dict[str, Release] = store.releases()
+
+    def rollouts(self, model: str | None = None) -> list[Rollout]:
+        """Rollouts, oldest first (of ``model`` only when given)."""
+        return [r for r in self._rollouts.values() if model is None or r.model == model]
+
+    def in_progress(self, model: str | None = None) -> list[Rollout]:
+        """Rollouts in canary or rolling state."""
+        return [r for r in self.rollouts(model) if r.in_progress]
+
+    def epoch(self, model: str) -> int:
+        """The last rollout id of ``model`` that a plain push superseded."""
+        release = self._releases.get(model)
+        return release.epoch if release else 0
+
+    def has_release(self, model: str) -> bool:
+        """Whether ``model``'s stable version is pinned (else it is the latest version)."""
+        return model in self._releases
+
+    def add(self, rollout: Rollout) -> Rollout:
+        """Store a new rollout and give it its id."""
+        stored = self._store.insert(rollout)
+        self._rollouts[stored.id] = stored
+        return stored
+
+    def save(self, rollout: Rollout) -> None:
+        """Persist a changed rollout."""
+        self._rollouts[rollout.id] = rollout
+        self._store.update(rollout)
+
+    def set_release(self, model: str, stable: str | None, *, supersede: bool) -> None:
+        """Pin ``model``'s stable version; ``supersede`` retires every rollout so far."""
+        epoch = max((r.id for r in self.rollouts(model)), default=0) if supersede else self.epoch(model)
+        self._store.set_release(model, stable, epoch)
+        self._releases[model] = Release(model, stable, epoch)
+
+    def plan(self) -> ServingPlan:
+        """The serving plan of this moment (reads the registry's latest versions)."""
+        stable = dict(self._latest_versions())
+        stable.update({m: r.stable for m, r in self._releases.items() if m in stable})
+        epochs = {m: r.epoch for m, r in self._releases.items()}
+        return ServingPlan(stable, epochs, [r for r in self._rollouts.values() if r.model in stable])
+
+    def close(self) -> None:
+        """Close the store."""
+        self._store.close()

@@ -1,0 +1,158 @@
+"""Moves rollouts on: every ``interval_s`` (and on membership changes) it refreshes each
+in-progress rollout's progress from the fleet's heartbeats and acts on the verdict:
+promote after a healthy soak, complete, or abort and roll back past the threshold.
+
+State transitions live here too, so the operator's promote and rollback and the
+controller's own take the same path: persist, tell the event log, re-plan the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from central.rollout.book import RolloutBook
+from central.rollout.fleet import FleetView
+from central.rollout.model import Rollout, RolloutState, matches
+from central.rollout.progress import Verdict, choose_canaries, decide, node_progress
+from fleetwire.mqtt.payloads import Event
+
+log = logging.getLogger(__name__)
+
+
+class RolloutController:
+    """Evaluates in-progress rollouts periodically; owns their state transitions."""
+
+    def __init__(
+        self,
+        book: RolloutBook,
+        fleet: FleetView,
+        *,
+        emit: Callable[[Event], None],
+        on_change: Callable[[], None],
+        interval_s: float = 0.5,
+        stuck_after_s: float = 60.0,
+    ) -> None:
+        self._book = book
+        self._fleet = fleet
+        self._emit = emit
+        self._on_change = on_change
+        self.interval_s = interval_s
+        self.stuck_after_s = stuck_after_s
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Evaluate now and then every ``interval_s`` (needs the running loop)."""
+        self._tick()
+
+    def stop(self) -> None:
+        """Stop evaluating."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        try:
+            self.evaluate_all()
+        except Exception:
+            log.exception("rollout evaluation failed")
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+
+    def evaluate_all(self, now: float | None = None) -> None:
+        """Evaluate every in-progress rollout once."""
+        for rollout in self._book.in_progress():
+            self.evaluate(rollout, time.time() if now is None else now)
+
+    def evaluate(self, rollout: Rollout, now: float) -> Rollout:
+        """Refresh ``rollout``'s progress, act on the verdict, persist what changed."""
+        labels = self._fleet.labels()
+        r = rollout.model_copy(deep=True)
+        r.targets = sorted(n for n, node_labels in labels.items() if matches(r.selector, node_labels))
+        waves_changed = self._pick_canaries(r)
+        errors = self._refresh_nodes(r, rollout)
+        r.healthy_since = self._healthy_since(r, now)
+        verdict = decide(r, now, errors)
+        self._note_stall(r, rollout, verdict, now)
+        r.reason = verdict.reason
+        if verdict.decision == "roll_back":
+            return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
+        if verdict.decision == "promote":
+            return self.transition(r, "rolling", "promoted after a healthy soak", "rollout_promoted")
+        if verdict.decision == "complete":
+            return self.transition(r, "complete", None, "rollout_completed")
+        if r != rollout:
+            r.updated_at = now
+            self._book.save(r)
+        if waves_changed:
+            self._on_change()
+        return r
+
+    def _pick_canaries(self, r: Rollout) -> bool:
+        """Choose canaries once there are targets; again when every chosen one is gone."""
+        if r.state != "canary" or set(r.canary_nodes) & set(r.targets):
+            return False
+        chosen = choose_canaries(r, r.targets)
+        changed = chosen != r.canary_nodes
+        r.canary_nodes = chosen
+        return changed
+
+    def _refresh_nodes(self, r: Rollout, before: Rollout) -> dict[str, str]:
+        """Per-node progress (a failure sticks), counts and rate; returns node → error."""
+        errors: dict[str, str] = {}
+        nodes = {}
+        for node_id in r.targets:
+            in_wave = r.state == "rolling" or node_id in r.canary_nodes
+            reported = self._fleet.reported(node_id)
+            progress = node_progress(r, in_wave, reported)
+            if before.nodes.get(node_id) == "failed":
+                progress = "failed"
+            if progress == "failed":
+                info = next((m for m in reported or () if (m.name, m.version) == (r.model, r.version)), None)
+                errors[node_id] = (info.error if info and info.error else None) or "inference errors reported"
+            nodes[node_id] = progress
+        r.nodes = nodes
+        r.ready = sum(1 for p in nodes.values() if p == "ready")
+        r.failed = sum(1 for p in nodes.values() if p == "failed")
+        reported_count = r.ready + r.failed
+        r.failure_rate = r.failed / reported_count if reported_count else 0.0
+        return errors
+
+    @staticmethod
+    def _healthy_since(r: Rollout, now: float) -> float | None:
+        """The soak clock: set when every canary first reports ready, reset when one stops."""
+        healthy = (
+            r.state == "canary" and bool(r.canary_nodes) and all(r.nodes.get(n) == "ready" for n in r.canary_nodes)
+        )
+        return (r.healthy_since or now) if healthy else None
+
+    def _note_stall(self, r: Rollout, before: Rollout, verdict: Verdict, now: float) -> None:
+        """Send ``rollout_stuck`` once per stall of ``stuck_after_s`` with no node progress."""
+        if r.nodes != before.nodes or r.state != before.state:
+            r.progressed_at, r.stuck_reported = now, False
+            return
+        if not verdict.blocked:
+            return
+        if not r.stuck_reported and now - r.progressed_at >= self.stuck_after_s:
+            r.stuck_reported = True
+            log.warning("rollout %d of %s stuck: %s", r.id, r.model, verdict.reason)
+            self._emit(rollout_event("rollout_stuck", r, verdict.reason))
+
+    def transition(self, r: Rollout, state: RolloutState, reason: str | None, event: str) -> Rollout:
+        """Move ``r`` to ``state``, persist it, send ``event`` and re-plan the fleet."""
+        r = r.model_copy(update={"state": state, "reason": reason, "updated_at": time.time()})
+        if state != "canary":
+            r.healthy_since = None
+        self._book.save(r)
+        log.info("rollout %d of %s:%s is %s (%s)", r.id, r.model, r.version, state, reason or "-")
+        self._emit(rollout_event(event, r, reason))
+        self._on_change()
+        return r
+
+
+def rollout_event(event_type: str, r: Rollout, reason: str | None = None) -> Event:
+    """A rollout event for central's event log and the MQTT events topic."""
+    detail: dict[str, object] = {"model": r.model, "version": r.version, "rollout_id": r.id}
+    if reason:
+        detail["reason"] = reason
+    return Event(type=event_type, ts=int(time.time() * 1000), detail=detail)

@@ -1,0 +1,45 @@
+"""What the rollout controller needs to know about the fleet: registered nodes with
+their labels (the node directory) and what each last reported (MQTT heartbeats)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from central.membership import NodeDirectory
+from central.membership.tracker import MembershipTracker
+from fleetwire.mqtt.payloads import ModelInfo
+
+
+class FleetView(Protocol):
+    """Nodes and their reports, as the controller sees them."""
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        """node id → labels of every node in the fleet now."""
+
+    def labels_of(self, node_id: str) -> dict[str, str]:
+        """The labels of one node ({} when unknown)."""
+
+    def reported(self, node_id: str) -> list[ModelInfo] | None:
+        """The model versions ``node_id`` last reported; None before its first heartbeat."""
+
+
+class DirectoryFleet:
+    """``FleetView`` over the node directory and the membership tracker."""
+
+    def __init__(self, nodes: NodeDirectory, tracker: MembershipTracker) -> None:
+        self._nodes = nodes
+        self._tracker = tracker
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        """Registered nodes (the ring members) and the labels they announced."""
+        return {n.node_id: n.labels for n in self._nodes.nodes()}
+
+    def labels_of(self, node_id: str) -> dict[str, str]:
+        """The labels ``node_id`` registered with."""
+        record = self._nodes.get(node_id)
+        return record.labels if record is not None else {}
+
+    def reported(self, node_id: str) -> list[ModelInfo] | None:
+        """The models in ``node_id``'s last heartbeat."""
+        view = self._tracker.get(node_id)
+        return None if view is None or view.last_heartbeat_at is None else view.models

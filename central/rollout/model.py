@@ -1,0 +1,95 @@
+"""The rollout record as central stores it and the REST API returns it.
+
+One pydantic model is both the SQLite row (as JSON) and the API body, so what an
+operator sees after a central restart is exactly what was persisted."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RolloutState = Literal["canary", "rolling", "complete", "rolled_back"]
+NodeProgress = Literal["pending", "loading", "ready", "failed"]
+
+#: States in which the controller still moves a rollout on.
+IN_PROGRESS: frozenset[str] = frozenset({"canary", "rolling"})
+#: States in which a rollout decides what its nodes serve.
+IN_EFFECT: frozenset[str] = frozenset({"canary", "rolling", "complete"})
+_PRIVATE = {"healthy_since", "progressed_at", "stuck_reported"}
+
+
+class RolloutRequest(BaseModel):
+    """The body of ``POST /api/v1/models/{name}/rollouts``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    version: str = Field(min_length=1)
+    """The stored version to roll out (pushed with ``activate=false`` or earlier)."""
+    canary: float = Field(0.1, gt=0, le=1)
+    """Fraction of the selected nodes that get the version first (at least one node)."""
+    selector: dict[str, str] = Field(default_factory=dict)
+    """Label equality match on the nodes' announced labels; empty selects every node."""
+    soak_s: float | None = Field(None, ge=0)
+    """None: wait for a manual promote; a number: promote that long after every canary is healthy."""
+    failure_threshold: float = Field(0.25, ge=0, le=1)
+    """Abort and roll back when the failed fraction of reporting nodes exceeds this."""
+    min_nodes: int = Field(1, ge=1)
+    """Reports on the new version needed before the failure rate counts."""
+
+    @field_validator("version")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return value.strip()
+
+
+class Rollout(RolloutRequest):
+    """A rollout with its progress; ``reason`` says in words why it waits or ended."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    id: int = 0
+    model: str
+    previous_version: str | None = None
+    state: RolloutState = "canary"
+    targets: list[str] = Field(default_factory=list)
+    canary_nodes: list[str] = Field(default_factory=list)
+    nodes: dict[str, NodeProgress] = Field(default_factory=dict)
+    ready: int = 0
+    failed: int = 0
+    failure_rate: float = 0.0
+    reason: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    #: When every canary was first seen healthy (the soak clock); not part of the contract.
+    healthy_since: float | None = None
+    #: When the node progress last changed (for ``rollout_stuck``); not part of the contract.
+    progressed_at: float = Field(default_factory=time.time)
+    #: Whether a ``rollout_stuck`` event was sent for the current stall.
+    stuck_reported: bool = False
+
+    def public(self) -> dict[str, object]:
+        """The contract's JSON form (the controller's bookkeeping left out)."""
+        return self.model_dump(mode="json", exclude=_PRIVATE)
+
+    @property
+    def in_progress(self) -> bool:
+        """Canary or rolling: the controller still acts on it."""
+        return self.state in IN_PROGRESS
+
+    def in_wave(self, node_id: str, labels: dict[str, str]) -> bool:
+        """Whether ``node_id`` serves this rollout's version now (ignores rolled-back state)."""
+        if not matches(self.selector, labels):
+            return False
+        return self.state != "canary" or node_id in self.canary_nodes
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Label equality match; an empty selector matches every node."""
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def describe_selector(selector: dict[str, str]) -> str:
+    """``zone=b,tier=gpu``, or ``(every node)``."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "(every node)"

@@ -1,0 +1,92 @@
+"""One evaluation of a rollout against what the fleet reports: per-node progress, the
+failure rate, and the decision (wait, promote, complete, roll back) with its reason.
+
+Pure functions over plain values, so the controller's rules are testable without a
+fleet and read in one place."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from central.rollout.model import NodeProgress, Rollout, describe_selector
+from fleetwire.mqtt.payloads import ModelInfo
+
+Decision = Literal["wait", "promote", "complete", "roll_back"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the controller should do next, and why (in words, for ``reason``)."""
+
+    decision: Decision
+    reason: str | None
+    #: True while nodes hold the rollout up (no node matches, or nodes have not loaded).
+    blocked: bool = False
+
+
+def choose_canaries(rollout: Rollout, targets: Sequence[str]) -> list[str]:
+    """``ceil(canary × targets)`` nodes (at least one), picked by a hash of the model,
+    version and node id: stable across restarts, different across versions."""
+    if not targets:
+        return []
+    count = max(1, math.ceil(rollout.canary * len(targets) - 1e-9))
+
+    def rank(node_id: str) -> str:
+        return hashlib.sha256(f"{rollout.model}:{rollout.version}:{node_id}".encode()).hexdigest()
+
+    return sorted(sorted(targets, key=rank)[:count])
+
+
+def node_progress(rollout: Rollout, in_wave: bool, reported: Sequence[ModelInfo] | None) -> NodeProgress:
+    """One node's progress on the rollout's version, from its last heartbeat."""
+    if not in_wave:
+        return "pending"
+    info = next((m for m in reported or () if m.name == rollout.model and m.version == rollout.version), None)
+    if info is None:
+        return "loading"
+    if info.state in ("failed", "error") or info.errors > 0:
+        return "failed"
+    return "ready" if info.state == "ready" else "loading"
+
+
+def failure_reason(rollout: Rollout, errors: dict[str, str]) -> str:
+    """Why a rollout is rolled back: the rate, the threshold and the first node's error."""
+    reported = rollout.ready + rollout.failed
+    first = next(iter(sorted(errors.items())), None)
+    detail = f"; {first[0]}: {first[1]}" if first else ""
+    return (
+        f"{rollout.failed} of {reported} nodes failed on version {rollout.version}"
+        f" ({rollout.failure_rate:.0%} > threshold {rollout.failure_threshold:.0%}){detail}"
+    )
+
+
+def _waiting(nodes: list[str], what: str, version: str) -> str:
+    shown = ", ".join(nodes[:5]) + (", …" if len(nodes) > 5 else "")
+    plural = "node" if len(nodes) == 1 else "nodes"
+    return f"waiting for {len(nodes)} {what}{plural} to load version {version}: {shown}"
+
+
+def decide(rollout: Rollout, now: float, errors: dict[str, str]) -> Verdict:
+    """The next step for an in-progress rollout whose progress fields are up to date."""
+    reported = rollout.ready + rollout.failed
+    if reported >= rollout.min_nodes and rollout.failure_rate > rollout.failure_threshold:
+        return Verdict("roll_back", failure_reason(rollout, errors))
+    if not rollout.targets:
+        return Verdict("wait", f"no node matches selector {describe_selector(rollout.selector)}", blocked=True)
+    wave = rollout.canary_nodes if rollout.state == "canary" else rollout.targets
+    behind = [n for n in wave if rollout.nodes.get(n) != "ready"]
+    if behind:
+        return Verdict("wait", _waiting(behind, "canary " if rollout.state == "canary" else "", rollout.version), True)
+    if rollout.state == "rolling":
+        return Verdict("complete", None)
+    healthy = f"canary healthy on {len(wave)} {'node' if len(wave) == 1 else 'nodes'}"
+    if rollout.soak_s is None:
+        return Verdict("wait", f"{healthy}; waiting for a manual promote")
+    left = rollout.soak_s - (now - (rollout.healthy_since or now))
+    if left <= 0:
+        return Verdict("promote", None)
+    return Verdict("wait", f"{healthy}; promoting in {left:.0f} s")

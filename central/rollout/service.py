@@ -1,0 +1,137 @@
+"""The operator's side of rollouts: start, promote, roll back, list; plus the hooks the
+push route and the desired-state service use to ask what each node serves."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from central.errors import Conflict, NotFound
+from central.registry.store import MetadataStore
+from central.rollout.book import RolloutBook
+from central.rollout.controller import RolloutController
+from central.rollout.fleet import FleetView
+from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, matches
+from central.rollout.plan import ServingPlan
+from fleetwire.manifest import Manifest
+
+
+class RolloutService:
+    """Staged rollouts of stored versions, and the stable version of every model."""
+
+    def __init__(
+        self, book: RolloutBook, controller: RolloutController, store: MetadataStore, fleet: FleetView
+    ) -> None:
+        self._book = book
+        self._controller = controller
+        self._store = store
+        self._fleet = fleet
+        self._plan: ServingPlan | None = None
+
+    # -- operator API -------------------------------------------------------------------
+
+    def start(self, model: str, request: RolloutRequest) -> Rollout:
+        """Begin rolling ``request.version`` out; its canaries are chosen at once."""
+        if self._store.get_version(model, request.version) is None:
+            raise NotFound(f"model {model!r} has no version {request.version!r}")
+        if running := self._book.in_progress(model):
+            r = running[-1]
+            raise Conflict(f"rollout {r.id} of {model} to version {r.version} is in progress ({r.state})")
+        previous = self._previous_version(model, request.selector)
+        if previous == request.version:
+            raise Conflict(f"the selected nodes already serve {model} version {request.version}")
+        r = self._book.add(Rollout(model=model, previous_version=previous, **request.model_dump()))
+        self._controller.transition(r, "canary", None, "rollout_started")
+        return self._controller.evaluate(self._book_get(r.id), time.time())
+
+    def promote(self, model: str) -> Rollout:
+        """Send the canary rollout of ``model`` to every selected node; 409 unless in canary."""
+        r = self.get(model)
+        if r.state != "canary":
+            raise Conflict(f"rollout {r.id} of {model} is {r.state}, not canary; nothing to promote")
+        return self._controller.transition(r, "rolling", "promoted by the operator", "rollout_promoted")
+
+    def rollback(self, model: str, reason: str = "rolled back by the operator") -> Rollout:
+        """Take the in-progress or latest completed rollout of ``model`` back."""
+        epoch = self._book.epoch(model)
+        effective = [r for r in self._book.rollouts(model) if r.state in IN_EFFECT and r.id > epoch]
+        if not effective:
+            raise Conflict(f"{model} has no rollout in progress or completed to roll back")
+        r = effective[-1]
+        if r.previous_version is None:
+            raise Conflict(f"rollout {r.id} of {model} has no previous version to go back to")
+        return self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back")
+
+    def all(self) -> list[Rollout]:
+        """Every rollout, newest first."""
+        return sorted(self._book.rollouts(), key=lambda r: r.id, reverse=True)
+
+    def get(self, model: str) -> Rollout:
+        """``model``'s in-progress rollout, else its latest; 404 when it never had one."""
+        rollouts = self._book.rollouts(model)
+        if not rollouts:
+            raise NotFound(f"model {model!r} has no rollout")
+        running = [r for r in rollouts if r.in_progress]
+        return (running or rollouts)[-1]
+
+    # -- push and delete hooks ------------------------------------------------------------
+
+    def before_push(self, model: str, activate: bool) -> None:
+        """Refuse a plain push during a rollout; pin the stable version before a stored-only one."""
+        if activate:
+            if running := self._book.in_progress(model):
+                raise Conflict(
+                    f"rollout {running[-1].id} of {model} is in progress; promote or roll it back,"
+                    " or push with activate=false"
+                )
+        elif not self._book.has_release(model):
+            self._book.set_release(model, self._plan_now().stable(model), supersede=False)
+
+    def activated(self, model: str, version: str) -> None:
+        """A plain push: ``version`` is what every node serves now, past rollouts aside."""
+        self._book.set_release(model, version, supersede=True)
+
+    def check_deletable(self, model: str, version: str) -> None:
+        """409 when some node serves or may serve ``version``."""
+        if version in self._plan_now().versions_needed(model):
+            raise Conflict(f"{model}:{version} is served by nodes or part of a rollout; roll it back first")
+
+    # -- desired state ----------------------------------------------------------------------
+
+    def active_versions(self) -> list[Manifest]:
+        """Every version some node serves or may serve soon (re-plans; called per refresh)."""
+        self._plan = plan = self._book.plan()
+        out = []
+        for model in plan.models:
+            for version in sorted(plan.versions_needed(model)):
+                record = self._store.get_version(model, version)
+                if record is not None:
+                    out.append(record.manifest)
+        return out
+
+    def serving(self, node_id: str) -> set[tuple[str, str]]:
+        """``(model, version)`` pairs ``node_id`` serves under the last plan."""
+        plan = self._plan or self._plan_now()
+        return plan.serving(node_id, self._fleet.labels_of(node_id))
+
+    def _plan_now(self) -> ServingPlan:
+        return self._book.plan()
+
+    def _previous_version(self, model: str, selector: dict[str, str]) -> str | None:
+        """What the selected nodes serve now (the most common answer), else the stable version."""
+        plan = self._plan_now()
+        served = Counter(
+            plan.version_for(model, node_id, labels)
+            for node_id, labels in self._fleet.labels().items()
+            if matches(selector, labels)
+        )
+        served.pop(None, None)
+        return served.most_common(1)[0][0] if served else plan.stable(model)
+
+    def _book_get(self, rollout_id: int) -> Rollout:
+        return next(r for r in self._book.rollouts() if r.id == rollout_id)
+
+    def close(self) -> None:
+        """Stop the controller and close the store."""
+        self._controller.stop()
+        self._book.close()

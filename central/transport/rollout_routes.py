@@ -1,0 +1,40 @@
+"""REST routes of staged rollouts (contract: the rollout section of the operator API).
+Thin: each route calls ``RolloutService`` and returns the rollout's public JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from central.registry.service import check_name
+from central.rollout import RolloutRequest, RolloutService
+
+
+def create_rollout_router(rollouts: RolloutService) -> APIRouter:
+    """``/api/v1`` routes that start, show, promote and roll back rollouts."""
+    router = APIRouter(prefix="/api/v1")
+
+    @router.post("/models/{name}/rollouts", status_code=201)
+    async def start(name: str, body: RolloutRequest) -> dict[str, Any]:
+        check_name("model name", name)
+        check_name("version", body.version)
+        return rollouts.start(name, body).public()
+
+    @router.get("/rollouts")
+    async def list_rollouts() -> list[dict[str, Any]]:
+        return [r.public() for r in rollouts.all()]
+
+    @router.get("/models/{name}/rollout")
+    async def current(name: str) -> dict[str, Any]:
+        return rollouts.get(name).public()
+
+    @router.post("/models/{name}/rollout/promote")
+    async def promote(name: str) -> dict[str, Any]:
+        return rollouts.promote(name).public()
+
+    @router.post("/models/{name}/rollback")
+    async def rollback(name: str) -> dict[str, Any]:
+        return rollouts.rollback(name).public()
+
+    return router
