@@ -22,7 +22,7 @@ from central.errors import CentralError
 from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
 from central.quantize.guard import GUARD_BATCH, Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
-from central.registry.pipeline import PushContext
+from central.registry.pipeline import PushContext, report_progress
 from central.registry.validate import signature
 from fleetwire.manifest import TensorSpec
 
@@ -84,7 +84,9 @@ class QuantizeStep:
             return
         started = time.perf_counter()
         guard_batch = size if fixed else GUARD_BATCH
+        report_progress("guard", "start")
         agreement = measure_agreement(ctx.upload, out, held_out, ctx.outputs, batch_size=guard_batch, fixed_batch=fixed)
+        report_progress("guard", "end")
         report["guard_seconds"] = round(time.perf_counter() - started, 4)
         report.update(_result_fields(result, agreement, self.settings.threshold))
         ctx.artifacts["int8"] = out

@@ -5,6 +5,8 @@ steps to insert here; nothing else has to change."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,6 +17,18 @@ from central.registry.sqlite_impl import utc_now
 from central.registry.validate import load_checked, signature
 from fleetwire.digest import sha256_file
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
+
+#: Told ``(step, "start" | "end")`` as a push moves on, from the pipeline's worker thread.
+#: Set by a transport that streams progress to the operator (``?progress=ndjson``); the
+#: worker thread inherits it from the request's context, so no signature has to change.
+push_progress: ContextVar[Callable[[str, str], None] | None] = ContextVar("push_progress", default=None)
+
+
+def report_progress(step: str, phase: str) -> None:
+    """Tell a listening client that ``step`` starts or ends; nothing when nobody listens."""
+    listener = push_progress.get()
+    if listener is not None:
+        listener(step, phase)
 
 
 @dataclass
@@ -136,7 +150,9 @@ class PushPipeline:
         timings: dict[str, float] = {}
         for step in self.steps:
             started = time.perf_counter()
+            report_progress(step.name, "start")
             step.run(ctx)
+            report_progress(step.name, "end")
             timings[step.name] = round(time.perf_counter() - started, 4)
         ctx.report["step_seconds"] = timings
         assert ctx.manifest is not None, "the pipeline has no manifest step"

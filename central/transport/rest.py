@@ -17,6 +17,7 @@ from central.errors import CentralError, NotFound
 from central.gateway import create_gateway_router
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
+from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import parse_flag, receive_push
 
@@ -79,22 +80,33 @@ def create_app(central: Central) -> FastAPI:
     async def list_versions(name: str) -> list[dict[str, Any]]:
         return [_version_summary(r) for r in registry.list_versions(name)]
 
-    @app.post("/api/v1/models/{name:path}/versions", status_code=201)
-    async def push(name: str, request: Request) -> dict[str, Any]:
+    @app.post("/api/v1/models/{name:path}/versions", status_code=201, response_model=None)
+    async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
         pushed = await receive_push(request, central.staging)
-        calibration = pushed.calibration.path if pushed.calibration else None
-        try:
-            central.rollouts.before_push(name, activate)
-            result = await registry.push(
-                name, pushed.version, pushed.labels, pushed.upload, calibration=calibration, keep_fp32=pushed.keep_fp32
-            )
-        finally:
-            pushed.discard()
-        if activate:  # before the coalesced refresh runs: one plan, the new stable version
-            central.rollouts.activated(name, result.manifest.version)
-        return {"manifest": result.manifest.model_dump(), "report": result.report}
+
+        async def commit() -> dict[str, Any]:
+            calibration = pushed.calibration.path if pushed.calibration else None
+            try:
+                central.rollouts.before_push(name, activate)
+                result = await registry.push(
+                    name,
+                    pushed.version,
+                    pushed.labels,
+                    pushed.upload,
+                    calibration=calibration,
+                    keep_fp32=pushed.keep_fp32,
+                )
+            finally:
+                pushed.discard()
+            if activate:  # before the coalesced refresh runs: one plan, the new stable version
+                central.rollouts.activated(name, result.manifest.version)
+            return {"manifest": result.manifest.model_dump(), "report": result.report}
+
+        if request.query_params.get("progress") == "ndjson":  # opt-in: steps as they happen
+            return progress_stream(commit, central)
+        return await commit()
 
     @app.get("/api/v1/models/{name}/versions/{version}")
     async def get_manifest(name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
@@ -143,6 +155,7 @@ def create_app(central: Central) -> FastAPI:
                     "http_address": v.http_address,
                     "models": [m.model_dump() for m in v.models],
                     "load": v.load.model_dump() if v.load is not None else None,
+                    "cache": v.cache.model_dump() if v.cache is not None else None,
                 }
                 for v in tracker.nodes()
             ],

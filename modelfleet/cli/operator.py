@@ -1,0 +1,197 @@
+"""Read commands against central: ``models``, ``models show N``, ``nodes``, ``events``.
+
+Each prints a table for people or, with ``--json``, the data for scripts."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from modelfleet.cli import output
+from modelfleet.cli.client import CentralClient, CentralRefused, JsonObject
+from modelfleet.cli.config import CentralOption, JsonOption, TokenOption, load_config
+
+models_app = typer.Typer(help="Models in central's registry.", no_args_is_help=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the read commands to ``app``."""
+    app.add_typer(models_app, name="models")
+    app.command()(nodes)
+    app.command()(events)
+
+
+def connect(central: str | None, token: str | None) -> CentralClient:
+    """A client for the central named by flags, environment or config file."""
+    return CentralClient(load_config(central, token))
+
+
+@models_app.callback(invoke_without_command=True)
+@output.reported
+def models(
+    ctx: typer.Context, json: JsonOption = False, central: CentralOption = None, token: TokenOption = None
+) -> None:
+    """List models: versions stored and the latest one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(central, token) as client:
+        found = client.models()
+    if json:
+        output.print_json(found)
+        return
+    rows = [(m["name"], m.get("latest") or "-", str(m["versions"]), str(m.get("created_at", "-"))) for m in found]
+    output.console().print(output.table(("MODEL", "LATEST", "VERSIONS", "CREATED"), rows) if rows else "no models yet")
+
+
+def _rollout_or_none(client: CentralClient, name: str) -> JsonObject | None:
+    """The model's latest rollout; None when it has none (or central has no rollouts)."""
+    try:
+        return client.rollout(name)
+    except CentralRefused as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _version_row(v: JsonObject) -> tuple[str, ...]:
+    q = v.get("quantization") or {}
+    served = v.get("artifact", "fp32")
+    agreement = output.percent(q.get("agreement")) if q.get("agreement") is not None else "-"
+    return (
+        str(v["version"]),
+        served,
+        output.human_bytes(v.get("size")),
+        str(v.get("chunks", "-")),
+        agreement,
+        output.labels(v.get("labels")),
+        str(v.get("created_at", "-")),
+    )
+
+
+@models_app.command("show")
+@output.reported
+def show(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """One model: every version (served artifact, size, chunks, INT8 agreement) and its rollout."""
+    with connect(central, token) as client:
+        versions = client.versions(name)
+        rollout = _rollout_or_none(client, name)
+    if json:
+        output.print_json({"name": name, "versions": versions, "rollout": rollout})
+        return
+    columns = ("VERSION", "SERVED", "SIZE", "CHUNKS", "INT8 AGREEMENT", "LABELS", "CREATED")
+    out = output.console()
+    out.print(output.table(columns, [_version_row(v) for v in versions], title=f"model {name}"))
+    if rollout is not None:
+        from modelfleet.cli.rollout import describe
+
+        out.print(describe(rollout))
+
+
+def _merged_nodes(client: CentralClient) -> list[JsonObject]:
+    """Registered nodes and heartbeat views, by node id (either may know a node alone)."""
+    merged: dict[str, JsonObject] = {}
+    for n in client.nodes():
+        merged[n["node_id"]] = {**n, "state": "registered"}
+    for v in client.membership().get("nodes", []):
+        merged[v["node_id"]] = {**merged.get(v["node_id"], {}), **v}
+    return [merged[k] for k in sorted(merged)]
+
+
+def _load(load: JsonObject | None) -> str:
+    if not load:
+        return "-"
+    return f"{load.get('inflight', 0)} in flight, {load.get('rps', 0):.1f} rps, p99 {load.get('p99_ms', 0):.1f} ms"
+
+
+def _cache(cache: JsonObject | None) -> str:
+    if not cache:
+        return "-"
+    lookups = cache.get("hits", 0) + cache.get("misses", 0)
+    hits = f", {cache.get('hits', 0) / lookups:.0%} hits" if lookups else ""
+    used = output.human_bytes(cache.get("bytes"))
+    return f"{used} / {output.human_bytes(cache.get('capacity'))}{hits}" if cache.get("capacity") else used + hits
+
+
+def _node_row(n: JsonObject) -> tuple[str, ...]:
+    versions = ", ".join(f"{m['name']}:{m['version']} {m['state']}" for m in n.get("models", [])) or "-"
+    return (
+        n["node_id"],
+        str(n.get("state", "-")),
+        output.age(n.get("last_heartbeat_age_s")),
+        _load(n.get("load")),
+        versions,
+        _cache(n.get("cache")),
+        str(n.get("owned_chunks", "-")),
+    )
+
+
+@output.reported
+def nodes(json: JsonOption = False, central: CentralOption = None, token: TokenOption = None) -> None:
+    """Nodes: state, last heartbeat, load, versions held, cache and chunks owned."""
+    with connect(central, token) as client:
+        found = _merged_nodes(client)
+    if json:
+        output.print_json(found)
+        return
+    columns = ("NODE", "STATE", "HEARTBEAT", "LOAD", "VERSIONS", "CACHE", "CHUNKS")
+    out = output.console()
+    out.print(output.table(columns, [_node_row(n) for n in found]) if found else "no nodes have joined yet")
+
+
+def _event_line(e: JsonObject) -> str:
+    detail = " ".join(f"{k}={v}" for k, v in sorted(e.get("detail", {}).items()) if v is not None)
+    node = f" {e['node_id']}" if e.get("node_id") else ""
+    return f"{output.clock(e.get('ts'))}  {e['type']}{node}  {detail}".rstrip()
+
+
+def _print_event(e: JsonObject, json: bool) -> None:
+    if json:
+        output.print_json_line(e)
+    else:
+        output.console().print(_event_line(e), markup=False)
+
+
+def _key(e: JsonObject) -> str:
+    return f"{e.get('ts')}|{e.get('type')}|{e.get('node_id')}|{sorted(e.get('detail', {}).items())}"
+
+
+def _follow(client: CentralClient, seen: set[str], json: bool, interval: float) -> None:
+    """Poll for new events until Ctrl-C (which the caller turns into exit 0)."""
+    while True:
+        time.sleep(interval)
+        for e in client.events(1000):
+            if (k := _key(e)) not in seen:
+                seen.add(k)
+                _print_event(e, json)
+
+
+@output.reported
+def events(
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="How many past events to show.")] = 50,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls with --follow.")] = 1.0,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Fleet events, oldest first: nodes alive/suspect/dead, failovers, rollouts."""
+    with connect(central, token) as client:
+        past = client.events(limit)
+        if json and not follow:
+            output.print_json(past)
+            return
+        for e in past:
+            _print_event(e, json)
+        if not follow:
+            return
+        try:
+            _follow(client, {_key(e) for e in client.events(1000)}, json, interval)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,178 @@
+"""``modelfleet push``: upload a model with a real progress bar, then follow central's
+steps (validate, quantize, accuracy guard, chunk, commit, place) as central reports
+them (``?progress=ndjson``), and end with a summary of what the fleet will get."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from modelfleet.cli import output
+from modelfleet.cli.client import CliError, JsonObject, PushRequest
+from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
+from modelfleet.cli.operator import connect
+
+STEP_LABELS = {
+    "validate": "validate (onnx.checker, signature)",
+    "quantize": "quantize to INT8",
+    "guard": "accuracy guard (INT8 vs FP32)",
+    "chunk": "chunk and store",
+    "manifest": "manifest and commit",
+    "place": "place chunks on the ring",
+}
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``push`` to ``app``."""
+    app.command()(push)
+
+
+class PushView:
+    """The upload bar and one spinner per server-side step, on one rich ``Progress``."""
+
+    def __init__(self, console: Console, upload_bytes: int) -> None:
+        self.progress = Progress(
+            SpinnerColumn(finished_text="[green]✓"),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self._total = upload_bytes
+        self._upload = self.progress.add_task("upload", total=upload_bytes, info="")
+        self._steps: dict[str, TaskID] = {}
+
+    def sent(self, n: int) -> None:
+        """``n`` more bytes handed to the connection."""
+        self.progress.advance(self._upload, n)
+        done = self.progress.tasks[self._upload].completed
+        self.progress.update(self._upload, info=f"{output.human_bytes(done)} / {output.human_bytes(self._total)}")
+
+    def step(self, name: str, phase: str) -> None:
+        """A step started or ended on central."""
+        if phase == "start":
+            label = STEP_LABELS.get(name, name)
+            self._steps[name] = self.progress.add_task(label, total=None, info="")
+        elif (task := self._steps.get(name)) is not None:
+            self.progress.update(task, total=1, completed=1)
+
+    def failed(self) -> None:
+        """Mark the steps still running as the ones that failed."""
+        for task in self.progress.tasks:
+            if not task.finished and task.id != self._upload:
+                self.progress.update(task.id, description=f"[red]✗ {task.description}", total=1, completed=0)
+                self.progress.stop_task(task.id)
+
+
+def _sizes(q: JsonObject) -> str:
+    fp32, int8 = q.get("fp32_bytes"), q.get("int8_bytes")
+    if not fp32 or not int8:
+        return "-"
+    return f"FP32 {output.human_bytes(fp32)} → INT8 {output.human_bytes(int8)} ({int8 / fp32:.0%})"
+
+
+def _agreement(q: JsonObject) -> str:
+    if q.get("agreement") is None:
+        return str(q.get("served_reason") or "-")
+    metric = "top-1" if q.get("metric") == "top1" else "1 - relative error"
+    return (
+        f"{q['agreement']:.2%} {metric} on {q.get('samples')} {q.get('samples_source', '')} samples "
+        f"(threshold {output.percent(q.get('threshold'))})"
+    )
+
+
+def _owners(placement: JsonObject) -> str:
+    owners = placement.get("owners") or {}
+    if not owners:
+        return "no edge owns chunks yet: they are placed as edges join (or when the version is rolled out)"
+    return ", ".join(f"{node} {count}" for node, count in owners.items())
+
+
+def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
+    """The lines printed after a successful push."""
+    m, report = result["manifest"], result.get("report", {})
+    q = report.get("quantization")
+    served = m.get("artifact", "fp32")
+    lines = [("pushed", f"{m['name']}:{m['version']}, serving {served.upper()}")]
+    if q:
+        lines += [("sizes", _sizes(q)), ("agreement", _agreement(q))]
+        if q.get("served_reason"):
+            lines.append(("note", str(q["served_reason"])))
+    else:
+        lines.append(("sizes", f"FP32 {output.human_bytes(m.get('size'))} (quantization is off on central)"))
+    new = output.human_bytes(report.get("new_chunk_bytes"))
+    lines.append(("chunks", f"{report.get('chunks', len(m.get('chunks', [])))} ({new} new to central)"))
+    lines.append(("owners", _owners(result.get("placement") or {})))
+    if not activate:
+        lines.append(("activate", f"stored only; roll it out with: modelfleet rollout {m['name']} {m['version']}"))
+    return lines
+
+
+def _run(request: PushRequest, central: str | None, token: str | None, view: PushView | None) -> JsonObject:
+    """Upload and follow the steps; the final result, or ``CliError`` with central's message."""
+    with connect(central, token) as client:
+        for event in client.push(request, view.sent if view else lambda _: None):
+            kind = event.get("event")
+            if kind == "step" and view is not None:
+                view.step(str(event.get("step")), str(event.get("phase")))
+            elif kind == "error":
+                raise CliError(f"{event.get('error')} (HTTP {event.get('status')})")
+            elif kind == "result":
+                return event
+    raise CliError("central closed the push without a result")
+
+
+def _checked(path: Path, what: str) -> Path:
+    if not path.is_file():
+        output.usage(f"{what} {path} is not a file")
+    return path
+
+
+@output.reported
+def push(
+    model: Annotated[Path, typer.Argument(help="The ONNX model file.", show_default=False)],
+    name: Annotated[str, typer.Option("--name", "-n", help="Model name in the registry.", show_default=False)],
+    version: Annotated[str | None, typer.Option(help="Version label (default: the next number).")] = None,
+    calibration: Annotated[Path | None, typer.Option(help=".npz of input arrays for INT8 calibration.")] = None,
+    labels: Annotated[list[str] | None, typer.Option("--labels", "--label", help="key=value, repeatable.")] = None,
+    fp32: Annotated[bool, typer.Option("--fp32", help="Serve FP32 if INT8 fails the accuracy guard.")] = False,
+    no_activate: Annotated[bool, typer.Option("--no-activate", help="Store only; roll out later.")] = False,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Push a model version: upload, validate, quantize, guard, chunk and place it."""
+    request = PushRequest(
+        model=_checked(model, "model"),
+        name=name,
+        version=version,
+        calibration=_checked(calibration, "calibration file") if calibration else None,
+        labels=labels or [],
+        keep_fp32=fp32,
+        activate=not no_activate,
+    )
+    if json:
+        output.print_json(_run(request, central, token, None))
+        return
+    console = output.console()
+    size = model.stat().st_size + (calibration.stat().st_size if calibration else 0)
+    view = PushView(console, size)
+    with view.progress:
+        try:
+            result = _run(request, central, token, view)
+        except CliError:
+            view.failed()
+            raise
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in summary(result, request.activate):
+        grid.add_row(key, Text(value))
+    console.print(grid)

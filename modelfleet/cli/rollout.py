@@ -1,0 +1,155 @@
+"""Staged rollouts: ``rollout N V``, ``rollouts``, ``promote N``, ``rollback N``.
+
+A thin layer over central's rollout API (``/api/v1/models/{name}/rollouts`` …): the
+CLI parses the operator's shorthand (``--canary 10%``, ``--selector zone=a``) and shows
+where a rollout stands, including central's reason when it waits, is stuck or rolled
+back."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from modelfleet.cli import output
+from modelfleet.cli.client import JsonObject, UsageError
+from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
+from modelfleet.cli.operator import connect
+
+_STATE_STYLE = {"canary": "yellow", "rolling": "cyan", "complete": "green", "rolled_back": "red"}
+
+
+def register(app: typer.Typer) -> None:
+    """Add the rollout commands to ``app``."""
+    app.command()(rollout)
+    app.command()(rollouts)
+    app.command()(promote)
+    app.command()(rollback)
+
+
+def parse_canary(value: str) -> float:
+    """``10%`` → 0.1, ``0.25`` → 0.25; a fraction in (0, 1]."""
+    text = value.strip()
+    try:
+        fraction = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(f"--canary must be a percentage like 10% or a fraction like 0.1, got {value!r}") from None
+    if not 0 < fraction <= 1:
+        raise UsageError(f"--canary must be more than 0% and at most 100%, got {value!r}")
+    return fraction
+
+
+def parse_selector(pairs: list[str]) -> dict[str, str]:
+    """``["zone=a", "tier=edge,gpu=yes"]`` → a label dict."""
+    selector: dict[str, str] = {}
+    for item in pairs:
+        for pair in filter(None, (p.strip() for p in item.split(","))):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise UsageError(f"--selector takes key=value, got {pair!r}")
+            selector[key.strip()] = value.strip()
+    return selector
+
+
+def describe(r: JsonObject) -> Text:
+    """A few lines on where a rollout stands."""
+    state = str(r.get("state", "?"))
+    text = Text()
+    text.append(f"rollout #{r.get('id')} of {r.get('model')}:{r.get('version')} ", style="bold")
+    text.append(state, style=_STATE_STYLE.get(state, ""))
+    text.append(f"  (from {r.get('previous_version') or 'nothing'})\n")
+    targets, canaries = r.get("targets", []), r.get("canary_nodes", [])
+    text.append(f"  selector {output.labels(r.get('selector'))}; {len(targets)} target node(s), ")
+    text.append(f"canary {output.percent(r.get('canary'))} = {', '.join(canaries) or 'none'}\n")
+    soak = r.get("soak_s")
+    text.append(f"  promote: {'automatic after ' + format(soak, 'g') + ' s healthy' if soak else 'manual'}; ")
+    text.append(f"abort above {output.percent(r.get('failure_threshold'))} failed after {r.get('min_nodes')} node(s)\n")
+    text.append(f"  ready {r.get('ready', 0)}, failed {r.get('failed', 0)} ({output.percent(r.get('failure_rate'))})")
+    for node, node_state in sorted((r.get("nodes") or {}).items()):
+        text.append(f"\n    {node}: ")
+        text.append(str(node_state), style="red" if node_state == "failed" else "")
+    if r.get("reason"):
+        text.append(f"\n  {r['reason']}", style="italic")
+    return text
+
+
+def _show(result: JsonObject, json: bool) -> None:
+    if json:
+        output.print_json(result)
+    else:
+        output.console().print(describe(result))
+
+
+@output.reported
+def rollout(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[str, typer.Argument(help="Stored version to roll out (push it with --no-activate).")],
+    canary: Annotated[str, typer.Option(help="Share of the selected nodes that get it first: 10% or 0.1.")] = "10%",
+    selector: Annotated[list[str] | None, typer.Option(help="Only nodes with these labels: key=value.")] = None,
+    soak: Annotated[
+        float | None, typer.Option(min=0, help="Promote by itself after this many healthy seconds.")
+    ] = None,
+    failure_threshold: Annotated[float, typer.Option(min=0, max=1, help="Roll back above this failed share.")] = 0.25,
+    min_nodes: Annotated[int, typer.Option(min=1, help="Nodes that must report before the threshold counts.")] = 1,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Start a staged rollout: canary nodes first, the rest after promote (or the soak time)."""
+    body: JsonObject = {
+        "version": version,
+        "canary": parse_canary(canary),
+        "selector": parse_selector(selector or []),
+        "soak_s": soak,
+        "failure_threshold": failure_threshold,
+        "min_nodes": min_nodes,
+    }
+    with connect(central, token) as client:
+        _show(client.start_rollout(name, body), json)
+
+
+@output.reported
+def rollouts(json: JsonOption = False, central: CentralOption = None, token: TokenOption = None) -> None:
+    """Every rollout, newest first."""
+    with connect(central, token) as client:
+        found = client.rollouts()
+    if json:
+        output.print_json(found)
+        return
+    rows = [
+        (
+            str(r.get("id")),
+            f"{r.get('model')}:{r.get('version')}",
+            str(r.get("state")),
+            f"{r.get('ready', 0)}/{len(r.get('targets', []))} ready, {r.get('failed', 0)} failed",
+            str(r.get("reason") or ""),
+        )
+        for r in found
+    ]
+    columns = ("ID", "VERSION", "STATE", "PROGRESS", "REASON")
+    output.console().print(output.table(columns, rows) if rows else "no rollouts yet")
+
+
+@output.reported
+def promote(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Send a model's canary rollout on to every target node."""
+    with connect(central, token) as client:
+        _show(client.promote(name), json)
+
+
+@output.reported
+def rollback(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Send a model back to the version before its latest rollout."""
+    with connect(central, token) as client:
+        _show(client.rollback(name), json)
