@@ -1,0 +1,202 @@
+"""``modelfleet up``: broker, central and edges as children, the digits model pushed and
+served, a few requests through the gateway, the URLs printed; then either exit
+(``--once``) or keep the fleet running until Ctrl-C or SIGTERM. Every path out, an
+error or an interrupt included, stops every child first."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import httpx
+from pydantic import BaseModel, Field, field_validator
+
+from modelfleet.up.broker import BrokerChoice, RunningBroker, start_broker
+from modelfleet.up.children import ChildGroup
+from modelfleet.up.datadir import DataDir
+from modelfleet.up.demo import MODEL, Accuracy, DemoClient, Published, alive, serves
+from modelfleet.up.errors import UpError
+from modelfleet.up.ports import MAX_EDGES, PortPlan
+from modelfleet.up.progress import Steps
+from modelfleet.up.report import Fleet, print_urls, status_of
+from modelfleet.up.services import Service, start_central, start_edges
+from modelfleet.up.status import write
+
+__all__ = ["UpOptions", "run_up"]
+
+_HTTP_TIMEOUT = httpx.Timeout(30.0, read=300.0)  # a push quantizes before it answers
+_WATCH_S = 0.5
+
+
+class UpOptions(BaseModel):
+    """What ``modelfleet up`` was asked to do."""
+
+    data_dir: Path = Field(Path(".modelfleet"), description="Registry, edge caches, logs; kept between runs.")
+    edges: int = Field(3, ge=1, le=MAX_EDGES, description="How many edges to start.")
+    base_port: int | None = Field(None, description="First port of the block to use; 0: free ports; None: defaults.")
+    broker: BrokerChoice = Field("auto", description="auto: Mosquitto if installed, else the embedded amqtt.")
+    once: bool = Field(False, description="Stop the fleet and exit once everything worked once.")
+    json_status: Path | None = Field(None, description="Write URLs and ports here once the fleet is up.")
+    timeout_s: float = Field(180.0, gt=0, description="Longest wait of any one step.")
+
+    @field_validator("base_port")
+    @classmethod
+    def _base_port_fits(cls, value: int | None) -> int | None:
+        PortPlan.build(1, value)  # raises ValueError with the allowed range
+        return value
+
+
+def run_up(options: UpOptions, steps: Steps) -> int:
+    """Bring the fleet up, report, wait or exit; returns the exit code (0, 1, or 130)."""
+    console = steps.console
+    up = False
+    try:
+        with _sigterm_interrupts(), DataDir(options.data_dir) as data:
+            group = ChildGroup(data.logs)
+            try:
+                fleet = _bring_up(options, data, group, steps)
+                up = True
+                print_urls(console, fleet, data)
+                if options.json_status is not None:
+                    write(options.json_status, status_of(fleet, data))
+                if not options.once:
+                    console.print("[bold]The fleet is running; press Ctrl-C to stop it.[/bold]")
+                    _watch(group)
+            finally:
+                _stop(group, steps)
+    except KeyboardInterrupt:
+        return 0 if up else 130
+    except UpError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    return 0
+
+
+def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps) -> Fleet:
+    from modelfleet.zoo import build_digits
+
+    with steps.step(f"build the {MODEL} model") as step:
+        model = build_digits()
+        step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"
+    broker, central, edges = _start(options, data, group, steps)
+    try:
+        with httpx.Client(timeout=_HTTP_TIMEOUT) as client:
+            api = DemoClient(client, central.http_url)
+            ids = [e.name for e in edges]
+            with steps.step(f"{len(ids)} edges heartbeating to central"):
+                api.wait_nodes(ids, alive, "heartbeating", options.timeout_s, lambda: _check(group))
+            with steps.step(f"push {MODEL} with its calibration data") as step:
+                published = api.publish(model)
+                step.detail = _published(published)
+            version = api.latest_version()
+            with steps.step(f"every edge serves {MODEL} v{version}"):
+                api.wait_nodes(
+                    ids, serves(version), f"serving {MODEL} v{version}", options.timeout_s, lambda: _check(group)
+                )
+            with steps.step("requests through the gateway") as step:
+                accuracy = api.measure(model)
+                step.detail = _accuracy(accuracy)
+    except httpx.HTTPError as exc:
+        raise UpError(f"central at {central.http_url} did not answer: {exc!r} (log: {central.child.log_path})") from exc
+    return Fleet(broker, central, edges, published, accuracy)
+
+
+def _start(
+    options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
+) -> tuple[RunningBroker, Service, list[Service]]:
+    ports = PortPlan.build(options.edges, options.base_port)
+    with steps.step("MQTT broker") as step:
+        broker = start_broker(group, options.broker, ports.broker, data.root / "broker")
+        step.detail = f"{broker.kind} on {broker.url}{_moved(ports.broker, broker.port)}"
+    with steps.step("central") as step:
+        central = start_central(group, ports, data.root, broker.address, options.timeout_s)
+        step.detail = (
+            f"HTTP {central.http_url}{_moved(ports.central_http, central.http_port)}, "
+            f"gRPC {central.grpc_address}{_moved(ports.central_grpc, central.grpc_port)}"
+        )
+    with steps.step(f"{options.edges} edges") as step:
+        edges = start_edges(group, ports, data.root, central, broker.address, options.timeout_s)
+        step.detail = ", ".join(
+            f"{e.name} {e.http_url}{_moved(p, e.http_port)}" for e, p in zip(edges, ports.edge_http, strict=True)
+        )
+    return broker, central, edges
+
+
+def _moved(wanted: int, got: int) -> str:
+    return f" ({wanted} was taken)" if wanted and wanted != got else ""
+
+
+def _published(p: Published) -> str:
+    if p.pushed:
+        return f"pushed as version {p.version}, served as {p.artifact}"
+    return f"version {p.version} already on central (same bytes), not pushed again"
+
+
+def _accuracy(a: Accuracy) -> str:
+    return (
+        f"accuracy {a.value:.1%} ({a.correct}/{a.total} held-out digits in {a.requests} requests,"
+        f" answered by {', '.join(a.nodes)})"
+    )
+
+
+def _check(group: ChildGroup) -> None:
+    """Raise for the first child that has exited."""
+    for child in group.dead():
+        raise child.died("while the fleet was starting")
+
+
+def _watch(group: ChildGroup) -> None:
+    """Until interrupted: report edges that exit (the rest keeps serving); fail if the broker or central does."""
+    reported: set[str] = set()
+    while True:
+        for child in group.dead():
+            if not child.name.startswith("edge-"):
+                raise child.died("while the fleet was running")
+            if child.name not in reported:
+                reported.add(child.name)
+                print(
+                    f"warning: {child.name} exited with {child.popen.returncode}; the others keep serving", flush=True
+                )
+        time.sleep(_WATCH_S)
+
+
+def _stop(group: ChildGroup, steps: Steps) -> None:
+    """Stop every child; a second Ctrl-C meanwhile is ignored rather than leaving some running."""
+    with _ignoring_sigint(), steps.step("stop the fleet") as step:
+        running = sum(c.alive() for c in group.children)
+        group.stop()
+        step.detail = f"{running} process{'es' if running != 1 else ''} stopped"
+
+
+@contextlib.contextmanager
+def _ignoring_sigint() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends ``up`` the way Ctrl-C does (children stopped first)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -1,0 +1,86 @@
+"""Central and the edges as ``python -m modelfleet central|edge`` children, each with
+its data under the fleet's directory so the next ``up`` finds its registry and caches.
+
+Options given here win over the environment; everything else (``MODELFLEET_*``) the
+children read themselves, so ``MODELFLEET_QUANTIZE__ENABLED=false make up`` works."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelfleet.up.children import Child, ChildGroup
+from modelfleet.up.ports import PortPlan, available
+
+__all__ = ["Service", "edge_ids", "start_central", "start_edges"]
+
+_CENTRAL_READY = re.compile(r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+_EDGE_READY = re.compile(r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+#: Defaults for a fleet on one machine, unless the environment says otherwise: heartbeats
+#: every second, so membership (and the dashboard) sees a killed edge within seconds.
+_EDGE_ENV_DEFAULTS = {"MODELFLEET_HEARTBEAT__INTERVAL_S": "1", "MODELFLEET_RECONNECT_BACKOFF_MAX_S": "1"}
+
+
+@dataclass(frozen=True)
+class Service:
+    """A started central or edge: its name, where it listens, its process."""
+
+    name: str
+    http_url: str
+    grpc_address: str
+    child: Child
+
+    @property
+    def http_port(self) -> int:
+        """The HTTP port it bound."""
+        return int(self.http_url.rsplit(":", 1)[1])
+
+    @property
+    def grpc_port(self) -> int:
+        """The gRPC port it bound."""
+        return int(self.grpc_address.rsplit(":", 1)[1])
+
+
+def edge_ids(count: int) -> list[str]:
+    """``edge-1`` … ``edge-N``: stable names, so a restarted fleet finds its edges' data."""
+    return [f"edge-{i}" for i in range(1, count + 1)]
+
+
+def _env_defaults(defaults: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in defaults.items() if k not in os.environ}
+
+
+def start_central(group: ChildGroup, ports: PortPlan, data_dir: Path, broker: str, timeout_s: float) -> Service:
+    """Start central on the planned ports (free ones if taken) and wait for its ready line."""
+    args = [
+        "central", "--data-dir", str(data_dir / "central"), "--broker", broker,
+        "--http-port", str(available(ports.central_http)), "--grpc-port", str(available(ports.central_grpc)),
+    ]  # fmt: skip
+    child = group.spawn_modelfleet("central", args)
+    ready = child.wait_line(_CENTRAL_READY, timeout_s)
+    return Service("central", ready["http"], ready["grpc"], child)
+
+
+def start_edges(
+    group: ChildGroup, ports: PortPlan, data_dir: Path, central: Service, broker: str, timeout_s: float
+) -> list[Service]:
+    """Start every edge at once (they boot in parallel), then wait for each ready line."""
+    env = _env_defaults(_EDGE_ENV_DEFAULTS)
+    children = []
+    for node_id, http_port, grpc_port in zip(
+        edge_ids(len(ports.edge_http)), ports.edge_http, ports.edge_grpc, strict=True
+    ):
+        edge_dir = data_dir / "edges" / node_id
+        args = [
+            "edge", "--node-id", node_id, "--central", central.grpc_address, "--broker", broker,
+            "--data-dir", str(edge_dir), "--cache-dir", str(edge_dir / "cache"),
+            "--http-port", str(available(http_port)), "--grpc-port", str(available(grpc_port)),
+        ]  # fmt: skip
+        children.append(group.spawn_modelfleet(node_id, args, env))
+    services = []
+    for child in children:
+        ready = child.wait_line(_EDGE_READY, timeout_s)
+        services.append(Service(child.name, ready["http"], ready["grpc"], child))
+    return services
