@@ -6,21 +6,21 @@ reader of the tracker, the placement and the gateway."""
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from central.rollout.model import NodeProgress, RolloutState
 
 if TYPE_CHECKING:
     from central.core import Central
     from central.gateway import GatewayProxy
     from central.membership.tracker import MembershipTracker
-
-log = logging.getLogger(__name__)
+    from central.rollout import RolloutService
 
 __all__ = ["CentralStateCollector", "blob_usage"]
 
@@ -33,7 +33,6 @@ _GATEWAY_COUNTERS = (
     ),
     ("node_failures", "modelfleet_gateway_node_failures", "Attempts that failed: unreachable, timed out or 5xx."),
 )
-_ROLLOUT_STATES = ("canary", "rolling", "complete", "rolled_back")
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -78,7 +77,7 @@ class CentralStateCollector(Collector):
             "modelfleet_origin_refused", "Origin fetches refused because an owner had to be tried first.", o.refused
         )
         yield from _gateway(c.gateway)
-        yield from _rollouts(getattr(c, "rollouts", None))
+        yield from _rollouts(c.rollouts)
 
     def _nodes(self) -> Iterator[Metric]:
         c = self._central
@@ -168,51 +167,26 @@ def _gateway(proxy: GatewayProxy) -> Iterator[Metric]:
     yield breakers
 
 
-def _rollout_docs(service: Any) -> list[Mapping[str, Any]]:
-    """The rollouts of ``service`` as mappings, newest first (duck-typed: read defensively)."""
-    for name in ("list", "list_rollouts", "all"):
-        fn = getattr(service, name, None)
-        if callable(fn):
-            items = fn()
-            break
-    else:
-        return []
-    docs: list[Mapping[str, Any]] = []
-    for item in items:
-        dump = getattr(item, "model_dump", None)
-        docs.append(dump() if callable(dump) else item if isinstance(item, Mapping) else vars(item))
-    return docs
-
-
-def _rollouts(service: Any) -> Iterator[Metric]:
-    if service is None:
-        return
-    try:
-        docs = _rollout_docs(service)
-    except Exception:  # a scrape must not fail because one part cannot be read
-        log.exception("rollout metrics unavailable")
-        return
-    by_state = dict.fromkeys(_ROLLOUT_STATES, 0)
+def _rollouts(service: RolloutService) -> Iterator[Metric]:
+    rollouts = GaugeMetricFamily("modelfleet_rollouts", "Rollouts by state.", labels=("state",))
     nodes = GaugeMetricFamily(
         "modelfleet_rollout_nodes",
-        "Nodes of each model's latest rollout by their state on the new version (pending, loading, ready, failed).",
+        "Nodes of each model's latest rollout by their state on its version (pending, loading, ready, failed).",
         labels=("model", "version", "state"),
     )
+    by_state = dict.fromkeys(get_args(RolloutState), 0)
     seen: set[str] = set()
-    for doc in docs:
-        state = str(doc.get("state"))
-        by_state[state] = by_state.get(state, 0) + 1
-        model = str(doc.get("model"))
-        if model in seen:
+    for r in service.all():  # newest first
+        by_state[r.state] += 1
+        if r.model in seen:
             continue
-        seen.add(model)
-        counts: dict[str, int] = dict.fromkeys(("pending", "loading", "ready", "failed"), 0)
-        for node_state in (doc.get("nodes") or {}).values():
-            counts[str(node_state)] = counts.get(str(node_state), 0) + 1
-        for node_state, n in sorted(counts.items()):
-            nodes.add_metric((model, str(doc.get("version")), node_state), n)
-    rollouts = GaugeMetricFamily("modelfleet_rollouts", "Rollouts by state.", labels=("state",))
-    for state, n in sorted(by_state.items()):
+        seen.add(r.model)
+        progress = dict.fromkeys(get_args(NodeProgress), 0)
+        for node_state in r.nodes.values():
+            progress[node_state] += 1
+        for node_state, n in progress.items():
+            nodes.add_metric((r.model, r.version, node_state), n)
+    for state, n in by_state.items():
         rollouts.add_metric((state,), n)
     yield rollouts
     yield nodes

@@ -14,6 +14,7 @@ from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, metric_samples, push, sample, wait_for
 
+_PROGRESS = ("pending", "loading", "ready", "failed")
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
 
 
@@ -57,6 +58,17 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
             assert (await api.post("/v2/models/tiny/infer", json=_BODY)).status_code == 200
         assert (await api.post("/v2/models/ghost/infer", json=_BODY)).status_code == 503
 
+        staged = await api.post("/api/v1/models/tiny/versions?activate=false", content=small_model_file.read_bytes())
+        assert staged.status_code == 201
+        started = await api.post("/api/v1/models/tiny/rollouts", json={"version": "2", "canary": 0.5})
+        assert started.status_code == 201
+        during = await _scrape(api)
+        assert sample(during, "modelfleet_rollouts", state="canary") == 1
+        assert sample(during, "modelfleet_rollouts", state="complete") == 0
+        progress = [sample(during, "modelfleet_rollout_nodes", model="tiny", version="2", state=s) for s in _PROGRESS]
+        assert sum(progress) == len(started.json()["targets"]) == 2
+        assert sample(during, "modelfleet_registry_versions") == 2
+
         await edges[0].stop()  # a clean "offline": dead at once, off the ring
         await wait_for(lambda: tracker.counts()["dead"] == 1, 10, "the leaver dead")
         after = await _scrape(api)
@@ -71,8 +83,8 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     )
     # the survivor now owns every chunk of the active version
     assert sample(after, "modelfleet_placement_chunks", node="edge-1") == len({c["digest"] for c in manifest["chunks"]})
-    assert sample(after, "modelfleet_registry_models") == 1 and sample(after, "modelfleet_registry_versions") == 1
-    assert sample(after, "modelfleet_registry_blob_bytes") == manifest["size"]
+    assert sample(after, "modelfleet_registry_models") == 1
+    assert sample(after, "modelfleet_registry_blob_bytes") == manifest["size"]  # v2 has the same bytes: deduplicated
     assert sample(after, "modelfleet_origin_sent_bytes_total") > 0
     assert sample(after, "modelfleet_gateway_requests_total", model="tiny", outcome="ok") == 5
     assert sample(after, "modelfleet_gateway_requests_total", model="ghost", outcome="unavailable") == 1
