@@ -44,8 +44,8 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
-up: $(STAMP)  ## a local fleet with a demo model (arrives with the operator issue)
-	@echo "make up arrives with the operator issue; for now start central and edges by hand (README)" && exit 1
+up: $(STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once" etc.
+	$(PY) -m modelfleet up $(UP_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
