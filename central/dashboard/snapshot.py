@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from central.membership.liveness import NodeView
+from central.registry.store import VersionRecord
 
 if TYPE_CHECKING:
     from central.core import Central
@@ -64,61 +65,82 @@ def nodes_section(central: Central, now: float) -> list[dict[str, Any]]:
     ]
 
 
-def models_section(central: Central, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Models with their latest versions, the active one, and where each version stands."""
+def recent_versions(central: Central) -> dict[str, list[VersionRecord]]:
+    """The newest ``MAX_VERSIONS`` versions of every model, newest first."""
     registry = central.registry
-    active = {m.name: m.version for m in registry.active_versions()}
+    return {
+        m.name: sorted(registry.list_versions(m.name), key=lambda r: r.seq, reverse=True)[:MAX_VERSIONS]
+        for m in registry.list_models()
+        if m.versions
+    }
+
+
+def _serving(model: str, nodes: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """version -> state -> node ids, from the heartbeats of the nodes not dead."""
+    serving: dict[str, dict[str, list[str]]] = {}
+    for node in nodes:
+        if node["state"] == "dead":
+            continue
+        for m in node["models"]:
+            if m["name"] == model:
+                serving.setdefault(m["version"], {}).setdefault(m["state"], []).append(node["node_id"])
+    return serving
+
+
+def models_section(
+    central: Central, versions: dict[str, list[VersionRecord]], nodes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Models with their newest versions (which are placed on the fleet) and where each stands."""
+    latest = {m.name: m for m in central.registry.list_models()}
+    placement = central.placement
+    return [
+        {
+            "name": name,
+            "latest": latest[name].latest if name in latest else None,
+            "version_count": latest[name].versions if name in latest else len(records),
+            "versions": [
+                {
+                    "version": r.version,
+                    "size": r.manifest.size,
+                    "chunks": len(r.manifest.chunks),
+                    "artifact": r.manifest.artifact,
+                    "created_at": r.created_at,
+                    "placed": bool(placement.placement((name, r.version))),
+                }
+                for r in records
+            ],
+            "serving": _serving(name, nodes),
+        }
+        for name, records in versions.items()
+    ]
+
+
+def placement_section(central: Central, versions: dict[str, list[VersionRecord]]) -> list[dict[str, Any]]:
+    """For each placed version (the stable one, and a rollout's new one): its chunks'
+    owners in file order and a count per node."""
     out = []
-    for model in registry.list_models():
-        records = sorted(registry.list_versions(model.name), key=lambda r: r.seq, reverse=True)[:MAX_VERSIONS]
-        serving: dict[str, dict[str, list[str]]] = {}
-        for node in nodes:
-            for m in node["models"]:
-                if m["name"] == model.name:
-                    serving.setdefault(m["version"], {}).setdefault(m["state"], []).append(node["node_id"])
-        out.append(
-            {
-                "name": model.name,
-                "active_version": active.get(model.name),
-                "latest": model.latest,
-                "version_count": model.versions,
-                "versions": [
-                    {
-                        "version": r.version,
-                        "size": r.manifest.size,
-                        "chunks": len(r.manifest.chunks),
-                        "artifact": r.manifest.artifact,
-                        "created_at": r.created_at,
-                    }
-                    for r in records
-                ],
-                "serving": serving,
-            }
-        )
+    for name, records in versions.items():
+        for record in records:
+            owners_by_digest = central.placement.placement((name, record.version))
+            if owners_by_digest:
+                out.append(_placed(name, record.version, owners_by_digest))
     return out
 
 
-def placement_section(central: Central) -> list[dict[str, Any]]:
-    """For each active version: its chunks' owners in file order and a per-node count."""
-    out = []
-    for manifest in central.registry.active_versions():
-        owners_by_digest = central.placement.placement(manifest.key)
-        per_node: dict[str, dict[str, int]] = {}
-        for owners in owners_by_digest.values():
-            for rank, node_id in enumerate(owners):
-                counts = per_node.setdefault(node_id, {"primary": 0, "replica": 0})
-                counts["primary" if rank == 0 else "replica"] += 1
-        digests = list(owners_by_digest)
-        out.append(
-            {
-                "model": manifest.name,
-                "version": manifest.version,
-                "chunks": len(digests),
-                "per_node": per_node,
-                "owners": [owners_by_digest[d] for d in digests[:MAX_CHUNK_CELLS]],
-            }
-        )
-    return out
+def _placed(name: str, version: str, owners_by_digest: dict[str, list[str]]) -> dict[str, Any]:
+    per_node: dict[str, dict[str, int]] = {}
+    for owners in owners_by_digest.values():
+        for rank, node_id in enumerate(owners):
+            counts = per_node.setdefault(node_id, {"primary": 0, "replica": 0})
+            counts["primary" if rank == 0 else "replica"] += 1
+    digests = list(owners_by_digest)
+    return {
+        "model": name,
+        "version": version,
+        "chunks": len(digests),
+        "per_node": per_node,
+        "owners": [owners_by_digest[d] for d in digests[:MAX_CHUNK_CELLS]],
+    }
 
 
 def gateway_section(central: Central) -> dict[str, Any]:
@@ -151,12 +173,13 @@ def central_section(central: Central) -> dict[str, Any]:
 def build_snapshot(central: Central, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages)."""
     nodes = nodes_section(central, loop_now)
+    versions = recent_versions(central)
     return {
         "ts": time.time(),
         "central": central_section(central),
         "nodes": nodes,
-        "models": models_section(central, nodes),
-        "placement": placement_section(central),
+        "models": models_section(central, versions, nodes),
+        "placement": placement_section(central, versions),
         "rollouts": rollouts,
         "events": [e.model_dump() for e in reversed(central.membership.events(MAX_EVENTS))],
         "gateway": gateway_section(central),

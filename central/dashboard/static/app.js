@@ -148,11 +148,11 @@ function renderModels(s) {
     return el("div", { class: "model", "data-model": m.name },
       el("div", { class: "model-head" },
         el("span", { class: "model-name" }, m.name),
-        el("span", { class: "muted" }, `active ${m.active_version ?? "—"} · ${m.version_count} version(s)`)),
+        el("span", { class: "muted" }, `latest ${m.latest ?? "—"} · ${m.version_count} version(s)`)),
       el("div", { class: "versions" }, m.versions.map((v) =>
-        el("span", { class: "tag" + (v.version === m.active_version ? " version-active" : ""),
-          title: `${fmtBytes(v.size)}, ${v.chunks} chunks, ${v.artifact}, ${v.created_at}` },
-        `${v.version} · ${fmtBytes(v.size)} · ${v.chunks}ch`))),
+        el("span", { class: "tag" + (v.placed ? " version-active" : ""), "data-version": v.version,
+          title: `${v.placed ? "placed on the fleet; " : ""}${fmtBytes(v.size)}, ${v.chunks} chunks, ${v.artifact}, ${v.created_at}` },
+        `${v.placed ? "● " : ""}${v.version} · ${fmtBytes(v.size)} · ${v.chunks}ch`))),
       el("div", { class: "model-serving" }, serving || "not served by any node"));
   }));
 }

@@ -72,7 +72,8 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
         assert (node["node_id"], node["state"], node["registered"]) == ("edge-a", "alive", True)
         assert node["load"]["rps"] == 7.5 and node["cache"]["bytes"] == 4096 and node["owned_chunks"] > 0
         (model,) = snap["models"]
-        assert model["active_version"] == "1" and model["serving"] == {"1": {"ready": ["edge-a"]}}
+        assert model["latest"] == "1" and model["versions"][0]["placed"] is True
+        assert model["serving"] == {"1": {"ready": ["edge-a"]}}
         (placed,) = snap["placement"]
         assert placed["model"] == "tiny" and placed["per_node"]["edge-a"]["primary"] == placed["chunks"] > 0
         assert snap["gateway"]["totals"]["requests"] == 1
@@ -109,10 +110,12 @@ async def test_page_and_assets_are_served_from_the_package(api: httpx.AsyncClien
 async def test_central_stops_while_a_browser_keeps_a_stream_open(tmp_path: Path) -> None:
     server = CentralServer(central_settings(tmp_path / "central"))
     await server.start()
-    async with httpx.AsyncClient(base_url=server.http_url) as client:
-        async with client.stream("GET", "/api/v1/stream") as response:
-            events = sse_events(response)
-            assert (await anext(events))[0] == "snapshot"
-            await asyncio.wait_for(server.stop(), 15)  # would wait forever on the open stream
-            rest = [name async for name, _ in events]
+    async with (
+        httpx.AsyncClient(base_url=server.http_url) as client,
+        client.stream("GET", "/api/v1/stream") as response,
+    ):
+        events = sse_events(response)
+        assert (await anext(events))[0] == "snapshot"
+        await asyncio.wait_for(server.stop(), 15)  # would wait forever on the open stream
+        rest = [name async for name, _ in events]
     assert "membership" not in rest
