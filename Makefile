@@ -27,6 +27,7 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
 	bash scripts/ensure_mosquitto.sh
+	bash scripts/ensure_chromium.sh
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 
