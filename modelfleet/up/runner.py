@@ -21,11 +21,12 @@ from modelfleet.up.children import ChildGroup
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, DemoClient, Published, alive, serves
 from modelfleet.up.errors import UpError
-from modelfleet.up.ports import MAX_EDGES, PortPlan
+from modelfleet.up.ports import HOST, MAX_EDGES, PortPlan
 from modelfleet.up.progress import Steps
 from modelfleet.up.report import Fleet, print_urls, status_of
-from modelfleet.up.services import Service, start_central, start_edges
+from modelfleet.up.services import Service, central_grpc_port, spawn_central, spawn_edges, wait_central, wait_edges
 from modelfleet.up.status import write
+from modelfleet.zoo import DigitsModel, build_digits
 
 __all__ = ["UpOptions", "run_up"]
 
@@ -78,12 +79,7 @@ def run_up(options: UpOptions, steps: Steps) -> int:
 
 
 def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps) -> Fleet:
-    from modelfleet.zoo import build_digits
-
-    with steps.step(f"build the {MODEL} model") as step:
-        model = build_digits()
-        step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"
-    broker, central, edges = _start(options, data, group, steps)
+    broker, central, edges, model = _start(options, data, group, steps)
     try:
         with httpx.Client(timeout=_HTTP_TIMEOUT) as client:
             api = DemoClient(client, central.http_url)
@@ -95,9 +91,8 @@ def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
                 step.detail = _published(published)
             version = api.latest_version()
             with steps.step(f"every edge serves {MODEL} v{version}"):
-                api.wait_nodes(
-                    ids, serves(version), f"serving {MODEL} v{version}", options.timeout_s, lambda: _check(group)
-                )
+                serving = serves(version)
+                api.wait_nodes(ids, serving, f"serving {MODEL} v{version}", options.timeout_s, lambda: _check(group))
             with steps.step("requests through the gateway") as step:
                 accuracy = api.measure(model)
                 step.detail = _accuracy(accuracy)
@@ -108,23 +103,30 @@ def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
 
 def _start(
     options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
-) -> tuple[RunningBroker, Service, list[Service]]:
+) -> tuple[RunningBroker, Service, list[Service], DigitsModel]:
+    """Broker, central, edges; the model is built while central boots (they share no state)."""
     ports = PortPlan.build(options.edges, options.base_port)
     with steps.step("MQTT broker") as step:
         broker = start_broker(group, options.broker, ports.broker, data.root / "broker")
         step.detail = f"{broker.kind} on {broker.url}{_moved(ports.broker, broker.port)}"
+    grpc_port = central_grpc_port(ports)
+    central_child = spawn_central(group, ports, data.root, broker.address, grpc_port)
+    edge_children = spawn_edges(group, ports, data.root, f"{HOST}:{grpc_port}", broker.address)
+    with steps.step(f"build the {MODEL} model (while central and edges start)") as step:
+        model = build_digits()
+        step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"
     with steps.step("central") as step:
-        central = start_central(group, ports, data.root, broker.address, options.timeout_s)
+        central = wait_central(central_child, options.timeout_s)
         step.detail = (
             f"HTTP {central.http_url}{_moved(ports.central_http, central.http_port)}, "
             f"gRPC {central.grpc_address}{_moved(ports.central_grpc, central.grpc_port)}"
         )
     with steps.step(f"{options.edges} edges") as step:
-        edges = start_edges(group, ports, data.root, central, broker.address, options.timeout_s)
+        edges = wait_edges(edge_children, options.timeout_s)
         step.detail = ", ".join(
             f"{e.name} {e.http_url}{_moved(p, e.http_port)}" for e, p in zip(edges, ports.edge_http, strict=True)
         )
-    return broker, central, edges
+    return broker, central, edges, model
 
 
 def _moved(wanted: int, got: int) -> str:

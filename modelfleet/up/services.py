@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelfleet.up.children import Child, ChildGroup
-from modelfleet.up.ports import PortPlan, available
+from modelfleet.up.ports import PortPlan, available, concrete
 
-__all__ = ["Service", "edge_ids", "start_central", "start_edges"]
+__all__ = [
+    "Service",
+    "central_grpc_port",
+    "edge_ids",
+    "spawn_central",
+    "spawn_edges",
+    "wait_central",
+    "wait_edges",
+]
 
 _CENTRAL_READY = re.compile(r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
 _EDGE_READY = re.compile(r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
@@ -52,33 +60,44 @@ def _env_defaults(defaults: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in defaults.items() if k not in os.environ}
 
 
-def start_central(group: ChildGroup, ports: PortPlan, data_dir: Path, broker: str, timeout_s: float) -> Service:
-    """Start central on the planned ports (free ones if taken) and wait for its ready line."""
+def central_grpc_port(ports: PortPlan) -> int:
+    """Central's gRPC port, fixed before it starts so the edges can start beside it."""
+    return concrete(ports.central_grpc)
+
+
+def spawn_central(group: ChildGroup, ports: PortPlan, data_dir: Path, broker: str, grpc_port: int) -> Child:
+    """Start central on the planned HTTP port (a free one if taken); ``wait_central`` for it."""
     args = [
         "central", "--data-dir", str(data_dir / "central"), "--broker", broker,
-        "--http-port", str(available(ports.central_http)), "--grpc-port", str(available(ports.central_grpc)),
+        "--http-port", str(available(ports.central_http)), "--grpc-port", str(grpc_port),
     ]  # fmt: skip
-    child = group.spawn_modelfleet("central", args)
+    return group.spawn_modelfleet("central", args)
+
+
+def wait_central(child: Child, timeout_s: float) -> Service:
+    """Wait for central's ready line, which names the ports it bound."""
     ready = child.wait_line(_CENTRAL_READY, timeout_s)
     return Service("central", ready["http"], ready["grpc"], child)
 
 
-def start_edges(
-    group: ChildGroup, ports: PortPlan, data_dir: Path, central: Service, broker: str, timeout_s: float
-) -> list[Service]:
-    """Start every edge at once (they boot in parallel), then wait for each ready line."""
+def spawn_edges(group: ChildGroup, ports: PortPlan, data_dir: Path, central_grpc: str, broker: str) -> list[Child]:
+    """Start every edge at once; they boot beside central and connect once it listens."""
     env = _env_defaults(_EDGE_ENV_DEFAULTS)
     children = []
-    for node_id, http_port, grpc_port in zip(
-        edge_ids(len(ports.edge_http)), ports.edge_http, ports.edge_grpc, strict=True
-    ):
+    ids = edge_ids(len(ports.edge_http))
+    for node_id, http_port, grpc_port in zip(ids, ports.edge_http, ports.edge_grpc, strict=True):
         edge_dir = data_dir / "edges" / node_id
         args = [
-            "edge", "--node-id", node_id, "--central", central.grpc_address, "--broker", broker,
+            "edge", "--node-id", node_id, "--central", central_grpc, "--broker", broker,
             "--data-dir", str(edge_dir), "--cache-dir", str(edge_dir / "cache"),
             "--http-port", str(available(http_port)), "--grpc-port", str(available(grpc_port)),
         ]  # fmt: skip
         children.append(group.spawn_modelfleet(node_id, args, env))
+    return children
+
+
+def wait_edges(children: list[Child], timeout_s: float) -> list[Service]:
+    """Wait for every edge's ready line."""
     services = []
     for child in children:
         ready = child.wait_line(_EDGE_READY, timeout_s)

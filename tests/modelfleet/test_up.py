@@ -1,0 +1,163 @@
+"""``modelfleet up`` as a user runs it: a real subprocess that starts a broker, central and
+three edges, pushes the digits model, classifies held-out digits through the gateway,
+and stops every child when done (``--once``) or on Ctrl-C; a second run on the same
+directory starts warm. Plus the port and data-directory rules, in process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from modelfleet.up.datadir import DataDir
+from modelfleet.up.errors import UpError
+from modelfleet.up.ports import PortPlan, available, concrete
+
+_ACCURACY = re.compile(r"accuracy (?P<pct>\d+\.\d)% \((?P<correct>\d+)/(?P<total>\d+) held-out digits")
+
+
+def _up_argv(data_dir: Path, status: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "modelfleet", "up", "--data-dir", str(data_dir), "--json-status", str(status),
+        "--base-port", "0", *extra,
+    ]  # fmt: skip
+
+
+def _run_once(data_dir: Path, status: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    done = subprocess.run(
+        _up_argv(data_dir, status, "--once", *extra), capture_output=True, text=True, timeout=110, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(status.read_text())
+
+
+def _pids(status: dict[str, Any]) -> list[int]:
+    return [status["broker"]["pid"], status["central"]["pid"], *(e["pid"] for e in status["edges"])]
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and _running(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def _assert_nothing_left(status: dict[str, Any], data_dir: Path) -> None:
+    assert [pid for pid in _pids(status) if _running(pid)] == []
+    assert _processes_mentioning(str(data_dir)) == []
+
+
+def test_up_once_serves_digits_stops_everything_and_starts_warm_the_second_time(tmp_path: Path) -> None:
+    data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
+    first, status = _run_once(data_dir, status_path, "--broker", "mosquitto")
+
+    assert status["broker"]["kind"] == "mosquitto"
+    assert [e["node_id"] for e in status["edges"]] == ["edge-1", "edge-2", "edge-3"]
+    central = status["central"]
+    assert central["dashboard_url"] == f"{central['http_url']}/dashboard"
+    assert central["http_url"].endswith(f":{central['http_port']}")
+    for url in (central["dashboard_url"], central["gateway_url"], *(e["http_url"] for e in status["edges"])):
+        assert url in first.stdout
+    assert status["model"] == {"name": "digits", "version": "1", "artifact": "int8", "pushed": True}
+    line = _ACCURACY.search(first.stdout)
+    assert line is not None, first.stdout
+    assert int(line["correct"]) == status["demo"]["correct"] and int(line["total"]) == status["demo"]["total"] == 450
+    assert status["demo"]["accuracy"] >= 0.9 and set(status["demo"]["nodes"]) <= {"edge-1", "edge-2", "edge-3"}
+    _assert_nothing_left(status, data_dir)
+
+    status_path.unlink()
+    second, again = _run_once(data_dir, status_path, "--broker", "mosquitto")
+    assert "not pushed again" in second.stdout
+    assert again["model"] == {"name": "digits", "version": "1", "artifact": "int8", "pushed": False}
+    assert again["demo"]["correct"] == status["demo"]["correct"]
+    _assert_nothing_left(again, data_dir)
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"modelfleet up exited with {proc.returncode}: {proc.communicate()[0]}"
+        assert time.monotonic() < deadline, "no status file"
+        time.sleep(0.1)
+    return dict(json.loads(path.read_text()))
+
+
+def test_up_on_embedded_amqtt_runs_until_ctrl_c_then_stops_every_child(tmp_path: Path) -> None:
+    data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
+    argv = _up_argv(data_dir, status_path, "--broker", "amqtt")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        status = _wait_for_file(status_path, proc, timeout=100)
+        assert status["broker"]["kind"] == "amqtt" and status["demo"]["accuracy"] >= 0.9
+        assert proc.poll() is None and all(_running(pid) for pid in _pids(status))
+        membership = httpx.get(f"{status['central']['http_url']}/api/v1/membership", timeout=10).json()
+        assert {n["node_id"]: n["state"] for n in membership["nodes"]} == {f"edge-{i}": "alive" for i in (1, 2, 3)}
+
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert "stop the fleet — 5 processes stopped" in output
+    _assert_nothing_left(status, data_dir)
+
+
+def test_taken_ports_fall_back_to_free_ones() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert available(port) == 0  # central and edges then bind port 0 and report theirs
+        other = concrete(port)  # the broker needs a number up front
+        assert other != port and available(other) == other
+    plan = PortPlan.build(3, None)
+    assert (plan.central_http, plan.edge_http, plan.central_grpc, plan.broker) == (
+        8080,
+        (8081, 8082, 8083),
+        50051,
+        1883,
+    )
+    block = PortPlan.build(2, 20000)
+    assert (block.central_http, block.edge_http, block.central_grpc, block.broker) == (
+        20000,
+        (20001, 20002),
+        20010,
+        20020,
+    )
+    with pytest.raises(ValueError, match="base port"):
+        PortPlan.build(3, 80)
+
+
+def test_a_second_up_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    with DataDir(tmp_path / "fleet"), pytest.raises(UpError, match=r"another modelfleet up \(pid \d+\) is running"):
+        DataDir(tmp_path / "fleet").__enter__()
+    with DataDir(tmp_path / "fleet") as again:  # released when the first one ends
+        assert (again.root / ".gitignore").read_text().endswith("*\n")
