@@ -26,6 +26,9 @@ MAX_CHUNK_CELLS = 512
 #: Versions listed per model (newest first).
 MAX_VERSIONS = 6
 
+#: (model, version) -> chunk digest -> owners, in file order.
+Placed = dict[tuple[str, str], dict[str, list[str]]]
+
 
 def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[str, Any]:
     """One node row: liveness from the tracker, registration from the directory."""
@@ -54,13 +57,17 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def nodes_section(central: Central, now: float) -> list[dict[str, Any]]:
+def nodes_section(central: Central, now: float, placed: Placed) -> list[dict[str, Any]]:
     """Every node the tracker or the directory knows, by id."""
     views = {v.node_id: v for v in central.membership.nodes()}
     records = {r.node_id: r for r in central.nodes.nodes()}
-    placement = central.placement
+    owned: dict[str, set[str]] = {}
+    for owners_by_digest in placed.values():  # one pass, not one scan of the placement per node
+        for digest, owners in owners_by_digest.items():
+            for node_id in owners:
+                owned.setdefault(node_id, set()).add(digest)
     return [
-        _node(views.get(node_id), records.get(node_id), now, len(placement.owned_by(node_id)))
+        _node(views.get(node_id), records.get(node_id), now, len(owned.get(node_id, ())))
         for node_id in sorted(views.keys() | records.keys())
     ]
 
@@ -87,12 +94,23 @@ def _serving(model: str, nodes: list[dict[str, Any]]) -> dict[str, dict[str, lis
     return serving
 
 
+def placed_versions(central: Central, versions: dict[str, list[VersionRecord]]) -> Placed:
+    """Chunk owners (digest -> owners, file order) of every listed version the fleet holds:
+    the stable version of each model and, during a rollout, the new one."""
+    placed: Placed = {}
+    for name, records in versions.items():
+        for record in records:
+            owners_by_digest = central.placement.placement((name, record.version))
+            if owners_by_digest:
+                placed[(name, record.version)] = owners_by_digest
+    return placed
+
+
 def models_section(
-    central: Central, versions: dict[str, list[VersionRecord]], nodes: list[dict[str, Any]]
+    central: Central, versions: dict[str, list[VersionRecord]], placed: Placed, nodes: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Models with their newest versions (which are placed on the fleet) and where each stands."""
     latest = {m.name: m for m in central.registry.list_models()}
-    placement = central.placement
     return [
         {
             "name": name,
@@ -105,7 +123,7 @@ def models_section(
                     "chunks": len(r.manifest.chunks),
                     "artifact": r.manifest.artifact,
                     "created_at": r.created_at,
-                    "placed": bool(placement.placement((name, r.version))),
+                    "placed": (name, r.version) in placed,
                 }
                 for r in records
             ],
@@ -115,16 +133,9 @@ def models_section(
     ]
 
 
-def placement_section(central: Central, versions: dict[str, list[VersionRecord]]) -> list[dict[str, Any]]:
-    """For each placed version (the stable one, and a rollout's new one): its chunks'
-    owners in file order and a count per node."""
-    out = []
-    for name, records in versions.items():
-        for record in records:
-            owners_by_digest = central.placement.placement((name, record.version))
-            if owners_by_digest:
-                out.append(_placed(name, record.version, owners_by_digest))
-    return out
+def placement_section(placed: Placed) -> list[dict[str, Any]]:
+    """For each placed version: its chunks' owners in file order and a count per node."""
+    return [_placed(name, version, owners_by_digest) for (name, version), owners_by_digest in placed.items()]
 
 
 def _placed(name: str, version: str, owners_by_digest: dict[str, list[str]]) -> dict[str, Any]:
@@ -172,14 +183,15 @@ def central_section(central: Central) -> dict[str, Any]:
 
 def build_snapshot(central: Central, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages)."""
-    nodes = nodes_section(central, loop_now)
     versions = recent_versions(central)
+    placed = placed_versions(central, versions)
+    nodes = nodes_section(central, loop_now, placed)
     return {
         "ts": time.time(),
         "central": central_section(central),
         "nodes": nodes,
-        "models": models_section(central, versions, nodes),
-        "placement": placement_section(central, versions),
+        "models": models_section(central, versions, placed, nodes),
+        "placement": placement_section(placed),
         "rollouts": rollouts,
         "events": [e.model_dump() for e in reversed(central.membership.events(MAX_EVENTS))],
         "gateway": gateway_section(central),

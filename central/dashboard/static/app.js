@@ -76,7 +76,7 @@ function renderHeader(s) {
   const nodeRps = s.nodes.filter((n) => nodeState(n) === "alive" && n.load).reduce((a, n) => a + n.load.rps, 0);
   $("kpi-nodes").textContent = `${counts.alive} / ${s.nodes.length}`;
   $("kpi-rps").textContent = fmtNum(gw.rps, 1);
-  $("kpi-lat").textContent = `${fmtNum(gw.p50_ms, 1)} / ${fmtNum(gw.p99_ms, 1)}`;
+  $("kpi-lat").textContent = gw.rps ? `${fmtNum(gw.p50_ms, 1)} / ${fmtNum(gw.p99_ms, 1)}` : "— / —";
   $("kpi-node-rps").textContent = fmtNum(nodeRps, 1);
   $("kpi-errors").textContent = gw.errors;
   $("kpi-errors").className = "kpi-value" + (gw.errors ? " state-dead" : "");
@@ -144,7 +144,8 @@ function renderModels(s) {
   if (!s.models.length) { box.replaceChildren(el("div", { class: "empty" }, "No models pushed yet.")); return; }
   box.replaceChildren(...s.models.map((m) => {
     const serving = Object.entries(m.serving).map(([version, byState]) =>
-      Object.entries(byState).map(([st, ids]) => `${version}: ${ids.length} ${st}`).join(", ")).join(" · ");
+      `v${version}: ` + Object.entries(byState).map(([st, ids]) => `${ids.length} ${st}`).join(", ")).join(" · ");
+    const rollout = (s.rollouts || []).find((r) => r.model === m.name && (r.state === "canary" || r.state === "rolling"));
     return el("div", { class: "model", "data-model": m.name },
       el("div", { class: "model-head" },
         el("span", { class: "model-name" }, m.name),
@@ -153,7 +154,10 @@ function renderModels(s) {
         el("span", { class: "tag" + (v.placed ? " version-active" : ""), "data-version": v.version,
           title: `${v.placed ? "placed on the fleet; " : ""}${fmtBytes(v.size)}, ${v.chunks} chunks, ${v.artifact}, ${v.created_at}` },
         `${v.placed ? "● " : ""}${v.version} · ${fmtBytes(v.size)} · ${v.chunks}ch`))),
-      el("div", { class: "model-serving" }, serving || "not served by any node"));
+      el("div", { class: "model-serving" }, serving || "not served by any live node"),
+      rollout ? el("div", { class: "model-serving" }, `rolling out ${rollout.version}: `,
+        el("span", { class: `rollout-state rs-${rollout.state}` }, rollout.state),
+        ` ${rollout.ready}/${(rollout.targets || []).length} ready`) : null);
   }));
 }
 
@@ -229,12 +233,14 @@ function eventDetail(e) {
 function renderEvents(s) {
   const list = $("events");
   if (!s.events.length) { list.replaceChildren(el("li", { class: "empty" }, "No events yet.")); return; }
+  const scrolled = list.scrollTop; // an operator reading older events keeps their place
   list.replaceChildren(...s.events.map((e) =>
     el("li", { "data-event": e.type },
       el("span", { class: "ev-time", "data-ts": e.ts }, fmtAge(Math.max(0, Date.now() - e.ts) / 1000) + " ago"),
       el("span", { class: `ev-type ev-${e.type}` }, e.type),
       el("span", { class: "ev-node" }, e.node_id || "—"),
       el("span", { class: "ev-detail", title: JSON.stringify(e.detail) }, eventDetail(e)))));
+  list.scrollTop = scrolled;
 }
 
 // ----------------------------------------------------------------- chart
