@@ -154,6 +154,7 @@ def edge_snapshot(
                 version=m.version,
                 state=str(m.state),
                 error=m.error[:MAX_ERROR_CHARS] if m.error else None,
+                errors=getattr(m, "errors", 0),  # duck-typed like the rest
             )
             for m in edge.repository.models()
         ]

@@ -98,9 +98,14 @@ class ModelMetrics:
         self._inference_seconds = self._f.inference_seconds.labels(**labels)
         self._queue_rows = self._f.queue_rows.labels(**labels)
         self._requests: dict[str, Any] = {}
+        #: Requests of this version that failed in the session (heartbeats report it, so
+        #: central's rollout controller can count a version that errors as failed).
+        self.errors = 0
 
     def request(self, outcome: Outcome) -> None:
         """Count one finished request with its outcome (label children cached: hot path)."""
+        if outcome == "error":
+            self.errors += 1
         child = self._requests.get(outcome)
         if child is None:
             child = self._requests[outcome] = self._f.requests.labels(

@@ -79,6 +79,11 @@ class LoadedModel:
         return self._session
 
     @property
+    def errors(self) -> int:
+        """Requests this version failed in the session since it loaded."""
+        return self._metrics.errors if self._metrics is not None else 0
+
+    @property
     def active_requests(self) -> int:
         """Requests inside ``infer`` right now (queued or running)."""
         return self._active

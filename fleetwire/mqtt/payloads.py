@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 #: Anything larger is dropped unread by consumers: a heartbeat is well under 16 KiB.
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -45,6 +45,14 @@ class ModelInfo(_Payload):
     state: str
     error: str | None = None
     errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
+
+    @model_serializer(mode="wrap")
+    def _omit_zero_errors(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Sent only when non-zero: a healthy fleet's heartbeats stay as small as before.
+        data: dict[str, Any] = handler(self)
+        if not data.get("errors"):
+            data.pop("errors", None)
+        return data
 
 
 class CacheInfo(_Payload):

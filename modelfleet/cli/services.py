@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from modelfleet.cli._common import build_settings, overrides, parse_broker, run_server, setup_logging
+from modelfleet.cli._common import build_settings, err, overrides, parse_broker, run_server, setup_logging
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +44,9 @@ def edge(
     http_port: Annotated[int | None, typer.Option(help="HTTP port (0: any free).")] = None,
     capacity: Annotated[int | None, typer.Option(help="Relative share of chunks to own.")] = None,
     broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="key=value label announced to central (repeatable).")
+    ] = None,
 ) -> None:
     """Start an edge: follow central, fetch and verify chunks, serve peers."""
     from edge_node.server import serve
@@ -60,6 +63,21 @@ def edge(
     )
     if (b := parse_broker(broker)) is not None:
         o["heartbeat"] = {"broker_host": b[0], "broker_port": b[1]}
+    if label:
+        o["labels"] = parse_labels(label)
     settings = build_settings(EdgeSettings, o)
     setup_logging(settings.log_level)
     run_server(serve(settings))
+
+
+def parse_labels(values: list[str]) -> dict[str, str]:
+    """``["zone=a", "tier=gpu"]`` → a dict; exit 2 with a clear line on a malformed pair
+    (rollout selectors match these labels)."""
+    labels: dict[str, str] = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key.strip():
+            err.print(f"[red]--label must be key=value, got {value!r}[/red]")
+            raise typer.Exit(2)
+        labels[key.strip()] = item.strip()
+    return labels

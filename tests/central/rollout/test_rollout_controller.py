@@ -4,6 +4,7 @@ choice, selectors, soak and promote, threshold rollback, restarts, and the 409s.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,16 @@ from rollout_harness import RolloutHarness, failed, ready
 
 from central.errors import Conflict, NotFound
 from central.rollout import RolloutRequest
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[RolloutHarness]:
+    """A harness with model ``m`` at version 1 (stable) and 2 (stored, not activated)."""
+    h = RolloutHarness(tmp_path)
+    h.store_version("m", "1")
+    h.store_version("m", "2", activate=False)
+    yield h
+    h.close()
 
 
 def _request(**fields: object) -> RolloutRequest:
