@@ -41,8 +41,8 @@ def models(
     if json:
         output.print_json(found)
         return
-    rows = [(m["name"], m.get("latest") or "-", str(m["versions"]), str(m.get("created_at", "-"))) for m in found]
-    output.console().print(output.table(("MODEL", "LATEST", "VERSIONS", "CREATED"), rows) if rows else "no models yet")
+    rows = [(m["name"], m.get("latest") or "-", str(m["versions"]), output.when(m.get("created_at"))) for m in found]
+    output.console().print(output.table(("MODEL", "NEWEST", "VERSIONS", "CREATED"), rows) if rows else "no models yet")
 
 
 def _rollout_or_none(client: CentralClient, name: str) -> JsonObject | None:
@@ -66,7 +66,7 @@ def _version_row(v: JsonObject) -> tuple[str, ...]:
         str(v.get("chunks", "-")),
         agreement,
         output.labels(v.get("labels")),
-        str(v.get("created_at", "-")),
+        output.when(v.get("created_at")),
     )
 
 
@@ -85,7 +85,7 @@ def show(
     if json:
         output.print_json({"name": name, "versions": versions, "rollout": rollout})
         return
-    columns = ("VERSION", "SERVED", "SIZE", "CHUNKS", "INT8 AGREEMENT", "LABELS", "CREATED")
+    columns = ("VERSION", "ARTIFACT", "SIZE", "CHUNKS", "AGREEMENT", "LABELS", "CREATED")
     out = output.console()
     out.print(output.table(columns, [_version_row(v) for v in versions], title=f"model {name}"))
     if rollout is not None:
@@ -155,7 +155,7 @@ def _print_event(e: JsonObject, json: bool) -> None:
     if json:
         output.print_json_line(e)
     else:
-        output.console().print(_event_line(e), markup=False)
+        output.console().print(_event_line(e), markup=False, soft_wrap=True)
 
 
 def _key(e: JsonObject) -> str:

@@ -118,6 +118,11 @@ def clock(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
+def when(iso: str | None) -> str:
+    """Central's ISO-8601 UTC stamps (``2026-12-02T19:25:04.522Z``) to the second."""
+    return "-" if not iso else iso.replace("T", " ")[:19] + (" UTC" if iso.endswith("Z") else "")
+
+
 def percent(fraction: float | None) -> str:
     """``0.9931`` → ``99.3%``."""
     return "-" if fraction is None else f"{fraction:.1%}"
