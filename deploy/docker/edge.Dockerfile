@@ -1,0 +1,40 @@
+# syntax=docker/dockerfile:1
+# modelfleet edge: OIP v2 inference + /metrics (:8081), gRPC Peer service (:50052).
+# Build from the repository root:  docker build -f deploy/docker/edge.Dockerfile -t modelfleet-edge .
+
+# --- build: install modelfleet and its dependencies into a virtualenv ---------------
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/modelfleet
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY fleetwire ./fleetwire
+COPY central ./central
+COPY edge_node ./edge_node
+COPY modelfleet ./modelfleet
+RUN /opt/modelfleet/bin/pip install .
+
+# --- runtime: the virtualenv only, run as an unprivileged user ----------------------
+FROM python:3.11-slim AS runtime
+# libgomp: ONNX Runtime's OpenMP threads on CPU.
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 modelfleet \
+ && useradd --system --uid 10001 --gid modelfleet --home-dir /var/lib/modelfleet --create-home modelfleet
+COPY --from=build /opt/modelfleet /opt/modelfleet
+# MODELFLEET_NODE_ID and MODELFLEET_ADVERTISE_HOST differ per edge: set them where it runs.
+ENV PATH=/opt/modelfleet/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    MODELFLEET_DATA_DIR=/var/lib/modelfleet/edge \
+    MODELFLEET_CACHE_DIR=/var/cache/modelfleet \
+    MODELFLEET_HTTP_HOST=0.0.0.0 \
+    MODELFLEET_HTTP_PORT=8081 \
+    MODELFLEET_GRPC_HOST=0.0.0.0 \
+    MODELFLEET_GRPC_PORT=50052
+RUN mkdir -p /var/cache/modelfleet && chown 10001:10001 /var/cache/modelfleet
+USER 10001:10001
+WORKDIR /var/lib/modelfleet
+VOLUME ["/var/lib/modelfleet", "/var/cache/modelfleet"]
+EXPOSE 8081 50052
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2)"]
+ENTRYPOINT ["modelfleet", "edge"]
