@@ -89,6 +89,9 @@ class RolloutService:
 
     def activated(self, model: str, version: str) -> None:
         """A plain push: ``version`` is what every node serves now, past rollouts aside."""
+        for r in self._book.in_progress(model):  # one started while the push was running
+            reason = f"superseded by a push of version {version}"
+            self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back")
         self._book.set_release(model, version, supersede=True)
 
     def check_deletable(self, model: str, version: str) -> None:

@@ -85,8 +85,13 @@ async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_
         assert (await push(api, "tiny", v2, version="2", activate="false")).status_code == 201
 
         body = {"version": "2", "canary": 0.5, "selector": {"zone": "a"}}
+        for bad, status in (({**body, "version": "9"}, 404), ({**body, "canary": 0}, 422)):
+            response = await api.post("/api/v1/models/tiny/rollouts", json=bad)
+            assert response.status_code == status and response.json()["error"], response.text
         response = await api.post("/api/v1/models/tiny/rollouts", json=body)
         assert response.status_code == 201, response.text
+        assert (await api.post("/api/v1/models/tiny/rollouts", json=body)).status_code == 409
+        assert (await push(api, "tiny", v2, version="2b")).status_code == 409  # a plain push would bypass it
         started = response.json()
         assert started["state"] == "canary" and started["previous_version"] == "1"
         assert started["targets"] == ["edge-a1", "edge-a2"] and len(started["canary_nodes"]) == 1

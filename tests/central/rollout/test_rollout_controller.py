@@ -159,3 +159,13 @@ async def test_a_rollout_whose_nodes_stall_is_reported_stuck_once(harness: Rollo
     harness.controller.evaluate_all(now=time.time() + 62)
     stuck = [e for e in harness.events if e.type == "rollout_stuck"]
     assert len(stuck) == 1 and stuck[0].detail["reason"] == "waiting for 1 canary node to load version 2: n0"
+
+
+async def test_a_push_that_finishes_during_a_rollout_supersedes_it(harness: RolloutHarness) -> None:
+    harness.add_nodes(["n0", "n1"])
+    harness.service.start("m", _request(canary=1.0))
+    harness.store_version("m", "3", activate=False)  # the registry commits the pushed version …
+    harness.service.activated("m", "3")  # … of a plain push whose check ran before the rollout began
+    r = harness.service.get("m")
+    assert r.state == "rolled_back" and r.reason == "superseded by a push of version 3"
+    assert harness.serves("n0") == harness.serves("n1") == "3"
