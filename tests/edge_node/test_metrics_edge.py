@@ -61,7 +61,10 @@ async def test_edge_metrics_count_sources_cache_heartbeats_versions_and_requests
         assert sample(s, "modelfleet_mqtt_connected") == 1 and sample(s, "modelfleet_central_connected") == 1
     # with two owners per chunk, the first owner pulls from central and the second from it
     origin = sum(sample(s, "modelfleet_fetch_bytes_total", source="origin") for s in scrapes)
-    assert origin == sum(unique.values())
     served = sum(sample(s, "modelfleet_peer_served_bytes_total") for s in scrapes)
-    assert served == sum(sample(s, "modelfleet_fetch_bytes_total", source="peer") for s in scrapes)
+    relayed = sum(sample(s, "modelfleet_fetch_bytes_total", source="peer") for s in scrapes)
+    if sum(sample(s, "modelfleet_fetch_peer_errors_total") for s in scrapes) == 0:
+        assert origin == sum(unique.values()) and served == relayed > 0
+    else:  # a peer that timed out under load: its chunk came from the origin instead
+        assert sum(unique.values()) <= origin <= 2 * sum(unique.values()) and served >= relayed
     assert sample(scrapes[0], "modelfleet_inference_requests_total", model="tiny", version="1", outcome="ok") == 3
