@@ -88,7 +88,7 @@ class Central:
             stuck_after_s=r.stuck_after_s,
         )
         self._rollout_controller = controller
-        self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.evaluate_all())
+        self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())
         return RolloutService(book, controller, self.store, fleet)
 
     def _latest_versions(self) -> dict[str, str | None]:

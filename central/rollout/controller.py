@@ -41,6 +41,7 @@ class RolloutController:
         self.interval_s = interval_s
         self.stuck_after_s = stuck_after_s
         self._timer: asyncio.TimerHandle | None = None
+        self._poked = False
 
     def start(self) -> None:
         """Evaluate now and then every ``interval_s`` (needs the running loop)."""
@@ -52,12 +53,26 @@ class RolloutController:
             self._timer.cancel()
             self._timer = None
 
+    def poke(self) -> None:
+        """Evaluate soon (coalesced: a storm of membership transitions costs one pass)."""
+        if self._poked or not self._book.in_progress():
+            return
+        self._poked = True
+        asyncio.get_running_loop().call_soon(self._poked_pass)
+
+    def _poked_pass(self) -> None:
+        self._poked = False
+        self._evaluate_logged()
+
     def _tick(self) -> None:
+        self._evaluate_logged()
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+
+    def _evaluate_logged(self) -> None:
         try:
             self.evaluate_all()
-        except Exception:
+        except Exception:  # one bad evaluation must not stop the timer
             log.exception("rollout evaluation failed")
-        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
 
     def evaluate_all(self, now: float | None = None) -> None:
         """Evaluate every in-progress rollout once."""
