@@ -73,19 +73,21 @@ def _ldconfig() -> list[str]:
 
 
 def _wheel_paths() -> list[str]:
-    """Libraries from NVIDIA's pip wheels (``nvidia/*/lib``), which onnxruntime-gpu can use."""
+    """Libraries from NVIDIA's pip wheels (``nvidia/*/lib``, ``tensorrt_libs``), which
+    onnxruntime-gpu can use without a system-wide CUDA install."""
     found: list[str] = []
     for entry in map(Path, sys.path):
-        if (entry / "nvidia").is_dir():
-            found += [str(p) for p in sorted((entry / "nvidia").glob("*/lib/lib*.so*"))]
+        for pattern in ("nvidia/*/lib/lib*.so*", "tensorrt_libs/lib*.so*"):
+            found += [str(p) for p in sorted(entry.glob(pattern))] if entry.is_dir() else []
     return found
 
 
 def candidates(stem: str, paths: list[str] | None = None) -> list[str]:
     """Paths of ``stem.so`` / ``stem.so.N…``, newest-looking first."""
-    pattern = re.compile(rf"/{re.escape(stem)}\.so(\.\d+)*$")
+    pattern = re.compile(rf"/{re.escape(stem)}\.so((?:\.\d+)*)$")
     pool = paths if paths is not None else _ldconfig() + _wheel_paths()
-    return sorted({p for p in pool if pattern.search(p)}, reverse=True)
+    found = {p: m.group(1) for p in pool if (m := pattern.search(p))}
+    return sorted(found, key=lambda p: tuple(int(n) for n in found[p].split(".") if n), reverse=True)
 
 
 def find(lib: Library, paths: list[str] | None = None) -> Found | None:

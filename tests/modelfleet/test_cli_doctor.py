@@ -10,7 +10,7 @@ from cli_harness import Cli, closed_port
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from modelfleet.cli.gpu_libs import cpu_flags
+from modelfleet.cli.gpu_libs import LIBRARIES, candidates, cpu_flags, find
 
 
 async def test_doctor_reports_providers_and_reachable_services(
@@ -49,3 +49,21 @@ async def test_doctor_fails_with_a_fix_when_broker_and_central_are_down(tmp_path
     assert "fix: start one (mosquitto" in lines[broker + 1]
     assert any(line.startswith("fail") and "central at" in line for line in lines)
     assert any(line.startswith("ok") and "onnxruntime" in line for line in lines)
+
+
+def test_library_candidates_and_cpu_flags_are_read_from_what_the_host_lists(tmp_path: Path) -> None:
+    listed = [
+        "/usr/lib/x86_64-linux-gnu/libcudnn.so.8",
+        "/opt/nvidia/cudnn/lib/libcudnn.so.9",
+        "/usr/lib/libcudnn_ops.so.9",  # a sibling library, not cuDNN's entry point
+        "/usr/local/cuda/lib64/libcudart.so.12",
+    ]
+    assert candidates("libcudnn", listed) == [  # newest soname first
+        "/opt/nvidia/cudnn/lib/libcudnn.so.9",
+        "/usr/lib/x86_64-linux-gnu/libcudnn.so.8",
+    ]
+    assert find(LIBRARIES[2], listed) is None  # no TensorRT listed: "not found" is an answer
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512_vnni\n\nprocessor\t: 1\n", encoding="utf-8")
+    assert cpu_flags(cpuinfo) == {"fpu", "sse", "avx2", "avx512_vnni"}
+    assert cpu_flags(tmp_path / "absent") is None
