@@ -15,6 +15,8 @@ from types import FrameType
 
 import httpx
 from pydantic import BaseModel, Field, field_validator
+from rich.console import Console
+from rich.markup import escape
 
 from modelfleet.up.broker import BrokerChoice, RunningBroker, start_broker
 from modelfleet.up.children import ChildGroup
@@ -73,7 +75,7 @@ def run_up(options: UpOptions, steps: Steps) -> int:
     except KeyboardInterrupt:
         return 0 if up else 130
     except UpError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
     return 0
 

@@ -1,7 +1,9 @@
 """``modelfleet up`` as a user runs it: a real subprocess that starts a broker, central and
-three edges, pushes the digits model, classifies held-out digits through the gateway,
-and stops every child when done (``--once``) or on Ctrl-C; a second run on the same
-directory starts warm. Plus the port and data-directory rules, in process."""
+three edges, pushes the digits model, classifies held-out digits through the gateway and
+stops every child when done (``--once``) or on Ctrl-C. The main test runs it twice on one
+directory: once on Mosquitto, then warm (nothing pushed again) on the embedded amqtt
+broker until SIGINT. A failing child gives one error line; ports and the data-directory
+lock are checked in process."""
 
 from __future__ import annotations
 
@@ -73,7 +75,16 @@ def _assert_nothing_left(status: dict[str, Any], data_dir: Path) -> None:
     assert _processes_mentioning(str(data_dir)) == []
 
 
-def test_up_once_serves_digits_stops_everything_and_starts_warm_the_second_time(tmp_path: Path) -> None:
+def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"modelfleet up exited with {proc.returncode}: {proc.communicate()[0]}"
+        assert time.monotonic() < deadline, "no status file"
+        time.sleep(0.1)
+    return dict(json.loads(path.read_text()))
+
+
+def test_up_once_on_mosquitto_then_warm_on_amqtt_until_ctrl_c_leaving_nothing_behind(tmp_path: Path) -> None:
     data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
     first, status = _run_once(data_dir, status_path, "--broker", "mosquitto")
 
@@ -91,33 +102,23 @@ def test_up_once_serves_digits_stops_everything_and_starts_warm_the_second_time(
     assert status["demo"]["accuracy"] >= 0.9 and set(status["demo"]["nodes"]) <= {"edge-1", "edge-2", "edge-3"}
     _assert_nothing_left(status, data_dir)
 
+    # Again on the same directory, now without Mosquitto and running until Ctrl-C: it
+    # starts warm (the version is there, not pushed twice) and heartbeats flow over amqtt.
     status_path.unlink()
-    second, again = _run_once(data_dir, status_path, "--broker", "mosquitto")
-    assert "not pushed again" in second.stdout
-    assert again["model"] == {"name": "digits", "version": "1", "artifact": "int8", "pushed": False}
-    assert again["demo"]["correct"] == status["demo"]["correct"]
-    _assert_nothing_left(again, data_dir)
-
-
-def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"modelfleet up exited with {proc.returncode}: {proc.communicate()[0]}"
-        assert time.monotonic() < deadline, "no status file"
-        time.sleep(0.1)
-    return dict(json.loads(path.read_text()))
-
-
-def test_up_on_embedded_amqtt_runs_until_ctrl_c_then_stops_every_child(tmp_path: Path) -> None:
-    data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
-    argv = _up_argv(data_dir, status_path, "--broker", "amqtt")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _up_argv(data_dir, status_path, "--broker", "amqtt"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        status = _wait_for_file(status_path, proc, timeout=100)
-        assert status["broker"]["kind"] == "amqtt" and status["demo"]["accuracy"] >= 0.9
-        assert proc.poll() is None and all(_running(pid) for pid in _pids(status))
-        membership = httpx.get(f"{status['central']['http_url']}/api/v1/membership", timeout=10).json()
+        again = _wait_for_file(status_path, proc, timeout=100)
+        assert again["broker"]["kind"] == "amqtt"
+        assert again["model"] == {"name": "digits", "version": "1", "artifact": "int8", "pushed": False}
+        assert again["demo"]["correct"] == status["demo"]["correct"]
+        membership = httpx.get(f"{again['central']['http_url']}/api/v1/membership", timeout=10).json()
         assert {n["node_id"]: n["state"] for n in membership["nodes"]} == {f"edge-{i}": "alive" for i in (1, 2, 3)}
+        assert proc.poll() is None and all(_running(pid) for pid in _pids(again))  # it keeps running
 
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
@@ -126,8 +127,21 @@ def test_up_on_embedded_amqtt_runs_until_ctrl_c_then_stops_every_child(tmp_path:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, output
-    assert "stop the fleet — 5 processes stopped" in output
-    _assert_nothing_left(status, data_dir)
+    assert "not pushed again" in output and "stop the fleet — 5 processes stopped" in output
+    _assert_nothing_left(again, data_dir)
+
+
+def test_up_once_fails_with_one_clear_line_when_an_edge_cannot_start(tmp_path: Path) -> None:
+    data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
+    env = {**os.environ, "MODELFLEET_CACHE_BYTES": "1"}  # below the edge's minimum: it refuses to start
+    argv = _up_argv(data_dir, status_path, "--once", "--edges", "1")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=110, check=False, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: edge-1 exited with 2 before it was ready: "), done.stderr
+    assert "cache_bytes" in errors[0] and str(data_dir / "logs" / "edge-1.log") in errors[0]
+    assert not status_path.exists()
+    assert _processes_mentioning(str(data_dir)) == []
 
 
 def test_taken_ports_fall_back_to_free_ones() -> None:
