@@ -6,6 +6,7 @@ reader of the tracker, the placement and the gateway."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -52,9 +53,11 @@ def blob_usage(root: Path) -> tuple[int, int]:
                 continue
             with os.scandir(shard.path) as blobs:
                 for blob in blobs:
-                    if blob.is_file() and not blob.name.startswith("."):
-                        count += 1
+                    if blob.name.startswith("."):  # a write in progress (``.tmp-*``)
+                        continue
+                    with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
                         size += blob.stat().st_size
+                        count += 1
     return count, size
 
 
@@ -81,28 +84,39 @@ class CentralStateCollector(Collector):
 
     def _nodes(self) -> Iterator[Metric]:
         c = self._central
-        members = c.nodes.nodes()
+        members = [n.node_id for n in c.nodes.nodes()]
         yield _gauge("modelfleet_nodes", "Nodes registered with central (on the placement ring).", len(members))
         chunks = GaugeMetricFamily(
             "modelfleet_placement_chunks", "Chunks of the active versions each node owns.", labels=("node",)
         )
-        for n in members:
-            chunks.add_metric((n.node_id,), len(c.placement.owned_by(n.node_id)))
+        owned = self._owned()
+        for node_id in members:
+            chunks.add_metric((node_id,), len(owned.get(node_id, ())))
         yield chunks
-        failover = c.failover
-        if failover is not None:
+        if c.failover is not None:
             yield _counter(
                 "modelfleet_failovers",
                 "Dead nodes taken off the placement ring (their chunks got new owners).",
-                failover.evictions,
+                c.failover.evictions,
             )
             yield _counter(
-                "modelfleet_node_restorations", "Nodes put back on the ring after coming back.", failover.restorations
+                "modelfleet_node_restorations", "Nodes put back on the ring after coming back.", c.failover.restorations
             )
         yield _gauge(
             "modelfleet_desired_state_generation", "Desired-state generation (bumped by every change).",
             c.desired.generation,
         )  # fmt: skip
+
+    def _owned(self) -> dict[str, set[str]]:
+        """Node id → digests it owns, in one pass over the placements (``owned_by`` per
+        node would cost nodes × chunks on a large fleet)."""
+        c = self._central
+        owned: dict[str, set[str]] = {}
+        for manifest in c.rollouts.active_versions():
+            for digest, owners in c.placement.placement(manifest.key).items():
+                for owner in owners:
+                    owned.setdefault(owner, set()).add(digest)
+        return owned
 
     def _registry(self) -> Iterator[Metric]:
         c = self._central
