@@ -48,6 +48,7 @@ class EdgeStateCollector(Collector):
         """Every family, read now."""
         yield from self._cache()
         yield from self._fetch()
+        yield from self._peer()
         yield from self._heartbeat()
         yield from self._versions()
 
@@ -91,6 +92,8 @@ class EdgeStateCollector(Collector):
         for source, n in f.rejected_corrupt.items():
             by_source["origin" if source == "origin" else "peer"] += n
         yield _by_label(rejected, dict(by_source))
+
+    def _peer(self) -> Iterator[Metric]:
         peer = self._edge.peer_servicer
         yield _counter("modelfleet_peer_served_chunks", "Chunks this node served to peers.", peer.chunks_served)
         yield _counter("modelfleet_peer_served_bytes", "Chunk bytes this node served to peers.", peer.bytes_served)
