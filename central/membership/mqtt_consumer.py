@@ -1,22 +1,23 @@
 """Central's MQTT client: node births, deaths and heartbeats in; central's own status and
 fleet events out.
 
-paho runs its network loop on its own thread (``loop_start``) and reconnects by itself
-with exponential backoff. Messages are size-checked and parsed on that thread, then
-handed to the tracker on the asyncio loop in batches (one ``call_soon_threadsafe`` per
-burst, not per message). Nothing raised by a message ever leaves the paho callback.
+paho's I/O runs on the asyncio loop itself (``MqttLoopDriver``: the socket is watched by
+the loop, reads are buffered, reconnects back off exponentially), so every message is
+size-checked, parsed and handed to the tracker on the loop thread, with no thread hop
+and no GIL traffic per message. Nothing raised by a message ever leaves the paho callback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -24,6 +25,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
@@ -115,12 +117,12 @@ class MembershipConsumer:
         self._loop = loop
         self._publish_events = publish_events
         self._client: mqtt.Client | None = None
+        self._driver: MqttLoopDriver | None = None
+        self._loop_thread = threading.get_ident()
         self._connected = threading.Event()
-        self._lock = threading.Lock()
-        self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-        self._drain_scheduled = False
         self._stopping = False
         self.connects = 0
+        self.connect_failures = 0
         self.events_published = 0
         self.events_dropped = 0
 
@@ -137,14 +139,12 @@ class MembershipConsumer:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         s = self.settings
-        client = mqtt.Client(
+        client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             clean_session=True,
             protocol=mqtt.MQTTv311,
         )
-        # paho's signature says int, but the delay arithmetic is float throughout.
-        client.reconnect_delay_set(cast(int, s.reconnect_min_s), cast(int, s.reconnect_max_s))
         client.max_queued_messages_set(_MAX_QUEUED)
         client.max_inflight_messages_set(_MAX_INFLIGHT)
         client.will_set(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
@@ -152,9 +152,17 @@ class MembershipConsumer:
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         self._client = client
+        self._loop_thread = threading.get_ident()
         self.tracker.link_down()  # until the first CONNACK: nobody can be heard yet
         client.connect_async(s.host, s.port, keepalive=s.keepalive_s)
-        client.loop_start()
+        self._driver = MqttLoopDriver(
+            client,
+            self._loop,
+            min_delay_s=s.reconnect_min_s,
+            max_delay_s=s.reconnect_max_s,
+            on_connect_failed=self._connect_failed,
+        )
+        self._driver.start()
         if self._publish_events:
             self.tracker.set_publisher(self.publish_event)
         log.info("MQTT consumer connecting to %s:%d as %s", s.host, s.port, self.client_id)
@@ -164,34 +172,33 @@ class MembershipConsumer:
         return await asyncio.to_thread(self._connected.wait, timeout)
 
     async def stop(self) -> None:
-        """Publish central offline (retained), disconnect cleanly and stop paho's thread."""
+        """Publish central offline (retained), then disconnect cleanly."""
         client, self._client = self._client, None
-        if client is None:
+        driver, self._driver = self._driver, None
+        if client is None or driver is None:
             return
         self._stopping = True
         if self._publish_events:
             self.tracker.set_publisher(None)
-        await asyncio.to_thread(self._shutdown, client)
-        self.tracker.link_down()
-
-    def _shutdown(self, client: mqtt.Client) -> None:
         if self._connected.is_set():
             info = client.publish(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
-            try:
-                info.wait_for_publish(timeout=2.0)
-            except (ValueError, RuntimeError) as exc:
-                log.warning("could not publish central offline: %s", exc)
-        client.disconnect()
-        client.loop_stop()
+            if not await driver.wait_published(info, timeout_s=2.0):
+                log.warning("central offline was not acknowledged by the broker")
+        await driver.stop()
         self._connected.clear()
+        self.tracker.link_down()
+
+    def _connect_failed(self, exc: BaseException) -> None:
+        self.connect_failures += 1
+        log.debug("MQTT connect to %s:%d failed: %s", self.settings.host, self.settings.port, exc)
 
     # ----------------------------------------------------------------- events out
 
     def publish_event(self, event: Event) -> None:
         """Publish one tracker event on ``topics.events`` (QoS 1, not retained).
 
-        Safe from the loop thread (paho's publish is thread-safe and does not block);
-        while disconnected paho queues up to 1000 and the rest are counted as dropped."""
+        Called on the loop thread (paho's publish does not block); while disconnected paho
+        queues up to ``_MAX_QUEUED`` and the rest are counted as dropped."""
         client = self._client
         if client is None:
             self.events_dropped += 1
@@ -205,7 +212,7 @@ class MembershipConsumer:
     def _central_status(self, state: Literal["online", "offline"]) -> str:
         return CentralStatus(state=state, ts=_now_ms(), central_id=self.central_id).model_dump_json()
 
-    # ----------------------------------------------------------------- paho thread
+    # ----------------------------------------------------------------- paho callbacks (loop thread)
 
     def _on_connect(
         self,
@@ -219,8 +226,10 @@ class MembershipConsumer:
             log.warning("MQTT connect refused: %s", reason_code)
             return
         self.connects += 1
-        # Before the subscription, so that retained births queue up behind it on the loop.
-        self._hand_over(self.tracker.link_up)
+        if self._driver is not None:
+            self._driver.connack_seen = True
+        # Before the subscription, so that retained births count from this link-up.
+        self._deliver(self.tracker.link_up)
         client.subscribe([(self.topics.all_status, 1), (self.topics.all_heartbeats, 0)])
         client.publish(self.topics.central_status, self._central_status("online"), qos=1, retain=True)
         self._connected.set()
@@ -237,7 +246,7 @@ class MembershipConsumer:
         was = self._connected.is_set()
         self._connected.clear()
         if was and not self._stopping:
-            self._hand_over(self.tracker.link_down)
+            self._deliver(self.tracker.link_down)
             log.warning("MQTT disconnected: %s; reconnecting", reason_code)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
@@ -247,7 +256,7 @@ class MembershipConsumer:
             log.exception("dropping MQTT message on %r", getattr(msg, "topic", "?"))
 
     def handle_message(self, topic: str, payload: bytes | bytearray, retained: bool = False) -> None:
-        """Check, parse and hand one message to the tracker (paho's thread; public for tests)."""
+        """Check, parse and hand one message to the tracker (public for tests)."""
         if len(payload) > MAX_PAYLOAD_BYTES:
             self.tracker.count_oversized()
             return
@@ -261,40 +270,24 @@ class MembershipConsumer:
                 if hb.node_id != node_id:
                     self.tracker.count_malformed()
                     return
-                self._hand_over(self.tracker.on_heartbeat, node_id, hb)
+                self._deliver(self.tracker.on_heartbeat, node_id, hb)
             elif topic == self.topics.node_status(node_id):
                 if not payload:
                     return  # a retained status being cleared: nothing to learn
                 status = NodeStatus.model_validate_json(payload)
-                self._hand_over(self.tracker.on_status, node_id, status, retained)
+                self._deliver(self.tracker.on_status, node_id, status, retained)
             else:
                 self.tracker.count_malformed()
         except (ValidationError, ValueError):
             self.tracker.count_malformed()
 
-    def _hand_over(self, fn: Callable[..., None], *args: Any) -> None:
-        """Queue a tracker call for the loop; one wake-up per burst of messages."""
-        with self._lock:
-            self._pending.append((fn, args))
-            if self._drain_scheduled:
-                return
-            self._drain_scheduled = True
+    def _deliver(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call the tracker now (the loop thread), or queue the call there from any other."""
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+            return
         loop = self._loop
-        try:
-            if loop is None:
-                raise RuntimeError("no loop")
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed: central is shutting down
-            with self._lock:
-                self._pending.clear()
-                self._drain_scheduled = False
-
-    def _drain(self) -> None:
-        with self._lock:
-            batch, self._pending = self._pending, []
-            self._drain_scheduled = False
-        for fn, args in batch:
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("membership tracker failed on %s", getattr(fn, "__name__", fn))
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: central is shutting down
+            loop.call_soon_threadsafe(fn, *args)

@@ -1,0 +1,255 @@
+"""Runs a paho-mqtt client on the asyncio loop instead of on a thread of its own.
+
+Why: central's consumer receives one heartbeat per node per interval (10,000 a second
+for a 10k fleet). With ``loop_start`` paho's thread does a ``select`` and four ``recv``
+calls per message (command byte, length bytes, body), dropping the GIL at each one, and
+every burst is handed to the loop thread: the two threads then spend more time trading
+the GIL than parsing. Here the socket is watched by the loop (``add_reader``), reads go
+through ``BufferedSocket`` (one ``recv`` serves hundreds of messages) and every callback
+runs on the loop thread, so the tracker is called directly.
+
+This is paho's documented "external event loop" mode (``loop_read`` / ``loop_write`` /
+``loop_misc`` with the ``on_socket_*`` callbacks). What ``loop_forever`` would otherwise
+do — reconnecting with exponential backoff — is ``MqttLoopDriver._maintain``. The TCP
+connect runs in a worker thread (a broker that is down must not stall the loop), so the
+socket callbacks may arrive from that thread; they are marshalled onto the loop in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as mqtt
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BufferedClient", "BufferedSocket", "MqttLoopDriver"]
+
+#: Bytes asked of the kernel per ``recv``: a few hundred heartbeats.
+_READ_SIZE = 256 * 1024
+#: Packets handled per readiness callback before the loop gets a turn for other work.
+_MAX_PACKETS_PER_WAKE = 2000
+#: How often keep-alive pings and ping timeouts are checked (``loop_misc``).
+_MISC_EVERY_S = 1.0
+
+
+class BufferedSocket:
+    """A connected socket whose ``recv`` serves paho's small reads from one large read.
+
+    paho reads a packet as ``recv(1)`` for the command, ``recv(1)`` per length byte and
+    ``recv(n)`` for the body. ``pending()`` is paho's own duck-typed hook (used for TLS)
+    that tells it bytes are already buffered, so nothing waits in ``select`` on them."""
+
+    __slots__ = ("_buf", "_pos", "_sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = b""
+        self._pos = 0
+
+    def recv(self, bufsize: int) -> bytes:
+        """Up to ``bufsize`` bytes; ``BlockingIOError`` when none are ready, ``b""`` at EOF."""
+        if self._pos >= len(self._buf):
+            data = self._sock.recv(_READ_SIZE)
+            if not data:
+                return b""
+            self._buf, self._pos = data, 0
+        start = self._pos
+        self._pos = min(start + bufsize, len(self._buf))
+        return self._buf[start : self._pos]
+
+    def pending(self) -> int:
+        """Bytes read from the kernel that paho has not consumed yet."""
+        return len(self._buf) - self._pos
+
+    def send(self, data: bytes | bytearray) -> int:
+        """Send straight through (writes are few: subscriptions, acks, events)."""
+        return self._sock.send(data)
+
+    def setblocking(self, flag: bool) -> None:
+        """As ``socket.setblocking``."""
+        self._sock.setblocking(flag)
+
+    def fileno(self) -> int:
+        """The socket's descriptor, for the loop's reader/writer registration."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        """Close the socket and drop what was buffered."""
+        self._buf, self._pos = b"", 0
+        self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class BufferedClient(mqtt.Client):
+    """A paho client whose plain TCP sockets are ``BufferedSocket``s."""
+
+    def _create_socket(self) -> Any:  # paho's transport hook (it wraps websockets the same way)
+        sock = super()._create_socket()
+        return BufferedSocket(sock) if isinstance(sock, socket.socket) else sock
+
+
+class MqttLoopDriver:
+    """Connects ``client`` and keeps it connected, driving all its I/O from ``loop``.
+
+    ``connect_async`` must have been called on the client (it only stores the address);
+    the first attempt happens in ``start``. The client's own ``reconnect_delay_set``
+    values are not used; ``min_delay_s``/``max_delay_s`` are."""
+
+    def __init__(
+        self,
+        client: mqtt.Client,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        min_delay_s: float,
+        max_delay_s: float,
+        on_connect_failed: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._min_delay = min_delay_s
+        self._max_delay = max_delay_s
+        self._on_connect_failed = on_connect_failed
+        self._fd: int | None = None
+        self._lost = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._misc: asyncio.TimerHandle | None = None
+        self.connack_seen = False
+        """Set by the owner on a successful CONNACK: resets the backoff."""
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_socket_register_write = self._on_register_write
+        client.on_socket_unregister_write = self._on_unregister_write
+
+    def start(self) -> None:
+        """Begin connecting (in the background); call on the loop's thread."""
+        self._loop_thread = threading.get_ident()
+        self._task = self._loop.create_task(self._maintain())
+
+    async def stop(self, timeout_s: float = 2.0) -> None:
+        """Disconnect cleanly (queued packets are written first) and stop reconnecting."""
+        self._stopping = True
+        if self._fd is not None:
+            self._client.disconnect()  # writes DISCONNECT, then paho closes the socket
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), timeout_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._detach()
+        sock = self._client.socket()
+        if sock is not None:  # DISCONNECT could not be written in time (broker gone)
+            sock.close()
+
+    async def wait_published(self, info: mqtt.MQTTMessageInfo, timeout_s: float) -> bool:
+        """Wait (without blocking the loop) until a QoS 1 publish is acknowledged."""
+        deadline = self._loop.time() + timeout_s
+        while not info.is_published():
+            if self._loop.time() >= deadline or self._fd is None:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    # ----------------------------------------------------------------- connecting
+
+    async def _maintain(self) -> None:
+        delay = self._min_delay
+        while not self._stopping:
+            self._lost.clear()
+            self.connack_seen = False
+            try:
+                await self._loop.run_in_executor(None, self._client.reconnect)
+            except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad host
+                if self._on_connect_failed is not None:
+                    self._on_connect_failed(exc)
+            else:
+                await self._lost.wait()
+            if self._stopping:
+                return
+            delay = self._min_delay if self.connack_seen else min(delay * 2, self._max_delay)
+            await asyncio.sleep(delay)
+
+    # ----------------------------------------------------------------- socket callbacks
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` now when on the loop's thread, else queue it there (in order)."""
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _on_socket_open(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._on_loop(self._attach, sock.fileno())
+
+    def _on_socket_close(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._on_loop(self._closed, sock.fileno())
+
+    def _on_register_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._on_loop(self._want_write, sock.fileno())
+
+    def _on_unregister_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        self._on_loop(self._no_write, sock.fileno())
+
+    def _attach(self, fd: int) -> None:
+        self._fd = fd
+        self._loop.add_reader(fd, self._readable)
+        self._schedule_misc()
+
+    def _closed(self, fd: int) -> None:
+        if fd == self._fd:
+            self._detach()
+            self._lost.set()
+
+    def _detach(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self._loop.remove_reader(fd)
+            self._loop.remove_writer(fd)
+        if self._misc is not None:
+            self._misc.cancel()
+            self._misc = None
+
+    def _want_write(self, fd: int) -> None:
+        if fd == self._fd:
+            self._loop.add_writer(fd, self._writable)
+
+    def _no_write(self, fd: int) -> None:
+        if fd == self._fd:
+            self._loop.remove_writer(fd)
+
+    # ----------------------------------------------------------------- I/O
+
+    def _readable(self) -> None:
+        client = self._client
+        for _ in range(_MAX_PACKETS_PER_WAKE):
+            if client.loop_read() != mqtt.MQTT_ERR_SUCCESS:
+                return  # connection lost: paho has closed the socket and told us
+            sock = client.socket()
+            if sock is None or not getattr(sock, "pending", _nothing)():
+                return  # buffer drained; the loop calls again if the kernel has more
+
+    def _writable(self) -> None:
+        self._client.loop_write()
+
+    def _schedule_misc(self) -> None:
+        self._misc = self._loop.call_later(_MISC_EVERY_S, self._tick)
+
+    def _tick(self) -> None:
+        self._misc = None
+        if self._fd is not None and self._client.loop_misc() == mqtt.MQTT_ERR_SUCCESS and self._fd is not None:
+            self._schedule_misc()
+
+
+def _nothing() -> int:
+    return 0
