@@ -4,6 +4,7 @@ exit codes and one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,8 @@ from cli_harness import Cli, closed_port, one_error_line
 from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, wait_for
+from modelfleet.cli.client import CentralClient, PushRequest
+from modelfleet.cli.config import CliConfig
 from modelfleet.zoo import DigitsModel, build_digits
 
 
@@ -104,3 +107,20 @@ async def test_errors_are_one_line_with_exit_codes(tmp_path: Path, central: Cent
     assert bad_canary.exit_code == 2 and "--canary" in one_error_line(bad_canary)
     bad_url = await cli("models", "--central", "ftp://example")
     assert bad_url.exit_code == 2 and "invalid central URL" in one_error_line(bad_url)
+
+
+async def test_push_progress_arrives_step_by_step_and_counts_every_byte(
+    tmp_path: Path, central: CentralServer, small_model_file: Path
+) -> None:
+    sent: list[int] = []
+
+    def push_events() -> list[dict[str, object]]:
+        with CentralClient(CliConfig(central_url=central.http_url)) as client:
+            return list(client.push(PushRequest(model=small_model_file, name="tiny"), sent.append))
+
+    events = await asyncio.to_thread(push_events)
+    steps = [(e["step"], e["phase"]) for e in events if e["event"] == "step"]
+    names = ["validate", "quantize", "chunk", "manifest", "place"]
+    assert steps == [(name, phase) for name in names for phase in ("start", "end")]
+    assert events[-1]["event"] == "result" and events[-1]["placement"] == {"nodes": 0, "owners": {}}
+    assert sum(sent) == small_model_file.stat().st_size
