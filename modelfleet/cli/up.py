@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 def up(
     data_dir: Annotated[
-        Path | None, typer.Option(help="Where the fleet keeps registry, caches and logs. [default: .modelfleet]")
+        Path | None, typer.Option(help="Where the fleet keeps registry, caches and logs. Default: .modelfleet")
     ] = None,
     once: Annotated[
         bool, typer.Option("--once", help="Exit (0 only if every step worked) instead of running on.")
@@ -30,16 +30,16 @@ def up(
         int | None,
         typer.Option(
             help="Central HTTP on this port, edges on the next ones, gRPC at +10, broker at +20; 0: any free ports."
-            " [default: 8080, 8081…, 50051, 1883]"
+            " Default: 8080, 8081…, 50051, 1883 (free ones where taken)."
         ),
     ] = None,
     broker: Annotated[
         str | None,
         typer.Option(
-            envvar="MODELFLEET_UP_BROKER", help="auto (Mosquitto if installed), mosquitto or amqtt. [default: auto]"
+            envvar="MODELFLEET_UP_BROKER", help="auto (Mosquitto if installed), mosquitto or amqtt. Default: auto."
         ),
     ] = None,
-    edges: Annotated[int | None, typer.Option(help="How many edges. [default: 3]")] = None,
+    edges: Annotated[int | None, typer.Option(help="How many edges. Default: 3.")] = None,
 ) -> None:
     """Start a local fleet (broker, central, edges), push the digits model, try it; Ctrl-C stops it all."""
     from modelfleet.up import Steps, UpOptions, run_up

@@ -89,11 +89,13 @@ class Child:
         lines = [line.strip() for line in self.log_text().splitlines()[-_TAIL_LINES:] if line.strip()]
         return lines[-1] if lines else "(no output)"
 
-    def died(self, what: str) -> ChildError:
-        """The error for this child having exited while we needed it."""
-        return ChildError(
-            f"{self.name} exited with {self.popen.returncode} {what}: {self.last_line()} (log: {self.log_path})"
-        )
+    def died(self, when: str = "") -> ChildError:
+        """The error for this child having exited (``when``: "before it was ready", …): how, and its last words."""
+        rc = self.popen.returncode
+        when = f" {when}" if when else ""
+        if rc is not None and rc < 0:  # a signal from outside: its output says nothing about why
+            return ChildError(f"{self.name} was killed by {signal.Signals(-rc).name}{when} (log: {self.log_path})")
+        return ChildError(f"{self.name} exited with {rc}{when}: {self.last_line()} (log: {self.log_path})")
 
     def wait_line(self, pattern: re.Pattern[str], timeout_s: float) -> re.Match[str]:
         """Wait until its output has a line matching ``pattern`` (a ready line)."""

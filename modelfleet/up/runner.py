@@ -66,10 +66,10 @@ def run_up(options: UpOptions, steps: Steps) -> int:
                 up = True
                 print_urls(console, fleet, data)
                 if options.json_status is not None:
-                    write(options.json_status, status_of(fleet, data))
+                    _write_status(options.json_status, fleet, data)
                 if not options.once:
                     console.print("[bold]The fleet is running; press Ctrl-C to stop it.[/bold]")
-                    _watch(group)
+                    _watch(group, console)
             finally:
                 _stop(group, steps)
     except KeyboardInterrupt:
@@ -154,7 +154,14 @@ def _check(group: ChildGroup) -> None:
         raise child.died("while the fleet was starting")
 
 
-def _watch(group: ChildGroup) -> None:
+def _write_status(path: Path, fleet: Fleet, data: DataDir) -> None:
+    try:
+        write(path, status_of(fleet, data))
+    except OSError as exc:
+        raise UpError(f"cannot write the status file {path}: {exc.strerror}") from exc
+
+
+def _watch(group: ChildGroup, console: Console) -> None:
     """Until interrupted: report edges that exit (the rest keeps serving); fail if the broker or central does."""
     reported: set[str] = set()
     while True:
@@ -163,30 +170,29 @@ def _watch(group: ChildGroup) -> None:
                 raise child.died("while the fleet was running")
             if child.name not in reported:
                 reported.add(child.name)
-                print(
-                    f"warning: {child.name} exited with {child.popen.returncode}; the others keep serving", flush=True
-                )
+                console.print(f"[yellow]warning:[/yellow] {escape(str(child.died()))}; the others keep serving")
         time.sleep(_WATCH_S)
 
 
 def _stop(group: ChildGroup, steps: Steps) -> None:
     """Stop every child; a second Ctrl-C meanwhile is ignored rather than leaving some running."""
-    with _ignoring_sigint(), steps.step("stop the fleet") as step:
+    with _ignoring_interrupts(), steps.step("stop the fleet") as step:
         running = sum(c.alive() for c in group.children)
         group.stop()
         step.detail = f"{running} process{'es' if running != 1 else ''} stopped"
 
 
 @contextlib.contextmanager
-def _ignoring_sigint() -> Iterator[None]:
+def _ignoring_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
