@@ -61,7 +61,8 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ),
     ("delta", "delta_ratio"): Figure(
         "delta_ratio", "<=", "bytes fetched for a new version / model size",
-        "fixed 1 MiB blocks: {fixed_chunk_delta_ratio:.3f}",
+        "fixed 1 MiB blocks: {fixed_chunk_delta_ratio:.4f}; after a header shift: fixed blocks"
+        " {shifted_fixed_chunk_delta_ratio:.4f}, CDC {shifted_cdc_delta_ratio:.4f}",
     ),
     ("quantization", "size_ratio"): Figure(
         "size_ratio", "<=", "INT8 size / FP32 size", "FP32: {fp32_bytes:,} B; INT8: {int8_bytes:,} B"

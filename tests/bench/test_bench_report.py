@@ -40,7 +40,8 @@ def test_report_reads_figures_targets_verdicts_and_baselines(tmp_path: Path) -> 
         "ratio": None, "cold_ready_s": 3.0, "warm_ready_s": None, "targets": {"ratio": 0.2}, "met": {"ratio": False},
     })  # fmt: skip
     _write(results, "delta", {
-        "delta_ratio": 0.05, "fixed_chunk_delta_ratio": 0.8, "new_figure": 7, "targets": {"delta_ratio": 0.15,
+        "delta_ratio": 0.05, "fixed_chunk_delta_ratio": 0.8, "shifted_fixed_chunk_delta_ratio": 1.0,
+        "shifted_cdc_delta_ratio": 0.02, "new_figure": 7, "targets": {"delta_ratio": 0.15,
         "new_figure": 10}, "met": {"delta_ratio": True, "new_figure": True, "file_verified": True},
     })  # fmt: skip
     (results / "serving.json").write_text("{not json")
@@ -57,7 +58,9 @@ def test_report_reads_figures_targets_verdicts_and_baselines(tmp_path: Path) -> 
     assert moved[2:5] == ["1.31", "≤ 1.2", "**missed**"]
     warm = rows[("warm_start", "warm restart to ready / cold start")]
     assert warm[2:6] == ["—", "≤ 0.2", "**missed**", "—"]  # a null figure shows as a dash, not a crash
-    assert rows[("delta", "bytes fetched for a new version / model size")][5] == "fixed 1 MiB blocks: 0.800"
+    assert rows[("delta", "bytes fetched for a new version / model size")][5] == (
+        "fixed 1 MiB blocks: 0.8000; after a header shift: fixed blocks 1.0000, CDC 0.0200"
+    )
     assert rows[("delta", "new_figure")][2:5] == ["7", "10", "met"]  # a target the report does not know yet
     assert rows[("delta", "file verified")][2:5] == ["yes", "yes", "met"]
     assert rows[("serving", "unreadable: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")]
