@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from modelfleet.cli.config import CliConfig
+from modelfleet.cli.config import CliConfig, load_config
 
 #: JSON as central sends it.
 Json = Any
@@ -217,6 +217,11 @@ class CentralClient:
                 for line in r.iter_lines():
                     if line.strip():
                         yield _event(line, self.url)
+
+
+def connect(central: str | None, token: str | None) -> CentralClient:
+    """A client for the central named by flags, environment or config file."""
+    return CentralClient(load_config(central, token))
 
 
 def _event(line: str, url: str) -> JsonObject:

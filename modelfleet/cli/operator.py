@@ -10,8 +10,12 @@ from typing import Annotated
 import typer
 
 from modelfleet.cli import output
-from modelfleet.cli.client import CentralClient, CentralRefused, JsonObject
-from modelfleet.cli.config import CentralOption, JsonOption, TokenOption, load_config
+from modelfleet.cli.client import CentralClient, CentralRefused, JsonObject, connect
+from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
+from modelfleet.cli.rollout import describe
+
+#: Events each --follow poll fetches; more than central logs in any one poll interval.
+_FOLLOW_WINDOW = 1000
 
 models_app = typer.Typer(help="Models in central's registry.", no_args_is_help=False)
 
@@ -21,11 +25,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
     app.command()(nodes)
     app.command()(events)
-
-
-def connect(central: str | None, token: str | None) -> CentralClient:
-    """A client for the central named by flags, environment or config file."""
-    return CentralClient(load_config(central, token))
 
 
 @models_app.callback(invoke_without_command=True)
@@ -89,8 +88,6 @@ def show(
     out = output.console()
     out.print(output.table(columns, [_version_row(v) for v in versions], title=f"model {name}"))
     if rollout is not None:
-        from modelfleet.cli.rollout import describe
-
         out.print(describe(rollout))
 
 
@@ -166,7 +163,7 @@ def _follow(client: CentralClient, seen: set[str], json: bool, interval: float) 
     """Poll for new events until Ctrl-C (which the caller turns into exit 0)."""
     while True:
         time.sleep(interval)
-        for e in client.events(1000):
+        for e in client.events(_FOLLOW_WINDOW):
             if (k := _key(e)) not in seen:
                 seen.add(k)
                 _print_event(e, json)
@@ -183,15 +180,16 @@ def events(
 ) -> None:
     """Fleet events, oldest first: nodes alive/suspect/dead, failovers, rollouts."""
     with connect(central, token) as client:
-        past = client.events(limit)
+        # With --follow, the window that later polls compare against is the one shown from.
+        recent = client.events(max(limit, _FOLLOW_WINDOW) if follow else limit)
         if json and not follow:
-            output.print_json(past)
+            output.print_json(recent)
             return
-        for e in past:
+        for e in recent[-limit:]:
             _print_event(e, json)
         if not follow:
             return
         try:
-            _follow(client, {_key(e) for e in client.events(1000)}, json, interval)
+            _follow(client, {_key(e) for e in recent}, json, interval)
         except KeyboardInterrupt:
             return

@@ -14,9 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from modelfleet.cli import output
-from modelfleet.cli.client import CliError, JsonObject, PushRequest
+from modelfleet.cli.client import CliError, JsonObject, PushRequest, connect
 from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
-from modelfleet.cli.operator import connect
 
 STEP_LABELS = {
     "validate": "validate (onnx.checker, signature)",

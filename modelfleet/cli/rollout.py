@@ -13,9 +13,8 @@ import typer
 from rich.text import Text
 
 from modelfleet.cli import output
-from modelfleet.cli.client import JsonObject, UsageError
+from modelfleet.cli.client import JsonObject, UsageError, connect
 from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
-from modelfleet.cli.operator import connect
 
 _STATE_STYLE = {"canary": "yellow", "rolling": "cyan", "complete": "green", "rolled_back": "red"}
 
