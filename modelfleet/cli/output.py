@@ -61,6 +61,9 @@ def reported(command: Callable[P, R]) -> Callable[P, R]:
             usage(str(exc) if isinstance(exc, ConfigError) else exc.message)
         except CliError as exc:
             fail(exc.message)
+        except OSError as exc:  # a local file that cannot be read (permissions, vanished mid-upload)
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}")
 
     return wrapper
 
