@@ -7,7 +7,6 @@ import asyncio
 import gc
 import logging
 import signal
-import sys
 
 import grpc
 import uvicorn
@@ -89,12 +88,19 @@ class CentralServer:
         self.central.close()
 
 
+#: Young-generation size before a collection. Central keeps one small object graph per
+#: node (its last heartbeat) that lives until the next one replaces it; with CPython's
+#: default of 700 a 10k-node fleet triggers a collection every few dozen heartbeats and
+#: the older generations are walked again and again (11 % of central's CPU, measured).
+_GC_THRESHOLDS = (50_000, 20, 20)
+
+
 async def serve(settings: CentralSettings) -> None:
     """Run a central until SIGINT or SIGTERM."""
-    # Two Python threads share central's heartbeat path (paho's network thread parses,
-    # the loop tracks); a shorter GIL switch interval stops one starving the other, and
-    # freezing the start-up heap keeps the collector off the long-lived objects.
-    sys.setswitchinterval(0.0005)
+    # MQTT, gRPC and HTTP share one loop; the only other Python threads are gRPC's poller
+    # and the executor. Freezing the start-up heap keeps the collector off the long-lived
+    # objects (modules, settings, models), and larger generations make it run rarely.
+    gc.set_threshold(*_GC_THRESHOLDS)
     server = CentralServer(settings)
     await server.start()
     gc.freeze()

@@ -25,6 +25,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
@@ -123,6 +124,8 @@ class MembershipConsumer:
         self._stopping = False
         self.connects = 0
         self.connect_failures = 0
+        self._probe_topic = self.topics.central_probe(self.client_id)
+        self.probe = LagProbe(self._publish_probe)
         self.events_published = 0
         self.events_dropped = 0
 
@@ -163,6 +166,7 @@ class MembershipConsumer:
             on_connect_failed=self._connect_failed,
         )
         self._driver.start()
+        self.tracker.set_lag_source(self.probe.lag)
         if self._publish_events:
             self.tracker.set_publisher(self.publish_event)
         log.info("MQTT consumer connecting to %s:%d as %s", s.host, s.port, self.client_id)
@@ -178,6 +182,7 @@ class MembershipConsumer:
         if client is None or driver is None:
             return
         self._stopping = True
+        self.probe.disconnected()
         if self._publish_events:
             self.tracker.set_publisher(None)
         if self._connected.is_set():
@@ -209,6 +214,10 @@ class MembershipConsumer:
         else:
             self.events_dropped += 1
 
+    def _publish_probe(self, payload: bytes) -> bool:
+        client = self._client
+        return client is not None and client.publish(self._probe_topic, payload, qos=0).rc == mqtt.MQTT_ERR_SUCCESS
+
     def _central_status(self, state: Literal["online", "offline"]) -> str:
         return CentralStatus(state=state, ts=_now_ms(), central_id=self.central_id).model_dump_json()
 
@@ -230,9 +239,11 @@ class MembershipConsumer:
             self._driver.connack_seen = True
         # Before the subscription, so that retained births count from this link-up.
         self._deliver(self.tracker.link_up)
-        client.subscribe([(self.topics.all_status, 1), (self.topics.all_heartbeats, 0)])
+        client.subscribe([(self.topics.all_status, 1), (self.topics.all_heartbeats, 0), (self._probe_topic, 0)])
         client.publish(self.topics.central_status, self._central_status("online"), qos=1, retain=True)
         self._connected.set()
+        if self._loop is not None:
+            self.probe.connected(self._loop)
         log.info("MQTT connected to %s:%d (connect #%d)", self.settings.host, self.settings.port, self.connects)
 
     def _on_disconnect(
@@ -245,6 +256,7 @@ class MembershipConsumer:
     ) -> None:
         was = self._connected.is_set()
         self._connected.clear()
+        self.probe.disconnected()
         if was and not self._stopping:
             self._deliver(self.tracker.link_down)
             log.warning("MQTT disconnected: %s; reconnecting", reason_code)
@@ -257,6 +269,9 @@ class MembershipConsumer:
 
     def handle_message(self, topic: str, payload: bytes | bytearray, retained: bool = False) -> None:
         """Check, parse and hand one message to the tracker (public for tests)."""
+        if topic == self._probe_topic:
+            self.probe.handle(payload)
+            return
         if len(payload) > MAX_PAYLOAD_BYTES:
             self.tracker.count_oversized()
             return

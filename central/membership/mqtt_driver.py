@@ -33,8 +33,10 @@ __all__ = ["BufferedClient", "BufferedSocket", "MqttLoopDriver"]
 
 #: Bytes asked of the kernel per ``recv``: a few hundred heartbeats.
 _READ_SIZE = 256 * 1024
-#: Packets handled per readiness callback before the loop gets a turn for other work.
-_MAX_PACKETS_PER_WAKE = 2000
+#: Kernel reads per readiness callback (about 500 heartbeats each) before the loop gets
+#: a turn for its other work (HTTP, gRPC, timers): paho's ``loop_read`` keeps reading as
+#: long as bytes arrive, which under a steady 10k messages/s would be forever.
+_READS_PER_WAKE = 4
 #: How often keep-alive pings and ping timeouts are checked (``loop_misc``).
 _MISC_EVERY_S = 1.0
 
@@ -46,27 +48,51 @@ class BufferedSocket:
     ``recv(n)`` for the body. ``pending()`` is paho's own duck-typed hook (used for TLS)
     that tells it bytes are already buffered, so nothing waits in ``select`` on them."""
 
-    __slots__ = ("_buf", "_pos", "_sock")
+    __slots__ = ("_area", "_buf", "_drained", "_end", "_pos", "_sock", "reads_left")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._buf = b""
+        # One preallocated area, refilled with recv_into: a fresh 256 KiB bytes object per
+        # recv would be an mmap/munmap pair each time (above malloc's mmap threshold).
+        self._area = bytearray(_READ_SIZE)
+        self._buf = memoryview(self._area)
         self._pos = 0
+        self._end = 0
+        self._drained = False
+        self.reads_left = 1 << 62
+        """Kernel reads allowed until the next ``allow``; then reads say "would block"."""
+
+    def allow(self, reads: int) -> None:
+        """Start a new read budget (one readiness callback's worth)."""
+        self.reads_left = reads
+        self._drained = False
+
+    def exhausted(self) -> bool:
+        """Nothing buffered, and the kernel is either empty or off-limits until ``allow``."""
+        return self._pos >= self._end and (self._drained or self.reads_left <= 0)
 
     def recv(self, bufsize: int) -> bytes:
-        """Up to ``bufsize`` bytes; ``BlockingIOError`` when none are ready, ``b""`` at EOF."""
-        if self._pos >= len(self._buf):
-            data = self._sock.recv(_READ_SIZE)
-            if not data:
+        """Up to ``bufsize`` bytes; ``BlockingIOError`` when none are ready (or the read
+        budget is spent: paho keeps a partial packet and resumes), ``b""`` at EOF."""
+        if self._pos >= self._end:
+            if self.reads_left <= 0:
+                raise BlockingIOError
+            self.reads_left -= 1
+            try:
+                got = self._sock.recv_into(self._buf)
+            except BlockingIOError:
+                self._drained = True
+                raise
+            if not got:
                 return b""
-            self._buf, self._pos = data, 0
+            self._pos, self._end = 0, got
         start = self._pos
-        self._pos = min(start + bufsize, len(self._buf))
-        return self._buf[start : self._pos]
+        self._pos = min(start + bufsize, self._end)
+        return bytes(self._buf[start : self._pos])
 
     def pending(self) -> int:
         """Bytes read from the kernel that paho has not consumed yet."""
-        return len(self._buf) - self._pos
+        return self._end - self._pos
 
     def send(self, data: bytes | bytearray) -> int:
         """Send straight through (writes are few: subscriptions, acks, events)."""
@@ -82,7 +108,7 @@ class BufferedSocket:
 
     def close(self) -> None:
         """Close the socket and drop what was buffered."""
-        self._buf, self._pos = b"", 0
+        self._pos = self._end = 0
         self._sock.close()
 
     def __getattr__(self, name: str) -> Any:
@@ -232,12 +258,15 @@ class MqttLoopDriver:
 
     def _readable(self) -> None:
         client = self._client
-        for _ in range(_MAX_PACKETS_PER_WAKE):
-            if client.loop_read() != mqtt.MQTT_ERR_SUCCESS:
-                return  # connection lost: paho has closed the socket and told us
-            sock = client.socket()
-            if sock is None or not getattr(sock, "pending", _nothing)():
-                return  # buffer drained; the loop calls again if the kernel has more
+        sock = client.socket()
+        if not isinstance(sock, BufferedSocket):
+            client.loop_read()  # TLS or another transport: one packet per wake-up
+            return
+        buffered: BufferedSocket = sock
+        buffered.allow(_READS_PER_WAKE)
+        while client.loop_read() == mqtt.MQTT_ERR_SUCCESS and client.socket() is buffered:
+            if buffered.exhausted():
+                return  # the loop calls again while the kernel holds more (level-triggered)
 
     def _writable(self) -> None:
         self._client.loop_write()
@@ -249,7 +278,3 @@ class MqttLoopDriver:
         self._misc = None
         if self._fd is not None and self._client.loop_misc() == mqtt.MQTT_ERR_SUCCESS and self._fd is not None:
             self._schedule_misc()
-
-
-def _nothing() -> int:
-    return 0

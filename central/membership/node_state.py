@@ -58,7 +58,7 @@ class TrackedNode:
         """Take ``hb`` as the latest heartbeat (``ready_keys`` is the index's to update)."""
         self.heartbeat = hb
         self.last_heartbeat_at = now
-        self.seen_at = now
+        self.seen_at = max(self.seen_at, now)  # ``now`` is lag-corrected: it may step back
         self.interval_s = hb.interval_s
         self.grpc_address = hb.grpc_address
         self.http_address = hb.http_address

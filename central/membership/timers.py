@@ -12,6 +12,14 @@ one). Nodes learned from retained births when central (re)starts, or when its co
 reconnects after a broker outage, therefore get a full window to send a fresh heartbeat
 before they can be declared suspect or dead; while the link is down (``pause``) no timer
 moves a node on at all (central cannot hear anyone, which says nothing about them).
+
+Local health: a silence is judged against the moment up to which central has heard
+everything (``heard_until``: now minus central's own inbound lag, measured by the
+consumer with probes through the broker), not against the wall clock. When central
+falls behind its feed (a start-up storm, a stalled loop), heartbeats that have been sent
+are still queued in front of it; convicting their senders would turn one slow moment
+into a wave of false deaths and ring churn that slows it further (HashiCorp's Lifeguard
+makes the same point about a failure detector's own health).
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ class NodeTimers:
         #: Ids of nodes whose timer fired while the link was down.
         self._frozen: set[str] = set()
         self._closed = False
+        #: Seconds of feed central has not read yet (0 when it keeps up).
+        self.lag: Callable[[], float] = _no_lag
 
     def window_start(self, node: TrackedNode) -> float:
         """Where the node's current silence is counted from."""
@@ -118,18 +128,29 @@ class NodeTimers:
             self._frozen.add(node.node_id)
             return
         now = self._get_loop().time()
-        if self._rearm_if_early(node, now):
+        lag = max(0.0, self.lag())
+        if self._rearm_if_early(node, now, lag):
             return
         if node.state is NodeLiveness.ALIVE:
             self._on_due(node, NodeLiveness.ALIVE, NodeLiveness.SUSPECT)
-            if self._rearm_if_early(node, now):
+            if self._rearm_if_early(node, now, lag):
                 return
         self._on_due(node, node.state, NodeLiveness.DEAD)
 
-    def _rearm_if_early(self, node: TrackedNode, now: float) -> bool:
-        """Re-arm and say True if the node's deadline is still ahead of ``now``."""
+    def _rearm_if_early(self, node: TrackedNode, now: float, lag: float) -> bool:
+        """Re-arm and say True if the node's deadline is still ahead of what central has
+        heard (``now - lag``). Behind its feed, central looks again after at most one of
+        the node's intervals, so a backlog that drains fast does not delay a verdict."""
         deadline = self.deadline(node)
         if now + EARLY_S < deadline:
             self._arm(node, deadline)
             return True
+        heard_until = now - lag
+        if heard_until + EARLY_S < deadline:
+            self._arm(node, now + min(deadline - heard_until, node.interval_s))
+            return True
         return False
+
+
+def _no_lag() -> float:
+    return 0.0

@@ -147,6 +147,16 @@ class MembershipTracker:
         """Whether central currently hears the broker."""
         return self._timers.link_is_up
 
+    def _heard_at(self) -> float:
+        """When a message being read now was sent, on the loop's clock: now minus central's
+        inbound lag. Silences are counted from it, so a backlog is not mistaken for one."""
+        return self._ev().time() - max(0.0, self._timers.lag())
+
+    def set_lag_source(self, lag: Callable[[], float]) -> None:
+        """Where central's inbound lag comes from (seconds of feed not yet read): no node
+        is moved on for a silence that may only be central being behind."""
+        self._timers.lag = lag
+
     def link_down(self) -> None:
         """Central lost its broker connection: freeze every timeout until ``link_up``."""
         self._timers.pause()
@@ -164,7 +174,7 @@ class MembershipTracker:
     def on_heartbeat(self, node_id: str, hb: Heartbeat) -> None:
         """A heartbeat from ``node_id`` (already checked to match ``hb.node_id``)."""
         self.counters.heartbeats_processed += 1
-        now = self._ev().time()
+        now = self._heard_at()
         node = self._nodes.get(node_id)
         if node is None:
             node = self._add(node_id, hb.bdseq, hb.interval_s, now)

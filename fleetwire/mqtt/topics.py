@@ -36,6 +36,10 @@ class Topics:
         """Retained: central's own online/offline (with its Last Will)."""
         return f"{self.prefix}/central/status"
 
+    def central_probe(self, client_id: str) -> str:
+        """QoS 0: a central's probes to itself, which measure how far behind its feed it is."""
+        return f"{self.prefix}/central/probe/{client_id}"
+
     @property
     def events(self) -> str:
         """QoS 1: failover, rollout and placement events for dashboards."""

@@ -370,3 +370,12 @@ async def test_consumer_started_before_the_broker_connects_later() -> None:
         await consumer.stop()
         tracker.close()
         broker.close()
+
+
+async def test_probes_measure_how_far_behind_its_feed_central_is(harness: Harness) -> None:
+    probe = harness.consumer.probe
+    await wait_for(lambda: probe.probes_returned >= 3, "probes back from the broker", timeout=10)
+    assert probe.lag() < 0.5  # an idle loop reads its probes within milliseconds
+    time.sleep(1.0)  # the loop stalls: nothing is read, whatever the broker holds for us
+    assert probe.lag() >= 0.7
+    await wait_for(lambda: probe.lag() < 0.5, "caught up again", timeout=10)

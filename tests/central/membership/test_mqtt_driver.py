@@ -85,3 +85,19 @@ async def test_the_driver_delivers_messages_and_reconnects_after_a_broker_restar
     finally:
         await driver.stop()
     assert client.socket() is None
+
+
+def test_a_spent_read_budget_reads_as_would_block_until_renewed(pair: tuple[BufferedSocket, socket.socket]) -> None:
+    sock, peer = pair
+    peer.sendall(b"abcdef")
+    sock.allow(1)
+    assert sock.recv(3) == b"abc" and not sock.exhausted()
+    assert sock.recv(3) == b"def" and sock.exhausted()  # buffer empty, budget spent
+    peer.sendall(b"gh")
+    with pytest.raises(BlockingIOError):
+        sock.recv(1)  # the kernel has bytes, but this wake-up has had its share
+    sock.allow(1)
+    assert sock.recv(2) == b"gh"
+    with pytest.raises(BlockingIOError):
+        sock.recv(1)
+    assert sock.exhausted()

@@ -419,3 +419,26 @@ async def test_disabled_consumer_does_not_connect(tracker: MembershipTracker) ->
     await consumer.start()
     assert not consumer.connected and consumer._client is None
     await consumer.stop()
+
+
+async def test_no_node_is_convicted_for_a_silence_that_may_be_centrals_own_backlog(
+    tracker: MembershipTracker,
+) -> None:
+    """While central is behind its feed (lag from its probes), a quiet node may have beaten
+    and the beat be waiting in central's queue: it stays alive until central catches up."""
+    lag = {"s": 10.0}
+    tracker.set_lag_source(lambda: lag["s"])
+    tracker.on_heartbeat("a", hb("a", interval_s=0.05))
+    await asyncio.sleep(0.5)  # 10 intervals of silence, but 10 s of unread feed
+    assert tracker.state_of("a") is ALIVE
+    lag["s"] = 0.0  # caught up, and still nothing from "a"
+    await wait_state(tracker, "a", DEAD, timeout=5)
+
+
+async def test_a_heartbeat_read_late_counts_from_when_it_was_sent(tracker: MembershipTracker) -> None:
+    lag = {"s": 0.3}
+    tracker.set_lag_source(lambda: lag["s"])
+    tracker.on_heartbeat("a", hb("a", interval_s=60))
+    view = tracker.get("a")
+    assert view is not None and view.last_heartbeat_age_s is not None
+    assert view.last_heartbeat_age_s >= 0.3  # its age includes the time it spent queued
