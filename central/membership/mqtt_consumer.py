@@ -23,12 +23,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
-from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
+from fleetwire.mqtt.fast import DecodeError, decode_heartbeat, decode_status
+from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class MembershipConsumer:
             return
         try:
             if topic == self.topics.node_heartbeat(node_id):
-                hb = Heartbeat.model_validate_json(payload)
+                hb = decode_heartbeat(payload)
                 if hb.node_id != node_id:
                     self.tracker.count_malformed()
                     return
@@ -289,11 +290,11 @@ class MembershipConsumer:
             elif topic == self.topics.node_status(node_id):
                 if not payload:
                     return  # a retained status being cleared: nothing to learn
-                status = NodeStatus.model_validate_json(payload)
+                status = decode_status(payload)
                 self._deliver(self.tracker.on_status, node_id, status, retained)
             else:
                 self.tracker.count_malformed()
-        except (ValidationError, ValueError):
+        except (DecodeError, ValueError):
             self.tracker.count_malformed()
 
     def _deliver(self, fn: Callable[..., None], *args: Any) -> None:

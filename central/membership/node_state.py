@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from central.membership.liveness import NodeLiveness, NodeView
-from fleetwire.mqtt.payloads import Heartbeat
+from fleetwire.mqtt.fast import AnyHeartbeat, cache_model, load_model, model_info
 
 __all__ = ["NO_KEYS", "TrackedNode"]
 
@@ -46,7 +46,7 @@ class TrackedNode:
         #: Last sign of life (heartbeat or fresh birth), loop time.
         self.seen_at = now
         self.last_heartbeat_at: float | None = None
-        self.heartbeat: Heartbeat | None = None
+        self.heartbeat: AnyHeartbeat | None = None
         self.grpc_address = ""
         self.http_address = ""
         #: (model, version) pairs the last heartbeat reports ``ready``; mirrored in the index.
@@ -54,7 +54,7 @@ class TrackedNode:
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
 
-    def record_heartbeat(self, hb: Heartbeat, now: float) -> None:
+    def record_heartbeat(self, hb: AnyHeartbeat, now: float) -> None:
         """Take ``hb`` as the latest heartbeat (``ready_keys`` is the index's to update)."""
         self.heartbeat = hb
         self.last_heartbeat_at = now
@@ -76,9 +76,9 @@ class TrackedNode:
             interval_s=self.interval_s,
             grpc_address=self.grpc_address,
             http_address=self.http_address,
-            models=list(hb.models) if hb is not None else [],
-            load=hb.load if hb is not None else None,
+            models=[model_info(m) for m in hb.models] if hb is not None else [],
+            load=load_model(hb.load) if hb is not None else None,
             reported_state=hb.state if hb is not None else None,
             state_since=self.since,
-            cache=hb.cache if hb is not None else None,
+            cache=cache_model(hb.cache) if hb is not None else None,
         )

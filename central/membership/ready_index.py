@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from central.membership.liveness import NodeLiveness
 from central.membership.node_state import NO_KEYS, TrackedNode
-from fleetwire.mqtt.payloads import Heartbeat
+from fleetwire.mqtt.fast import AnyHeartbeat
 
 __all__ = ["ReadyIndex", "ready_ids", "ready_keys", "reindex"]
 
@@ -17,7 +17,7 @@ __all__ = ["ReadyIndex", "ready_ids", "ready_keys", "reindex"]
 ReadyIndex = dict[str, dict[str, set[str]]]
 
 
-def ready_keys(hb: Heartbeat) -> frozenset[tuple[str, str]]:
+def ready_keys(hb: AnyHeartbeat) -> frozenset[tuple[str, str]]:
     """The (model, version) pairs ``hb`` reports in state ``ready``."""
     models = hb.models
     return frozenset([(m.name, m.version) for m in models if m.state == "ready"]) if models else NO_KEYS

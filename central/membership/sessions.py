@@ -8,7 +8,8 @@ from enum import Enum
 
 from central.membership.liveness import REASON_CLEAN, REASON_WILL
 from central.membership.node_state import TrackedNode
-from fleetwire.mqtt.payloads import Heartbeat, NodeStatus
+from fleetwire.mqtt.fast import AnyHeartbeat
+from fleetwire.mqtt.payloads import NodeStatus
 
 __all__ = ["Birth", "classify_birth", "death_is_stale", "death_reason", "heartbeat_is_stale"]
 
@@ -36,7 +37,7 @@ def classify_birth(node: TrackedNode, status: NodeStatus) -> Birth:
     return Birth.NEW
 
 
-def heartbeat_is_stale(node: TrackedNode, hb: Heartbeat) -> bool:
+def heartbeat_is_stale(node: TrackedNode, hb: AnyHeartbeat) -> bool:
     """From a session that has been superseded or has ended with an offline status."""
     return hb.bdseq < node.bdseq or (node.dead_bdseq is not None and hb.bdseq <= node.dead_bdseq)
 

@@ -41,7 +41,8 @@ from central.membership.node_state import NO_KEYS, TrackedNode
 from central.membership.ready_index import ReadyIndex, ready_ids, ready_keys, reindex
 from central.membership.sessions import Birth, classify_birth, death_is_stale, death_reason, heartbeat_is_stale
 from central.membership.timers import NodeTimers
-from fleetwire.mqtt.payloads import Event, Heartbeat, NodeStatus
+from fleetwire.mqtt.fast import AnyHeartbeat
+from fleetwire.mqtt.payloads import Event, NodeStatus
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ class MembershipTracker:
 
     # ----------------------------------------------------------------- input
 
-    def on_heartbeat(self, node_id: str, hb: Heartbeat) -> None:
+    def on_heartbeat(self, node_id: str, hb: AnyHeartbeat) -> None:
         """A heartbeat from ``node_id`` (already checked to match ``hb.node_id``)."""
         self.counters.heartbeats_processed += 1
         now = self._heard_at()
@@ -333,7 +334,7 @@ class MembershipTracker:
         self._transition(node, None, NodeLiveness.ALIVE, reason, retained=retained)
         self._timers.schedule(node)
 
-    def _store_heartbeat(self, node: TrackedNode, hb: Heartbeat, now: float) -> None:
+    def _store_heartbeat(self, node: TrackedNode, hb: AnyHeartbeat, now: float) -> None:
         node.record_heartbeat(hb, now)
         keys = ready_keys(hb)
         if keys != node.ready_keys:
