@@ -28,6 +28,7 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
 	bash scripts/ensure_mosquitto.sh
 	bash scripts/ensure_chromium.sh
+	sh bench/ensure_wrk.sh
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 

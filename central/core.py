@@ -42,6 +42,7 @@ class Central:
     def __init__(self, settings: CentralSettings) -> None:
         self.settings = settings
         self._refresh_pending = False
+        self._closed = False
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(data / "blobs")
@@ -104,6 +105,8 @@ class Central:
 
     def _refresh(self) -> None:
         self._refresh_pending = False
+        if self._closed:  # queued before close (e.g. a node left during shutdown)
+            return
         self.desired.refresh()
 
     def start(self) -> None:
@@ -113,6 +116,7 @@ class Central:
 
     def close(self) -> None:
         """Release the tracker's timers and the metadata store."""
+        self._closed = True
         self._rollouts_unsubscribe()
         self.rollouts.close()
         self.membership.close()

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import typer
 
-from modelfleet.cli import doctor, operator, push, rollout, services, up
+from modelfleet.cli import doctor, operator, push, rollout, services, up, zoo
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Distribute ONNX models to a fleet of edges.")
 
-for _module in (services, up, push, operator, rollout, doctor):
+for _module in (services, up, push, operator, rollout, doctor, zoo):
     _module.register(app)
 
 

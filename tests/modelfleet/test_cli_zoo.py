@@ -1,0 +1,39 @@
+"""``modelfleet zoo``: the project's own models written to files an operator can push."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from typer.testing import CliRunner
+
+from modelfleet.cli import app
+
+
+def test_mlp_writes_a_valid_model_and_another_seed_another_version(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for seed in (0, 1):
+        result = runner.invoke(
+            app, ["zoo", "mlp", "--out", str(tmp_path / f"m{seed}.onnx"), "--width", "32", "--seed", str(seed)]
+        )
+        assert result.exit_code == 0, result.output
+    onnx.checker.check_model(str(tmp_path / "m0.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "m0.onnx"), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: np.ones((2, 32), np.float32)})
+    assert out.shape == (2, 10)
+    assert (tmp_path / "m0.onnx").read_bytes() != (tmp_path / "m1.onnx").read_bytes()
+
+
+def test_digits_writes_the_model_and_its_calibration(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["zoo", "digits", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    onnx.checker.check_model(str(tmp_path / "d" / "model.onnx"))
+    with np.load(tmp_path / "d" / "calibration.npz") as calibration:
+        assert len(calibration.files) >= 1
+
+
+def test_a_bad_width_is_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["zoo", "mlp", "--out", str(tmp_path / "m.onnx"), "--width", "0"])
+    assert result.exit_code == 2 and not (tmp_path / "m.onnx").exists()
