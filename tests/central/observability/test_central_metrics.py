@@ -69,7 +69,10 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
         assert sum(progress) == len(started.json()["targets"]) == 2
         assert sample(during, "modelfleet_registry_versions") == 2
 
-        await edges[0].stop()  # a clean "offline": dead at once, off the ring
+        # A clean "offline" on MQTT only: dead at once and evicted by the failover coordinator.
+        # (A whole edge.stop() also closes its watch stream, which may take it off the ring
+        # first, as a leave rather than a failover.)
+        await edges[0].heartbeat.stop()
         await wait_for(lambda: tracker.counts()["dead"] == 1, 10, "the leaver dead")
         after = await _scrape(api)
 
