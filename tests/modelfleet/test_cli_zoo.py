@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from typer.testing import CliRunner
 
 from modelfleet.cli import app
@@ -37,3 +38,13 @@ def test_digits_writes_the_model_and_its_calibration(tmp_path: Path) -> None:
 def test_a_bad_width_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["zoo", "mlp", "--out", str(tmp_path / "m.onnx"), "--width", "0"])
     assert result.exit_code == 2 and not (tmp_path / "m.onnx").exists()
+
+
+def test_usage_errors_are_one_line_with_exit_code_two(capsys: pytest.CaptureFixture[str]) -> None:
+    from modelfleet.cli import main
+
+    assert main(["push"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: Missing argument 'model'. (see 'modelfleet push --help')\n"
+    assert main(["models", "--bogus"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
