@@ -10,6 +10,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.core import Central
@@ -24,6 +25,19 @@ from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import parse_flag, receive_push
 
 log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every route: ``{"error": "…"}``."""
+
+    error: str
+
+
+#: Declared on every route so that the OpenAPI document says what an error looks like
+#: (and replaces FastAPI's default 422 shape, which the handlers below never send).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 404, 405, 409, 413, 422)
+}
 
 
 def _version_summary(r: VersionRecord) -> dict[str, Any]:
@@ -81,7 +95,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 def create_app(central: Central) -> FastAPI:
     """The FastAPI application for one ``Central``."""
-    app = FastAPI(title="modelfleet central", version="0.1.0")
+    app = FastAPI(title="modelfleet central", version="0.1.0", responses=ERROR_RESPONSES)
     _install_error_handlers(app)
     registry = central.registry
 

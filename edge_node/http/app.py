@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from edge_node.inference import CONTENT_TYPE_LATEST
-from edge_node.oip import create_oip_router
+from edge_node.oip import OipLimits, create_oip_router
 
 if TYPE_CHECKING:
     from edge_node.server import Edge
@@ -22,9 +22,11 @@ def create_app(edge: Edge) -> FastAPI:
     app = FastAPI(
         title="modelfleet edge", version="0.1.0", telemetry={"tracing": False, "metrics": False, "logs": False}
     )
-    app.include_router(create_oip_router(edge.repository, version="0.1.0", load=edge.load))
+    caps = edge.settings.limits
+    limits = OipLimits(max_body_bytes=caps.max_infer_body_bytes, max_tensor_elements=caps.max_tensor_elements)
+    app.include_router(create_oip_router(edge.repository, version="0.1.0", load=edge.load, limits=limits))
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(edge.repository.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 

@@ -5,15 +5,18 @@ this is the hot path."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from pydantic import BaseModel
 
 from edge_node.heartbeat.load import LoadTracker
 from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
 from edge_node.inference.repository import LoadedModel, ModelRepository
+from edge_node.oip.body import DEFAULT_MAX_BODY_BYTES, read_body
 from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
 from edge_node.oip.datatypes import oip_datatype
 from edge_node.oip.validate import check_request
@@ -23,6 +26,43 @@ log = logging.getLogger(__name__)
 
 SERVER_NAME = "modelfleet-edge"
 EXTENSIONS = ["binary_tensor_data"]
+
+
+class ErrorBody(BaseModel):
+    """The OIP error shape: ``{"error": "…"}``."""
+
+    error: str
+
+
+class ReadyBody(BaseModel):
+    """A readiness answer that is "no": ``{"ready": false}`` (with the model's name for a model)."""
+
+    name: str | None = None
+    ready: bool
+
+
+#: Error answers declared in the OpenAPI document, so clients (and the fuzz suite) know them.
+_LOOKUP = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+_NOT_READY = {400: {"model": ReadyBody}}
+_INFER = {400: {"model": ErrorBody}, **_LOOKUP}
+#: The OIP v2 JSON request (binary tensor data is also accepted; the body is read raw).
+_INFER_BODY = {
+    "requestBody": {
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["inputs"],
+                    "properties": {
+                        "inputs": {"type": "array", "items": {"type": "object"}},
+                        "outputs": {"type": "array", "items": {"type": "object"}},
+                        "parameters": {"type": "object"},
+                    },
+                }
+            }
+        }
+    }
+}
 
 
 def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -56,16 +96,26 @@ def _lookup_error(exc: Exception) -> Response:
     return error_response(str(exc), 503)
 
 
-async def _infer(repository: ModelRepository, name: str, version: str | None, request: Request) -> Response:
+@dataclass(frozen=True)
+class OipLimits:
+    """Caps on one inference request (the edge's ``limits`` settings)."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_tensor_elements: int = 16 * 1024 * 1024
+
+
+async def _infer(
+    repository: ModelRepository, name: str, version: str | None, request: Request, limits: OipLimits
+) -> Response:
     try:
-        body = await request.body()  # before get(): a swap can't land between lookup and infer
+        body = await read_body(request, limits.max_body_bytes)  # before get(): no swap between lookup and infer
         model = repository.get(name, version)
-        decoded = decode_request(body, _header_length(request))
+        decoded = decode_request(body, _header_length(request), limits.max_tensor_elements)
         check_request(decoded, model.manifest.inputs, model.manifest.outputs)
         priority = decoded.parameters.get("priority", 0)
         outputs = await model.infer(decoded.inputs, priority=int(priority) if isinstance(priority, int) else 0)
     except (OipError, InvalidInputs) as exc:
-        return error_response(str(exc), 400)
+        return error_response(str(exc), exc.status if isinstance(exc, OipError) else 400)
     except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
         return _lookup_error(exc)
     wanted = decoded.requested_outputs
@@ -88,16 +138,20 @@ def _model_metadata(model: LoadedModel, versions: list[str]) -> dict[str, Any]:
     }
 
 
-def create_oip_router(repository: ModelRepository, version: str, load: LoadTracker | None = None) -> APIRouter:
-    """The ``/v2`` routes over one repository; ``load`` (if given) sees every inference."""
+def create_oip_router(
+    repository: ModelRepository, version: str, load: LoadTracker | None = None, limits: OipLimits | None = None
+) -> APIRouter:
+    """The ``/v2`` routes over one repository; ``load`` (if given) sees every inference;
+    ``limits`` caps request bodies and tensor sizes (413 beyond)."""
     router = APIRouter()
+    caps = limits or OipLimits()
 
     async def tracked(name: str, model_version: str | None, request: Request) -> Response:
         if load is None:
-            return await _infer(repository, name, model_version, request)
+            return await _infer(repository, name, model_version, request, caps)
         started = load.begin()
         try:
-            return await _infer(repository, name, model_version, request)
+            return await _infer(repository, name, model_version, request, caps)
         finally:
             load.end(started)
 
@@ -105,7 +159,7 @@ def create_oip_router(repository: ModelRepository, version: str, load: LoadTrack
     async def live() -> Response:
         return json_response({"live": True})
 
-    @router.get("/v2/health/ready")
+    @router.get("/v2/health/ready", responses=_NOT_READY)
     async def ready() -> Response:
         is_ready = repository.ready()
         return json_response({"ready": is_ready}, 200 if is_ready else 400)
@@ -131,27 +185,27 @@ def create_oip_router(repository: ModelRepository, version: str, load: LoadTrack
             return json_response({"name": name, "ready": False}, 400)
         return json_response({"name": name, "ready": True})
 
-    @router.get("/v2/models/{name}")
+    @router.get("/v2/models/{name}", responses=_LOOKUP)
     async def model_metadata(name: str) -> Response:
         return await metadata(name, None)
 
-    @router.get("/v2/models/{name}/versions/{v}")
+    @router.get("/v2/models/{name}/versions/{v}", responses=_LOOKUP)
     async def version_metadata(name: str, v: str) -> Response:
         return await metadata(name, v)
 
-    @router.get("/v2/models/{name}/ready")
+    @router.get("/v2/models/{name}/ready", responses={**_LOOKUP, **_NOT_READY})
     async def is_model_ready(name: str) -> Response:
         return await model_ready(name, None)
 
-    @router.get("/v2/models/{name}/versions/{v}/ready")
+    @router.get("/v2/models/{name}/versions/{v}/ready", responses={**_LOOKUP, **_NOT_READY})
     async def is_version_ready(name: str, v: str) -> Response:
         return await model_ready(name, v)
 
-    @router.post("/v2/models/{name}/infer")
+    @router.post("/v2/models/{name}/infer", responses=_INFER, openapi_extra=_INFER_BODY)
     async def infer(name: str, request: Request) -> Response:
         return await tracked(name, None, request)
 
-    @router.post("/v2/models/{name}/versions/{v}/infer")
+    @router.post("/v2/models/{name}/versions/{v}/infer", responses=_INFER, openapi_extra=_INFER_BODY)
     async def infer_version(name: str, v: str, request: Request) -> Response:
         return await tracked(name, v, request)
 
