@@ -42,11 +42,11 @@ class ReadyBody(BaseModel):
 
 
 #: Error answers declared in the OpenAPI document, so clients (and the fuzz suite) know them.
-_LOOKUP = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
-_NOT_READY = {400: {"model": ReadyBody}}
-_INFER = {400: {"model": ErrorBody}, **_LOOKUP}
+_LOOKUP: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+_NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
+_INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, **_LOOKUP}
 #: The OIP v2 JSON request (binary tensor data is also accepted; the body is read raw).
-_INFER_BODY = {
+_INFER_BODY: dict[str, Any] = {
     "requestBody": {
         "content": {
             "application/json": {

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import Case
+from schemathesis import APIOperation, Case
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -43,28 +43,31 @@ def _pinned(strategy: st.SearchStrategy[Case], name: str) -> st.SearchStrategy[C
     return st.one_of(strategy, strategy.map(pin))
 
 
+def _fuzz_operation(operation: APIOperation, base_url: str, model: str, max_examples: int, report: FuzzReport) -> None:
+    label = operation.label
+    report.operations.append(label)
+    seen = report.statuses.setdefault(label, Counter())
+    strategy = operation.as_strategy()
+    if "{name}" in operation.path:
+        strategy = _pinned(strategy, model)
+
+    @given(case=strategy)
+    @settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def run(case: Case) -> None:
+        try:
+            response = case.call(base_url=base_url)
+            seen[response.status_code] += 1
+            case.validate_response(response, checks=CHECKS)
+        except (Exception, BaseExceptionGroup) as exc:  # schemathesis reports an exception group
+            report.failures.setdefault(label, []).append(str(exc)[:800])
+
+    run()
+
+
 def fuzz_api(base_url: str, *, exclude: str, model: str, max_examples: int) -> FuzzReport:
     """Fuzz every operation of ``base_url``'s schema whose path does not match ``exclude``."""
     schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json").exclude(path_regex=exclude)
     report = FuzzReport()
     for result in schema.get_all_operations():
-        operation = result.ok()
-        label = operation.label
-        report.operations.append(label)
-        seen = report.statuses.setdefault(label, Counter())
-        strategy = operation.as_strategy()
-        if "{name}" in operation.path:
-            strategy = _pinned(strategy, model)
-
-        @given(case=strategy)
-        @settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        def run(case: Case) -> None:
-            try:
-                response = case.call(base_url=base_url)
-                seen[response.status_code] += 1
-                case.validate_response(response, checks=CHECKS)
-            except (Exception, BaseExceptionGroup) as exc:  # schemathesis reports an exception group
-                report.failures.setdefault(label, []).append(str(exc)[:800])
-
-        run()
+        _fuzz_operation(result.ok(), base_url, model, max_examples, report)
     return report

@@ -8,10 +8,10 @@ import asyncio
 from pathlib import Path
 
 import httpx
+from openapi_fuzzing import FuzzReport, fuzz_api
 
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
-from openapi_fuzzing import FuzzReport, fuzz_api
 
 #: Per operation; about 20 operations per server keep each run to a few seconds.
 EXAMPLES = 20
