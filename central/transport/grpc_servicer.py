@@ -17,8 +17,14 @@ from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 log = logging.getLogger(__name__)
 
 
+#: Status details travel in a trailer (8 KiB limit by default); a message echoing a huge
+#: client-sent id would turn the clear status into the client's RESOURCE_EXHAUSTED.
+_MAX_DETAILS = 1000
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: CentralError) -> None:
-    await context.abort(exc.grpc_code, exc.message)
+    message = exc.message if len(exc.message) <= _MAX_DETAILS else exc.message[:_MAX_DETAILS] + "…"
+    await context.abort(exc.grpc_code, message)
 
 
 class RegistryServicer(registry_pb2_grpc.RegistryServicer):
