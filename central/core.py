@@ -19,6 +19,7 @@ from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
+from central.registry.signing import ManifestSigner
 from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
@@ -49,13 +50,15 @@ class Central:
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes)
         self.store = SQLiteMetadataStore(data / "registry.sqlite3")
+        self.signer = ManifestSigner.load_or_create(data)
+        self.signer.sign_stored(self.store)
         p = settings.placement
         self.placement = PlacementService(replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled)
         steps: list[PushStep] = [
             ValidateStep(),
             QuantizeStep(settings.quantize),
             ChunkStep(Chunker(settings.chunking), self.blobs),
-            ManifestStep(),
+            ManifestStep(self.signer),
         ]
         pipeline = PushPipeline(steps)
         self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed)

@@ -21,7 +21,7 @@ from edge_node.inference import ModelRepository, SessionFactory, available_provi
 from edge_node.observability import EdgeStateCollector
 from edge_node.peer import PeerServicer
 from edge_node.settings import EdgeSettings
-from edge_node.sync import DesiredStateFollower, Materializer
+from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.versions import VersionFiles
 from fleetwire.v1 import peer_pb2_grpc, registry_pb2
 
@@ -47,12 +47,23 @@ class Edge:
             settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
         )
         self.repository = ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+        self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)
         self.materializer = Materializer(
-            self.fetcher, self.files, on_complete=self.repository.load, on_dropped=self.repository.unload
+            self.fetcher,
+            self.files,
+            on_complete=self.repository.load,
+            on_dropped=self.repository.unload,
+            trust=self.trust,
         )
         self.peer_servicer = PeerServicer(self.fetcher)
         self.follower = DesiredStateFollower(
-            self.node_info, settings.central, self.pool, self.view, self.materializer, settings.reconnect_backoff_max_s
+            self.node_info,
+            settings.central,
+            self.pool,
+            self.view,
+            self.materializer,
+            settings.reconnect_backoff_max_s,
+            trust=self.trust,
         )
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None

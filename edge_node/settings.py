@@ -75,6 +75,13 @@ class EdgeSettings(BaseSettings):
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
+    manifest_key_repin: bool = Field(
+        False,
+        description=(
+            "Accept a manifest signing key from central that differs from the one pinned in data_dir"
+            " (after a deliberate key rotation); off: such a key is refused and its manifests with it."
+        ),
+    )
     log_level: str = Field("info", description="Python logging level name.")
 
     @field_validator("node_id")

@@ -31,6 +31,7 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         labels=m.labels,
         artifact=m.artifact,
         quantization_json=json.dumps(m.quantization) if m.quantization is not None else "",
+        signature=bytes.fromhex(m.signature),
     )
 
 
@@ -48,4 +49,5 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         labels=dict(pb.labels),
         artifact=pb.artifact or "fp32",
         quantization=json.loads(pb.quantization_json) if pb.quantization_json else None,
+        signature=pb.signature.hex(),
     )

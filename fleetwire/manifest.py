@@ -43,6 +43,9 @@ class Manifest(BaseModel):
     quantization: dict[str, Any] | None = Field(
         None, description="The push's quantization report: method, per-channel, sizes, agreement, seconds."
     )
+    signature: str = Field(
+        "", description="Central's Ed25519 signature (hex) over the other fields; see fleetwire.signing."
+    )
 
     @property
     def key(self) -> tuple[str, str]:

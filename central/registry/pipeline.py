@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
+from central.registry.signing import ManifestSigner
 from central.registry.sqlite_impl import utc_now
 from central.registry.validate import load_checked, signature
 from fleetwire.digest import sha256_file
@@ -118,8 +119,12 @@ class ManifestStep:
 
     name = "manifest"
 
+    def __init__(self, signer: ManifestSigner | None = None) -> None:
+        #: Signs every manifest (edges refuse unsigned ones); None only in unit tests of the steps.
+        self._signer = signer
+
     def run(self, ctx: PushContext) -> None:
-        """Assemble the manifests; the registry commits them."""
+        """Assemble the manifests (signed); the registry commits them."""
         created = utc_now()
         for artifact, path in ctx.artifacts.items():
             is_upload = path == ctx.upload
@@ -136,6 +141,8 @@ class ManifestStep:
                 artifact=artifact,
                 quantization=ctx.quantization,
             )
+        if self._signer is not None:
+            ctx.manifests = self._signer.sign_all(ctx.manifests)
         ctx.manifest = ctx.manifests[ctx.served_artifact]
 
 

@@ -125,6 +125,15 @@ class SQLiteMetadataStore:
                 raise
         return VersionRecord(manifest.name, manifest.version, int(seq), manifest, manifest.created_at, dict(artifacts))
 
+    def replace_manifests(self, manifest: Manifest, artifacts: dict[str, Manifest]) -> None:
+        """Overwrite a stored version's manifests in one statement (same chunks; e.g. now signed)."""
+        artifacts_json = json.dumps({k: m.model_dump() for k, m in artifacts.items()})
+        with self._lock:
+            self._db.execute(
+                "UPDATE versions SET manifest = ?, artifacts = ? WHERE name = ? AND version = ?",
+                (manifest.model_dump_json(), artifacts_json, manifest.name, manifest.version),
+            )
+
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version (and the model row once it has none left)."""
         with self._lock:

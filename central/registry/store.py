@@ -55,6 +55,9 @@ class MetadataStore(Protocol):
     def insert_version(self, manifest: Manifest, artifacts: dict[str, Manifest] | None = None) -> VersionRecord:
         """Commit a version and its artifacts atomically; raises ``VersionExists`` if it is taken."""
 
+    def replace_manifests(self, manifest: Manifest, artifacts: dict[str, Manifest]) -> None:
+        """Overwrite a stored version's manifests (same chunks; e.g. now signed)."""
+
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version; False if it did not exist."""
 

@@ -44,7 +44,9 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         if not node.grpc_address:
             await _abort(context, BadRequest("a node must announce its gRPC address"))
         self._central.nodes.register(node_from_pb(node))
-        return registry_pb2.RegisterReply(accepted=True, message="registered")
+        return registry_pb2.RegisterReply(
+            accepted=True, message="registered", manifest_public_key=self._central.signer.public_key
+        )
 
     async def Unregister(
         self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext

@@ -13,6 +13,7 @@ from edge_node.fetch import PlacementView
 from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.materializer import Materializer
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
+from edge_node.sync.trust import ManifestTrust
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class DesiredStateFollower:
         view: PlacementView,
         materializer: Materializer,
         backoff_max_s: float = 5.0,
+        trust: ManifestTrust | None = None,
     ) -> None:
         self._node = node
         self._central = central
@@ -36,6 +38,7 @@ class DesiredStateFollower:
         self._view = view
         self._materializer = materializer
         self._backoff_max_s = backoff_max_s
+        self._trust = trust
         self._task: asyncio.Task[None] | None = None
         self.state: EdgeDesiredState | None = None
         self.connected = asyncio.Event()
@@ -70,7 +73,9 @@ class DesiredStateFollower:
     async def _follow_once(self) -> None:
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
         node = self._node()
-        await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0)
+        reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0)
+        if self._trust is not None:
+            self._trust.offer(reply.manifest_public_key)
         stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id))
         async for pb in stream:
             self.connected.set()

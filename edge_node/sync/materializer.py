@@ -16,9 +16,11 @@ from typing import Any
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
+from edge_node.sync.trust import ManifestTrust
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import AssemblyError
 from fleetwire.manifest import Manifest
+from fleetwire.signing import SignatureError
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,15 @@ class Materializer:
         retry_max_s: float = 5.0,
         on_complete: Callable[[Manifest, Path], Awaitable[None]] | None = None,
         on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+        trust: ManifestTrust | None = None,
     ) -> None:
         self._fetcher = fetcher
         self._files = files
         self._on_complete = on_complete
         self._on_dropped = on_dropped
         self._retry_max_s = retry_max_s
+        #: Checks central's signature on every manifest before any of its chunks is fetched.
+        self._trust = trust
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._seed_tasks: set[asyncio.Task[None]] = set()
         self.progress: dict[tuple[str, str], VersionProgress] = {}
@@ -94,7 +99,20 @@ class Materializer:
         self._seed_tasks.add(task)
         task.add_done_callback(self._seed_tasks.discard)
 
+    def _refused(self, manifest: Manifest) -> str | None:
+        """Why ``manifest`` must not be fetched (a bad or missing signature), or None."""
+        if self._trust is None:
+            return None
+        try:
+            self._trust.verify(manifest)
+        except SignatureError as exc:
+            log.error("refusing %s:%s: %s", manifest.name, manifest.version, exc)
+            return f"manifest refused: {exc}"
+        return None
+
     async def _seed(self, version: DesiredVersion) -> None:
+        if self._refused(version.manifest) is not None:
+            return
         sizes = {c.digest: c.size for c in version.manifest.chunks}
         node = self._fetcher.node_id
         owned = [d for d, owners in version.placement.items() if node in owners]
@@ -106,6 +124,10 @@ class Materializer:
         m = version.manifest
         progress = VersionProgress(m.name, m.version, "pending", len(m.unique_chunks()), size=m.size)
         self.progress[m.key] = progress
+        refusal = self._refused(m)
+        if refusal is not None:  # a new desired state retries; the version served now stays
+            progress.state, progress.error = "failed", refusal
+            return
         if await asyncio.to_thread(self._files.is_complete, m):
             progress.state, progress.chunks_present, progress.completed_at = (
                 "complete",

@@ -109,6 +109,7 @@ class Manifest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     ARTIFACT_FIELD_NUMBER: _builtins.int
     QUANTIZATION_JSON_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     sha256: _builtins.str
@@ -120,6 +121,8 @@ class Manifest(_message.Message):
     """which file the chunks make up: "int8" or "fp32" """
     quantization_json: _builtins.str
     """the push's quantization report, JSON; empty if none"""
+    signature: _builtins.bytes
+    """central's Ed25519 signature over fleetwire.signing.canonical_bytes; empty: unsigned"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
     @_builtins.property
@@ -142,10 +145,11 @@ class Manifest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         artifact: _builtins.str = ...,
         quantization_json: _builtins.str = ...,
+        signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "size", b"size", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

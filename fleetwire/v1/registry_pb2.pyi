@@ -100,17 +100,21 @@ class RegisterReply(_message.Message):
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    MANIFEST_PUBLIC_KEY_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
     message: _builtins.str
+    manifest_public_key: _builtins.bytes
+    """raw Ed25519 key that signs manifests; edges pin it on first contact"""
     def __init__(
         self,
         *,
         accepted: _builtins.bool = ...,
         message: _builtins.str = ...,
+        manifest_public_key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "manifest_public_key", b"manifest_public_key", "message", b"message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,6 +4,7 @@ reassemble exactly; a small edit changes few chunks), the manifest and the heart
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import tempfile
@@ -121,7 +122,14 @@ def test_decode_heartbeat_returns_a_heartbeat_or_a_decode_error(raw: bytes) -> N
 @FUZZ
 @given(doc=_heartbeat_doc(), garbage=st.binary(max_size=200))
 def test_central_counts_every_malformed_heartbeat_and_never_raises(doc: dict[str, Any], garbage: bytes) -> None:
-    consumer = MembershipConsumer(MqttSettings(), MqttSettings().make_tracker())
+    loop = asyncio.new_event_loop()  # the tracker's timers need one; it never runs here
+    try:
+        _feed(MembershipConsumer(MqttSettings(), MqttSettings().make_tracker(loop), loop), doc, garbage)
+    finally:
+        loop.close()
+
+
+def _feed(consumer: MembershipConsumer, doc: dict[str, Any], garbage: bytes) -> None:
     tracker, topics = consumer.tracker, Topics(MqttSettings().topic_prefix)
     for topic, payload in (
         (topics.node_heartbeat("n1"), json.dumps(doc).encode()),
