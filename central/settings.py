@@ -70,6 +70,9 @@ class CentralSettings(BaseSettings):
     grpc_host: str = Field("127.0.0.1", description="gRPC bind address.")
     grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     max_upload_bytes: int = Field(2 * 1024**3, ge=1, description="Largest accepted model upload (413 beyond).")
+    max_json_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="Largest JSON body of a REST write such as a rollout (413 beyond)."
+    )
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     origin: OriginSettings = Field(default_factory=OriginSettings)

@@ -20,6 +20,7 @@ from edge_node.http.app import create_app
 from edge_node.inference import ModelRepository, SessionFactory, available_providers
 from edge_node.observability import EdgeStateCollector
 from edge_node.peer import PeerServicer
+from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.versions import VersionFiles
@@ -55,7 +56,10 @@ class Edge:
             on_dropped=self.repository.unload,
             trust=self.trust,
         )
-        self.peer_servicer = PeerServicer(self.fetcher)
+        limits = settings.limits
+        self.peer_servicer = PeerServicer(
+            self.fetcher, StreamLimiter(limits.max_peer_streams_per_node, limits.max_peer_streams)
+        )
         self.follower = DesiredStateFollower(
             self.node_info,
             settings.central,

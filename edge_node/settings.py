@@ -46,6 +46,26 @@ class InferenceSettings(BaseModel):
     bench_endpoints: bool = Field(False, description="Expose POST /bench/noop, the HTTP-stack baseline for benchmarks.")
 
 
+class LimitSettings(BaseModel):
+    """Caps on what one client may make this node hold: each refuses with a 4xx (or a gRPC
+    RESOURCE_EXHAUSTED) instead of letting a request exhaust memory."""
+
+    max_infer_body_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Largest inference request body; larger ones get 413 before (or while) they are read.",
+    )
+    max_tensor_elements: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Most elements one input tensor may declare (product of its shape); beyond it 413.",
+    )
+    max_peer_streams_per_node: int = Field(
+        8, ge=1, description="Chunk streams one requesting node may hold open here at once (RESOURCE_EXHAUSTED beyond)."
+    )
+    max_peer_streams: int = Field(64, ge=1, description="Chunk streams served to all peers together at once.")
+
+
 class EdgeSettings(BaseSettings):
     """Everything one edge needs; validated at start-up."""
 
@@ -74,6 +94,7 @@ class EdgeSettings(BaseSettings):
     heartbeat: HeartbeatSettings = Field(
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
+    limits: LimitSettings = Field(default_factory=LimitSettings, description="Request, tensor and stream caps.")
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
     manifest_key_repin: bool = Field(
         False,

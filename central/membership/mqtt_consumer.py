@@ -73,6 +73,9 @@ class MqttSettings(BaseModel):
     """First reconnect delay after losing the broker; doubles per failed attempt."""
     reconnect_max_s: float = Field(10.0, gt=0)
     """Cap on the reconnect delay."""
+    max_payload_bytes: int = Field(MAX_PAYLOAD_BYTES, ge=1024, le=256 * 1024 * 1024)
+    """Largest node message central decodes; longer ones are counted (oversized_dropped) and dropped
+    unread. Set the broker's own message_size_limit too, so it never delivers them at all."""
 
     @model_validator(mode="after")
     def _ordered(self) -> MqttSettings:
@@ -273,7 +276,7 @@ class MembershipConsumer:
         if topic == self._probe_topic:
             self.probe.handle(payload)
             return
-        if len(payload) > MAX_PAYLOAD_BYTES:
+        if len(payload) > self.settings.max_payload_bytes:
             self.tracker.count_oversized()
             return
         node_id = self.topics.node_id_of(topic)

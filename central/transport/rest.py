@@ -20,6 +20,7 @@ from central.gateway import create_gateway_router
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
+from central.transport.limits import JsonBodyLimit
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import parse_flag, receive_push
@@ -97,6 +98,7 @@ def create_app(central: Central) -> FastAPI:
     """The FastAPI application for one ``Central``."""
     app = FastAPI(title="modelfleet central", version="0.1.0", responses=ERROR_RESPONSES)
     _install_error_handlers(app)
+    app.add_middleware(JsonBodyLimit, max_bytes=central.settings.max_json_body_bytes)
     registry = central.registry
 
     @app.get("/healthz")

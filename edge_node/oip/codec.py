@@ -26,6 +26,30 @@ class OipError(Exception):
     status = 400
 
 
+class TensorTooLarge(OipError):
+    """An input declares more elements than the edge accepts: answered 413."""
+
+    status = 413
+
+
+def _check_elements(shape: list[int], name: str, limit: int | None) -> None:
+    """Refuse a shape over ``limit`` elements before any array of it is built. Counted in
+    Python ints, stopping once over (numpy's product would wrap; a full product of a long
+    shape would cost time); a dimension over the limit beside a 0 is refused too."""
+    if limit is None:
+        return
+    count = 1
+    for dim in shape:
+        count = limit + 1 if dim > limit else count * dim
+        if count > limit:
+            break
+    if count > limit:
+        raise TensorTooLarge(
+            f"input {name!r}: shape {shape[:8]}{'…' if len(shape) > 8 else ''} is over the limit of"
+            f" {limit} elements (limits.max_tensor_elements)"
+        )
+
+
 @dataclass
 class InferRequest:
     """A decoded inference request."""
@@ -97,7 +121,9 @@ def _reshape(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
     return flat.reshape(shape)
 
 
-def _decode_input(tensor: Any, binary: memoryview, offset: int) -> tuple[str, str, np.ndarray, int]:
+def _decode_input(
+    tensor: Any, binary: memoryview, offset: int, max_elements: int | None = None
+) -> tuple[str, str, np.ndarray, int]:
     if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
         raise OipError("every input needs a string 'name'")
     name = tensor["name"]
@@ -107,6 +133,7 @@ def _decode_input(tensor: Any, binary: memoryview, offset: int) -> tuple[str, st
         raise OipError(f"input {name!r}: unknown datatype {raw_datatype!r}")
     datatype = str(raw_datatype)
     shape = _shape(tensor, name)
+    _check_elements(shape, name, max_elements)
     params = tensor.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if size is None:
@@ -140,8 +167,9 @@ def _requested_outputs(doc: dict[str, Any]) -> tuple[list[str] | None, set[str]]
     return names, binary
 
 
-def decode_request(body: bytes, header_length: int | None) -> InferRequest:
-    """Parse an inference request body (JSON, or JSON + binary tensors)."""
+def decode_request(body: bytes, header_length: int | None, max_elements: int | None = None) -> InferRequest:
+    """Parse an inference request body (JSON, or JSON + binary tensors); an input whose
+    shape declares more than ``max_elements`` elements is refused (TensorTooLarge)."""
     doc, binary = _json_part(body, header_length)
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
@@ -150,7 +178,7 @@ def decode_request(body: bytes, header_length: int | None) -> InferRequest:
     datatypes: dict[str, str] = {}
     offset = 0
     for tensor in raw_inputs:
-        name, datatype, array, offset = _decode_input(tensor, binary, offset)
+        name, datatype, array, offset = _decode_input(tensor, binary, offset, max_elements)
         if name in inputs:
             raise OipError(f"input {name!r} appears twice")
         inputs[name], datatypes[name] = array, datatype

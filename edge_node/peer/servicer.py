@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
+from edge_node.peer.limits import StreamLimiter, StreamsExhausted
 from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
 
@@ -17,12 +18,31 @@ from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     """Chunks for other edges."""
 
-    def __init__(self, fetcher: ChunkFetcher) -> None:
+    def __init__(self, fetcher: ChunkFetcher, limiter: StreamLimiter | None = None) -> None:
+        """``limiter`` caps concurrent FetchChunk streams per requesting node and in total
+        (default: 8 per node, 64 in all)."""
         self._fetcher = fetcher
+        self.limiter = limiter or StreamLimiter(per_requester=8, total=64)
         self.chunks_served = 0
         self.bytes_served = 0
 
     async def FetchChunk(
+        self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[common_pb2.ChunkData]:
+        # Keyed by the declared requester (unauthenticated for now; the total cap bounds a
+        # peer that rotates ids), else by the connection's host.
+        requester = request.requester or context.peer().rpartition(":")[0]
+        try:
+            self.limiter.acquire(requester)
+        except StreamsExhausted as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        try:
+            async for piece in self._stream(request, context):
+                yield piece
+        finally:
+            self.limiter.release(requester)
+
+    async def _stream(
         self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.ChunkData]:
         digest = request.digest
