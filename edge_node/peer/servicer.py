@@ -47,7 +47,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     ) -> AsyncIterator[common_pb2.ChunkData]:
         digest = request.digest
         if not is_digest(digest):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest!r}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest[:80]!r}")
         data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.store.get, digest)
         if data is None:
             owners = self._fetcher.view.owners(digest) or list(request.owners)
