@@ -24,6 +24,7 @@ from central.transport.limits import JsonBodyLimit
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import parse_flag, receive_push
+from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def create_app(central: Central) -> FastAPI:
             return progress_stream(commit, central)
         return await commit()
 
-    @app.get("/api/v1/models/{name}/versions/{version}")
+    @app.get("/api/v1/models/{name}/versions/{version}", response_model=Manifest)
     async def get_manifest(name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
         record = registry.get(name, version)
         if artifact is None:

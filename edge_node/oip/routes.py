@@ -41,8 +41,35 @@ class ReadyBody(BaseModel):
     ready: bool
 
 
+class TensorMetadata(BaseModel):
+    """One input or output in OIP metadata."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(BaseModel):
+    """The OIP model metadata document (written with orjson; declared for the OpenAPI document)."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class ServerMetadata(BaseModel):
+    """The OIP server metadata document."""
+
+    name: str
+    version: str
+    extensions: list[str]
+
+
 #: Error answers declared in the OpenAPI document, so clients (and the fuzz suite) know them.
 _LOOKUP: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+_METADATA: dict[int | str, dict[str, Any]] = {200: {"model": ModelMetadata}, **_LOOKUP}
 _NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
 _INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, **_LOOKUP}
 #: The OIP v2 JSON request (binary tensor data is also accepted; the body is read raw).
@@ -164,7 +191,7 @@ def create_oip_router(
         is_ready = repository.ready()
         return json_response({"ready": is_ready}, 200 if is_ready else 400)
 
-    @router.get("/v2")
+    @router.get("/v2", responses={200: {"model": ServerMetadata}})
     async def server_metadata() -> Response:
         return json_response({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
 
@@ -185,11 +212,11 @@ def create_oip_router(
             return json_response({"name": name, "ready": False}, 400)
         return json_response({"name": name, "ready": True})
 
-    @router.get("/v2/models/{name}", responses=_LOOKUP)
+    @router.get("/v2/models/{name}", responses=_METADATA)
     async def model_metadata(name: str) -> Response:
         return await metadata(name, None)
 
-    @router.get("/v2/models/{name}/versions/{v}", responses=_LOOKUP)
+    @router.get("/v2/models/{name}/versions/{v}", responses=_METADATA)
     async def version_metadata(name: str, v: str) -> Response:
         return await metadata(name, v)
 

@@ -33,23 +33,27 @@ class FuzzReport:
     operations: list[str] = field(default_factory=list)
 
 
-def _pinned(strategy: st.SearchStrategy[Case], name: str) -> st.SearchStrategy[Case]:
-    """Half the cases address the model that exists, so paths past the lookup get fuzzed too."""
+def _pinned(strategy: st.SearchStrategy[Case], pins: dict[str, str]) -> st.SearchStrategy[Case]:
+    """Half the cases address what exists (the pushed model and version), so that the code
+    past the lookups gets fuzzed too."""
 
     def pin(case: Case) -> Case:
-        case.path_parameters = {**(case.path_parameters or {}), "name": name}
+        params = case.path_parameters or {}
+        case.path_parameters = {**params, **{k: v for k, v in pins.items() if k in params}}
         return case
 
     return st.one_of(strategy, strategy.map(pin))
 
 
-def _fuzz_operation(operation: APIOperation, base_url: str, model: str, max_examples: int, report: FuzzReport) -> None:
+def _fuzz_operation(
+    operation: APIOperation, base_url: str, pins: dict[str, str], max_examples: int, report: FuzzReport
+) -> None:
     label = operation.label
     report.operations.append(label)
     seen = report.statuses.setdefault(label, Counter())
     strategy = operation.as_strategy()
-    if "{name}" in operation.path:
-        strategy = _pinned(strategy, model)
+    if operation.method.upper() != "DELETE":  # a pinned DELETE would remove what the run relies on
+        strategy = _pinned(strategy, pins)
 
     @given(case=strategy)
     @settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -64,10 +68,11 @@ def _fuzz_operation(operation: APIOperation, base_url: str, model: str, max_exam
     run()
 
 
-def fuzz_api(base_url: str, *, exclude: str, model: str, max_examples: int) -> FuzzReport:
-    """Fuzz every operation of ``base_url``'s schema whose path does not match ``exclude``."""
+def fuzz_api(base_url: str, *, exclude: str, pins: dict[str, str], max_examples: int) -> FuzzReport:
+    """Fuzz every operation of ``base_url``'s schema whose path does not match ``exclude``;
+    ``pins`` are path parameter values that exist (half the cases use them)."""
     schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json").exclude(path_regex=exclude)
     report = FuzzReport()
     for result in schema.get_all_operations():
-        _fuzz_operation(result.ok(), base_url, model, max_examples, report)
+        _fuzz_operation(result.ok(), base_url, pins, max_examples, report)
     return report

@@ -27,7 +27,11 @@ async def test_central_api_answers_every_fuzzed_request_as_documented(
     assert (await push(api, "tiny", small_model_file, version="v1")).status_code == 201
     # The SSE stream and ?follow never end; the gateway needs serving edges (off here).
     report = await asyncio.to_thread(
-        fuzz_api, central.http_url, exclude=r"/stream|/infer|/gateway", model="tiny", max_examples=EXAMPLES
+        fuzz_api,
+        central.http_url,
+        exclude=r"/stream|/infer|/gateway",
+        pins={"name": "tiny", "version": "v1"},
+        max_examples=EXAMPLES,
     )
     assert not report.failures, _failures(report)
     assert "POST /api/v1/models/{name}/versions" in report.operations
@@ -42,7 +46,9 @@ async def test_edge_api_answers_every_fuzzed_request_as_documented(
     edge = await make_edge("fuzzed", central)
     await wait_for(lambda: edge.repository.ready(), what="the edge serving tiny")
     url = f"http://127.0.0.1:{edge.http_port}"
-    report = await asyncio.to_thread(fuzz_api, url, exclude=r"^/bench", model="tiny", max_examples=EXAMPLES)
+    report = await asyncio.to_thread(
+        fuzz_api, url, exclude=r"^/bench", pins={"name": "tiny", "v": "v1"}, max_examples=EXAMPLES
+    )
     assert not report.failures, _failures(report)
     infer = report.statuses["POST /v2/models/{name}/infer"]
     assert infer[400] > 0 and infer[404] > 0  # bodies reached the served model's decoder, and unknown names
