@@ -96,8 +96,9 @@ class DashboardService:
                 yield sse_message("snapshot", await self._tick_snapshot(rollouts))
                 due = loop.time() + self.interval_s
                 while (left := due - loop.time()) > 0:
-                    try:
-                        item = await asyncio.wait_for(queue.get(), left)
+                    try:  # asyncio.timeout: 3.11's wait_for can swallow a cancel
+                        async with asyncio.timeout(left):
+                            item = await queue.get()
                     except TimeoutError:
                         break
                     if item is _CLOSE:

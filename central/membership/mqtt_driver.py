@@ -168,7 +168,8 @@ class MqttLoopDriver:
         if self._fd is not None:
             self._client.disconnect()  # writes DISCONNECT, then paho closes the socket
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lost.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._lost.wait()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -430,8 +430,12 @@ class HeartbeatPublisher:
             woke = False
             timeout = next_at - loop.time()
             if timeout > 0:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
+                # lands as the event fires (a reconnect wakes this loop just as stop()
+                # cancels it), and stop() then waits for this task forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
                     woke = True
             self._wake.clear()
             self.beat()
