@@ -1,0 +1,58 @@
+"""Helpers of the fault suite (a module, not a conftest: a second ``conftest`` would shadow tests/conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench._fleet import Fleet, sha256_of
+from edge_node.cache.chunk_store import ChunkStore
+
+#: Central as a subprocess: 64 KiB chunks, no INT8 (random MLPs fail its guard).
+CENTRAL_ENV = {
+    "MODELFLEET_CHUNKING__AVG_BYTES": str(64 * 1024),
+    "MODELFLEET_CHUNKING__MIN_BYTES": str(16 * 1024),
+    "MODELFLEET_CHUNKING__MAX_BYTES": str(256 * 1024),
+    "MODELFLEET_QUANTIZE__ENABLED": "false",
+}
+EDGE_ENV = {"MODELFLEET_RECONNECT_BACKOFF_MAX_S": "0.5", "MODELFLEET_FETCH__BACKOFF_MAX_S": "0.5"}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` (20 Hz) until it holds; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def version(fleet: Fleet, node: str, name: str, ver: str) -> dict[str, Any]:
+    """The edge's progress entry of ``name:ver`` ({} while it has none)."""
+    for entry in fleet.edge_status(node)["versions"]:
+        if entry["name"] == name and entry["version"] == ver:
+            return dict(entry)
+    return {}
+
+
+def sigkill_edge(fleet: Fleet, node: str) -> None:
+    """SIGKILL one edge and reap it; ``fleet.start_edge(node)`` restarts it on the same dirs."""
+    proc = fleet.edges[node]
+    proc.popen.kill()
+    proc.popen.wait(timeout=10)
+    proc.close_logs()
+
+
+def assert_edge_files_sound(fleet: Fleet, node: str, name: str, ver: str, manifest: dict[str, Any]) -> None:
+    """On a stopped edge: the assembled file hashes to the manifest, no temp file is left in
+    the versions dir, and every chunk of the manifest is in the cache and passes its digest."""
+    path = fleet.model_file(node, name, ver)
+    assert sha256_of(path) == manifest["sha256"]
+    versions = fleet.edges[node].data_dir / "versions"
+    temps = [p.name for p in versions.rglob("*") if p.name.startswith((".assemble-", ".manifest-"))]
+    assert temps == []  # no half-written file that a later start could load
+    digests = {c["digest"] for c in manifest["chunks"]}
+    with ChunkStore(fleet.edges[node].data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:
+        corrupt_or_missing = [d for d in digests if store.get(d) is None]  # get() re-hashes, drops a bad one
+    assert corrupt_or_missing == []
