@@ -15,8 +15,13 @@ CENTRAL_ENV = {
     "MODELFLEET_CHUNKING__MIN_BYTES": str(16 * 1024),
     "MODELFLEET_CHUNKING__MAX_BYTES": str(256 * 1024),
     "MODELFLEET_QUANTIZE__ENABLED": "false",
+    "MODELFLEET_MQTT__ENABLED": "false",  # never the machine's default broker: tests must not see each other
 }
-EDGE_ENV = {"MODELFLEET_RECONNECT_BACKOFF_MAX_S": "0.5", "MODELFLEET_FETCH__BACKOFF_MAX_S": "0.5"}
+EDGE_ENV = {
+    "MODELFLEET_RECONNECT_BACKOFF_MAX_S": "0.5",
+    "MODELFLEET_FETCH__BACKOFF_MAX_S": "0.5",
+    "MODELFLEET_HEARTBEAT__ENABLED": "false",
+}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -56,3 +61,12 @@ def assert_edge_files_sound(fleet: Fleet, node: str, name: str, ver: str, manife
     with ChunkStore(fleet.edges[node].data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:
         corrupt_or_missing = [d for d in digests if store.get(d) is None]  # get() re-hashes, drops a bad one
     assert corrupt_or_missing == []
+
+
+def infer(fleet: Fleet, node: str, model: str, width: int) -> dict[str, Any]:
+    """One OIP v2 inference of a zero row on an edge (a ``build_mlp`` model of ``width``); its JSON answer."""
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.0] * width}]}
+    response = fleet.client.post(f"{fleet.edges[node].http_url}/v2/models/{model}/infer", json=body)
+    assert response.status_code == 200, response.text
+    doc: dict[str, Any] = response.json()
+    return doc
