@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from central.auth.settings import AuthSettings
 from central.gateway import GatewaySettings
 from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
@@ -80,4 +81,5 @@ class CentralSettings(BaseSettings):
     mqtt: MqttSettings = Field(default_factory=MqttSettings, description="MQTT liveness: heartbeats, failover, status.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
+    auth: AuthSettings = Field(default_factory=AuthSettings, description="Operator API bearer tokens with roles.")
     log_level: str = Field("info", description="Python logging level name.")

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from central.auth import OperatorAuth, TokenStore
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound
@@ -95,11 +96,23 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
+def _install_auth(app: FastAPI, central: Central) -> None:
+    """Operator tokens (``auth.enabled``): outermost, so a refused write reads no body."""
+    auth = central.settings.auth
+    if not auth.enabled:
+        return
+    store = TokenStore(auth.tokens_path(central.settings.data_dir))
+    if not store.records():
+        log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.path)
+    app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
+
+
 def create_app(central: Central) -> FastAPI:
     """The FastAPI application for one ``Central``."""
     app = FastAPI(title="modelfleet central", version="0.1.0", responses=ERROR_RESPONSES)
     _install_error_handlers(app)
     app.add_middleware(JsonBodyLimit, max_bytes=central.settings.max_json_body_bytes)
+    _install_auth(app, central)
     registry = central.registry
 
     @app.get("/healthz")

@@ -1,0 +1,62 @@
+"""Who may call central's REST API: one ASGI middleware in front of every route.
+
+With auth on, a write (any method but GET/HEAD/OPTIONS) needs an ``admin`` bearer token;
+reads need a token of any role only with ``protect_reads``. The OIP gateway (``/v2``) and
+``/healthz`` stay open: inference clients and probes carry no operator credential. The
+check runs before the route reads the body, so a refused push stores nothing."""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from central.auth.tokens import Role, TokenRecord, TokenStore
+
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+_OPEN_PREFIXES = ("/v2/", "/healthz")
+_UNAUTHORIZED = "missing or invalid token"
+
+
+def bearer(scope: Scope) -> str | None:
+    """The token of an ``Authorization: Bearer …`` header, if any."""
+    for key, value in scope.get("headers", []):
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer":
+                return None
+            return token.strip() or None
+    return None
+
+
+class OperatorAuth:
+    """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
+
+    def __init__(self, app: ASGIApp, store: TokenStore, protect_reads: bool = False) -> None:
+        self.app = app
+        self.store = store
+        self.protect_reads = protect_reads
+
+    def _is_open(self, method: str, path: str) -> bool:
+        if path == "/v2" or path.startswith(_OPEN_PREFIXES):
+            return True
+        return method in _READS and not self.protect_reads
+
+    def _caller(self, scope: Scope) -> TokenRecord | None:
+        token = bearer(scope)
+        return self.store.verify(token) if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._is_open(scope["method"], scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        caller = self._caller(scope)
+        if caller is None:
+            headers = {"WWW-Authenticate": "Bearer"}
+            await JSONResponse({"error": _UNAUTHORIZED}, status_code=401, headers=headers)(scope, receive, send)
+            return
+        method, path = scope["method"], scope.get("path", "")
+        if method not in _READS and caller.role != Role.ADMIN:
+            message = f"role {caller.role} may not {method} {path} (token {caller.name!r}; writes need admin)"
+            await JSONResponse({"error": message}, status_code=403)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

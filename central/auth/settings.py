@@ -1,0 +1,29 @@
+"""Settings of operator API authentication (central's ``auth`` section).
+
+Off by default: ``modelfleet up``, the CLI and existing deployments use the API without
+tokens; turning it on is an explicit operator decision (``MODELFLEET_AUTH__ENABLED=true``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+#: Where the token store lives when ``tokens_file`` is not set, relative to ``data_dir``.
+DEFAULT_TOKENS_FILENAME = "tokens.json"
+
+
+class AuthSettings(BaseModel):
+    """Bearer tokens with roles on central's REST API."""
+
+    enabled: bool = Field(False, description="Require an admin token for every write under /api/v1.")
+    tokens_file: Path | None = Field(
+        None, description="The hashed token store; default <data_dir>/tokens.json (see `modelfleet token`)."
+    )
+    protect_reads: bool = Field(
+        False, description="Also require a token (any role) for reads: GET /api/v1, /metrics, the dashboard."
+    )
+
+    def tokens_path(self, data_dir: Path) -> Path:
+        """The token store's path for a central whose data directory is ``data_dir``."""
+        return self.tokens_file if self.tokens_file is not None else data_dir / DEFAULT_TOKENS_FILENAME

@@ -1,0 +1,95 @@
+"""``modelfleet token create|list|revoke``: the operator tokens of central's REST API.
+
+Run on central's host against its data directory: the store holds only hashes, so a
+token is printed once, at creation, and cannot be shown again (revoke and create a new
+one instead). Central picks changes up without a restart. ``central`` is imported inside
+the commands so that the rest of the CLI starts without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from modelfleet.cli import output
+from modelfleet.cli.client import CliError, UsageError
+from modelfleet.cli.config import JsonOption
+
+if TYPE_CHECKING:
+    from central.auth import TokenStore
+
+token_app = typer.Typer(no_args_is_help=True, help="Create, list and revoke operator API tokens.")
+
+DataDirOption = Annotated[
+    Path,
+    typer.Option("--data-dir", envvar="MODELFLEET_DATA_DIR", help="Central's data directory (holds tokens.json)."),
+]
+TokensFileOption = Annotated[
+    Path | None,
+    typer.Option("--tokens-file", help="The token store, when central's auth.tokens_file is set.", show_default=False),
+]
+NameOption = Annotated[str, typer.Option("--name", help="Who or what holds the token (unique).")]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``token`` to ``app``."""
+    app.add_typer(token_app, name="token")
+
+
+def _store(data_dir: Path, tokens_file: Path | None) -> TokenStore:
+    from central.auth import AuthSettings, TokenStore
+
+    return TokenStore(AuthSettings(tokens_file=tokens_file).tokens_path(data_dir))
+
+
+@token_app.command("create")
+@output.reported
+def create(
+    name: NameOption,
+    role: Annotated[str, typer.Option("--role", help="admin (read and write) or viewer (read only).")],
+    data_dir: DataDirOption = Path("./data/central"),
+    tokens_file: TokensFileOption = None,
+) -> None:
+    """Create a token and print it once (only its hash is stored)."""
+    from central.auth import Role, TokenStoreError
+
+    if role not in {r.value for r in Role}:
+        raise UsageError(f"--role must be admin or viewer, got {role!r}")
+    store = _store(data_dir, tokens_file)
+    try:
+        token = store.create(name, Role(role))
+    except TokenStoreError as exc:
+        raise CliError(str(exc)) from None
+    print(token)  # alone on stdout, so that `TOKEN=$(modelfleet token create …)` works
+    typer.echo(f"created {role} token {name!r} in {store.path}; it is not shown again", err=True)
+
+
+@token_app.command("list")
+@output.reported
+def list_tokens(
+    json: JsonOption = False, data_dir: DataDirOption = Path("./data/central"), tokens_file: TokensFileOption = None
+) -> None:
+    """Names, roles and creation times of the stored tokens (never the tokens)."""
+    records = _store(data_dir, tokens_file).records()
+    if json:
+        output.print_json([{"name": r.name, "role": str(r.role), "created_at": r.created_at} for r in records])
+        return
+    rows = [(r.name, str(r.role), r.created_at) for r in records]
+    output.console().print(output.table(("name", "role", "created"), rows, title="operator tokens"))
+
+
+@token_app.command("revoke")
+@output.reported
+def revoke(
+    name: NameOption, data_dir: DataDirOption = Path("./data/central"), tokens_file: TokensFileOption = None
+) -> None:
+    """Remove a token; central refuses it from its next request on."""
+    from central.auth import TokenStoreError
+
+    store = _store(data_dir, tokens_file)
+    try:
+        store.revoke(name)
+    except TokenStoreError as exc:
+        raise CliError(str(exc)) from None
+    output.console().print(f"revoked token {name!r}")

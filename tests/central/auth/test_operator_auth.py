@@ -1,0 +1,117 @@
+"""Operator API authentication against a real central with ``auth.enabled``: writes need
+an admin token, a viewer may read but not write, reads open unless ``protect_reads``,
+a revoked token stops working without a restart, the store holds no plaintext, and the
+CLI carries ``--token`` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner, Result
+
+from central.auth import Role, TokenStore
+from central.server import CentralServer
+from conftest import central_settings, push
+from modelfleet.cli import app
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[CentralServer]:
+    """Central with auth on (reads open), its token store in its data directory."""
+    server = CentralServer(central_settings(tmp_path / "central", auth={"enabled": True}))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def cli(tmp_path: Path, central_url: str, *args: str) -> Result:
+    """``modelfleet ARGS`` in a worker thread (central keeps serving on the loop), no config file."""
+    config = tmp_path / "cli-config.toml"
+    config.write_text("", encoding="utf-8")
+    env = {"MODELFLEET_CONFIG": str(config), "MODELFLEET_CENTRAL_URL": central_url, "MODELFLEET_TOKEN": ""}
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_writes_need_an_admin_token_and_reads_stay_open(
+    tmp_path: Path, secured: CentralServer, small_model_file: Path
+) -> None:
+    data_dir = tmp_path / "central"
+    created = await cli(
+        tmp_path, secured.http_url, "token", "create", "--name", "ci", "--role", "admin", "--data-dir", str(data_dir)
+    )
+    assert created.exit_code == 0, created.stderr
+    admin = created.stdout.strip()
+    viewer = TokenStore(data_dir / "tokens.json").create("dash", Role.VIEWER)
+    stored = (data_dir / "tokens.json").read_text()
+    assert admin not in stored and viewer not in stored and "ci" in stored
+
+    async with httpx.AsyncClient(base_url=secured.http_url, timeout=30.0) as api:
+        anonymous = await push(api, "tiny", small_model_file)
+        assert anonymous.status_code == 401
+        assert anonymous.json() == {"error": "missing or invalid token"}
+        assert anonymous.headers["www-authenticate"] == "Bearer"
+        assert (await api.get("/api/v1/models")).json() == []  # nothing stored; reads open by default
+
+        api.headers.update(bearer(viewer))
+        refused = await push(api, "tiny", small_model_file)
+        assert refused.status_code == 403 and refused.json()["error"].startswith("role viewer may not POST")
+        rollout = await api.post("/api/v1/models/tiny/rollouts", json={"version": "1"})
+        assert rollout.status_code == 403
+
+        api.headers.update(bearer(admin))
+        assert (await push(api, "tiny", small_model_file)).status_code == 201
+        assert (await push(api, "tiny", small_model_file, version="2")).status_code == 201  # v1 retires
+        api.headers.update(bearer(viewer))
+        assert (await api.delete("/api/v1/models/tiny/versions/1")).status_code == 403
+        api.headers.update(bearer(admin))
+        assert (await api.delete("/api/v1/models/tiny/versions/1")).status_code == 204
+
+        listed = await cli(tmp_path, secured.http_url, "token", "list", "--json", "--data-dir", str(data_dir))
+        assert {t["name"]: t["role"] for t in json.loads(listed.stdout)} == {"ci": "admin", "dash": "viewer"}
+        assert admin not in listed.stdout
+        revoked = await cli(tmp_path, secured.http_url, "token", "revoke", "--name", "ci", "--data-dir", str(data_dir))
+        assert revoked.exit_code == 0, revoked.stderr
+        assert (await push(api, "tiny", small_model_file, version="3")).status_code == 401  # no restart needed
+        api.headers.update(bearer("mft_not-a-token"))
+        assert (await push(api, "tiny", small_model_file, version="3")).status_code == 401
+        assert (await api.get("/healthz")).status_code == 200
+
+
+async def test_protect_reads_puts_reads_behind_a_token(tmp_path: Path) -> None:
+    data_dir = tmp_path / "central"
+    viewer = TokenStore(data_dir / "tokens.json").create("dash", Role.VIEWER)
+    server = CentralServer(central_settings(data_dir, auth={"enabled": True, "protect_reads": True}))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as api:
+            for path in ("/api/v1/models", "/metrics", "/dashboard"):
+                assert (await api.get(path)).status_code == 401, path
+                assert (await api.get(path, headers=bearer(viewer))).status_code == 200, path
+            assert (await api.get("/healthz")).status_code == 200
+    finally:
+        await server.stop()
+
+
+async def test_cli_push_carries_its_token(tmp_path: Path, secured: CentralServer, small_model_file: Path) -> None:
+    admin = TokenStore(tmp_path / "central" / "tokens.json").create("ci", Role.ADMIN)
+
+    without = await cli(tmp_path, secured.http_url, "push", str(small_model_file), "--name", "tiny")
+    assert without.exit_code == 1
+    lines = without.stderr.strip().splitlines()
+    assert lines == ["error: missing or invalid token (HTTP 401)"], without.stderr
+
+    pushed = await cli(tmp_path, secured.http_url, "push", str(small_model_file), "--name", "tiny", "--token", admin)
+    assert pushed.exit_code == 0, pushed.stderr
+    assert "tiny:1" in pushed.stdout
