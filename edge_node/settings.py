@@ -88,7 +88,14 @@ class EdgeSettings(BaseSettings):
     cache_dir: Path | None = Field(
         None, description="Chunk cache, shareable by processes on one host; default data_dir/cache."
     )
-    cache_bytes: int = Field(8 * 1024**3, ge=1024 * 1024, description="Cache size cap; pinned chunks may exceed it.")
+    cache_bytes: int = Field(
+        8 * 1024**3,
+        ge=1024 * 1024,
+        description=(
+            "Cache size cap; a version whose chunks alone exceed it is refused (failed, the served"
+            " one stays), while the pinned chunks of what is served may exceed it."
+        ),
+    )
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
     heartbeat: HeartbeatSettings = Field(

@@ -20,6 +20,11 @@ from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
 
+#: How long after central starts a canary that has not registered again keeps its role:
+#: right after a restart no node is registered, and a canary that merely reconnects
+#: later than another target must not lose the role to it (it would swap back).
+CANARY_RETURN_S = 30.0
+
 
 class RolloutController:
     """Evaluates in-progress rollouts periodically; owns their state transitions."""
@@ -33,6 +38,7 @@ class RolloutController:
         on_change: Callable[[], None],
         interval_s: float = 0.5,
         stuck_after_s: float = 60.0,
+        canary_return_s: float = CANARY_RETURN_S,
     ) -> None:
         self._book = book
         self._fleet = fleet
@@ -40,6 +46,10 @@ class RolloutController:
         self._on_change = on_change
         self.interval_s = interval_s
         self.stuck_after_s = stuck_after_s
+        self.canary_return_s = canary_return_s
+        self._started_at = time.time()
+        #: Nodes seen among a rollout's targets since this central started.
+        self._seen: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._poked = False
 
@@ -84,7 +94,7 @@ class RolloutController:
         labels = self._fleet.labels()
         r = rollout.model_copy(deep=True)
         r.targets = sorted(n for n, node_labels in labels.items() if matches(r.selector, node_labels))
-        waves_changed = self._pick_canaries(r)
+        waves_changed = self._pick_canaries(r, now)
         errors = self._refresh_nodes(r, rollout)
         r.healthy_since = self._healthy_since(r, now)
         verdict = decide(r, now, errors)
@@ -103,14 +113,27 @@ class RolloutController:
             self._on_change()
         return r
 
-    def _pick_canaries(self, r: Rollout) -> bool:
-        """Choose canaries once there are targets; again when every chosen one is gone."""
+    def _pick_canaries(self, r: Rollout, now: float) -> bool:
+        """Choose canaries once there are targets; again only when every chosen one is gone.
+
+        The canaries are stored with the rollout, so a restarted central keeps them. A canary
+        not seen since this central started may still be reconnecting: it keeps its role for
+        ``canary_return_s`` after the start, while one seen and then gone is replaced at once."""
+        self._seen.update(r.targets)
         if r.state != "canary" or set(r.canary_nodes) & set(r.targets):
+            return False
+        if r.canary_nodes and self._may_return(r.canary_nodes, now):
             return False
         chosen = choose_canaries(r, r.targets)
         changed = chosen != r.canary_nodes
+        if changed and r.canary_nodes:
+            log.warning("rollout %d of %s: canaries %s gone, now %s", r.id, r.model, r.canary_nodes, chosen)
         r.canary_nodes = chosen
         return changed
+
+    def _may_return(self, canaries: list[str], now: float) -> bool:
+        """Whether a canary has not been seen since the start and the grace to return lasts."""
+        return now - self._started_at < self.canary_return_s and any(n not in self._seen for n in canaries)
 
     def _refresh_nodes(self, r: Rollout, before: Rollout) -> dict[str, str]:
         """Per-node progress (a failure sticks), counts and rate; returns node → error."""

@@ -158,6 +158,13 @@ def edge_snapshot(
             )
             for m in edge.repository.models()
         ]
+        known = {(m.name, m.version) for m in models}
+        refusals = getattr(getattr(edge, "materializer", None), "refusals", {})  # e.g. a cache too small
+        models += [
+            ModelInfo(name=name, version=ver, state="failed", error=reason[:MAX_ERROR_CHARS])
+            for (name, ver), reason in refusals.items()
+            if (name, ver) not in known
+        ]
         return HeartbeatBody(
             state=state() if state is not None else "online",
             load=load.snapshot() if load is not None else LoadInfo(),

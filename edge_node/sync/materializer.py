@@ -2,7 +2,10 @@
 node must hold, owned chunks first, and seeds the chunks it owns in others.
 
 One task per version; a version that fails keeps being retried with backoff (an
-edge should converge by itself once peers or central come back)."""
+edge should converge by itself once peers or central come back). A version whose
+chunks alone exceed the cache's cap is refused up front (never pinned nor fetched):
+it could only complete by growing the cache past the cap, so it fails with a reason
+and the version served now stays."""
 
 from __future__ import annotations
 
@@ -66,13 +69,17 @@ class Materializer:
         self._seed_tasks: set[asyncio.Task[None]] = set()
         self.progress: dict[tuple[str, str], VersionProgress] = {}
         self._served_models: set[tuple[str, str]] = set()
+        #: Versions refused because they cannot fit in the cache: (name, version) → reason.
+        self.refusals: dict[tuple[str, str], str] = {}
 
     def apply(self, state: EdgeDesiredState) -> None:
         """Start work for new versions, drop work for versions no longer wanted."""
         node = self._fetcher.node_id
         wanted = {v.manifest.key: v for v in state.versions if v.serve}
-        pins = {c.digest for v in wanted.values() for c in v.manifest.chunks}
-        pins |= {d for v in state.versions for d, owners in v.placement.items() if node in owners}
+        self._refuse_oversized(wanted)
+        fits = [v for v in state.versions if v.manifest.key not in self.refusals]
+        pins = {c.digest for v in fits if v.serve for c in v.manifest.chunks}
+        pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
         self._fetcher.store.set_pins(pins)
         for key in list(self._tasks):
             if key not in wanted:
@@ -84,12 +91,37 @@ class Materializer:
                 self._spawn(self._on_dropped(name))
         self._served_models = set(wanted)
         for key, version in wanted.items():
+            if key in self.refusals:
+                continue
             task = self._tasks.get(key)
             if task is None or (task.done() and self.progress[key].state != "complete"):
                 self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
         for version in state.versions:
             if not version.serve:
                 self._spawn_seed(version)
+
+    def _refuse_oversized(self, wanted: dict[tuple[str, str], DesiredVersion]) -> None:
+        """Fail every wanted version whose unique chunks exceed the cache's cap."""
+        capacity = self._fetcher.store.stats().capacity
+        for key in set(self.refusals) - set(wanted):
+            del self.refusals[key]
+            self.progress.pop(key, None)
+        for key, version in wanted.items():
+            m = version.manifest
+            needed = sum(c.size for c in m.unique_chunks())
+            if needed <= capacity:
+                self.refusals.pop(key, None)
+                continue
+            if key not in self.refusals:
+                reason = (
+                    f"cache too small: {m.name}:{m.version} needs {needed} bytes of chunks, the cache cap is"
+                    f" {capacity} bytes (MODELFLEET_CACHE_BYTES); keeping the version served now"
+                )
+                log.error("refusing %s", reason)
+                self.refusals[key] = reason
+            progress = VersionProgress(m.name, m.version, "failed", len(m.unique_chunks()), size=m.size)
+            progress.error = self.refusals[key]
+            self.progress[key] = progress
 
     def _spawn_seed(self, version: DesiredVersion) -> None:
         self._spawn(self._seed(version))

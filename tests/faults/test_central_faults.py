@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from _faults import CENTRAL_ENV, EDGE_ENV, infer, version, wait_until
 
 from bench._fleet import Fleet
@@ -98,13 +97,6 @@ def test_a_rollout_survives_a_central_sigkill_and_ends_where_its_plan_says(
         assert rollout_events == [("rollout_promoted", "2"), ("rollout_completed", "2")]  # ... and the rollout end
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: right after a restart no node is registered, so RolloutController._pick_canaries "
-    "sees every canary 'gone' and re-picks among whichever targets register first; when a non-canary "
-    "comes back first it becomes the canary and keeps the role, so the old canary swaps back to v1 "
-    "(about 1 run in 3 when both edges reconnect at once)",
-)
 def test_the_canary_stays_the_canary_when_another_edge_reconnects_first(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from _faults import CENTRAL_ENV, EDGE_ENV, assert_edge_files_sound, infer, sigkill_edge, version, wait_until
 
 from bench._fleet import Fleet
@@ -32,12 +31,6 @@ def test_an_edge_killed_mid_fetch_resumes_and_serves_exactly_the_pushed_file(tmp
         assert_edge_files_sound(fleet, "e0", "mlp", "1", pushed.manifest)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: an edge whose cache cap (MODELFLEET_CACHE_BYTES) is smaller than a version pins all of "
-    "its chunks past the cap (ChunkStore: 'pinned chunks may exceed it'), completes and swaps to it; nothing "
-    "reports that the cache is too small, and the cap does not bound the disk used",
-)
 def test_a_version_larger_than_the_cache_fails_clearly_and_the_old_one_keeps_serving(tmp_path: Path) -> None:
     small = build_mlp(tmp_path / "small.onnx", width=32, hidden_layers=1)  # a few KiB
     large = build_mlp(tmp_path / "large.onnx", width=384, hidden_layers=4)  # ~2.7 MB
