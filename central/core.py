@@ -74,7 +74,10 @@ class Central:
             self.placement, self.rollouts.active_versions, self.nodes.peers, serving=self.rollouts.serving
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
-        self.origin = OriginService(self.blobs, self.placement, bucket, settings.origin.max_concurrent_streams)
+        origin = settings.origin
+        self.origin = OriginService(
+            self.blobs, self.placement, bucket, origin.max_concurrent_streams, origin.max_waiting_streams
+        )
         self.dashboard = DashboardService(self)
         self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
 

@@ -57,3 +57,15 @@ class FetchFromOwners(CentralError):
 
     http_status = 409
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Overloaded(CentralError):
+    """A bounded queue or pool is full (uploads, origin streams): nothing was done; the
+    client should retry after ``retry_after_s``."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

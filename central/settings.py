@@ -58,6 +58,15 @@ class OriginSettings(BaseModel):
             " and peers can start relaying early."
         ),
     )
+    max_waiting_streams: int = Field(
+        1024,
+        ge=0,
+        description=(
+            "Chunk streams that may wait for one of the max_concurrent_streams slots; beyond them a stream is"
+            " refused at once with RESOURCE_EXHAUSTED and the edge retries after its backoff (a waiting stream"
+            " holds no chunk bytes, only the call)."
+        ),
+    )
 
 
 class CentralSettings(BaseSettings):
@@ -71,6 +80,14 @@ class CentralSettings(BaseSettings):
     grpc_host: str = Field("127.0.0.1", description="gRPC bind address.")
     grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     max_upload_bytes: int = Field(2 * 1024**3, ge=1, description="Largest accepted model upload (413 beyond).")
+    max_concurrent_uploads: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Model pushes received and committed at once (each may stage up to max_upload_bytes on disk);"
+            " beyond them a push gets 503 with Retry-After before its body is read."
+        ),
+    )
     max_json_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest JSON body of a REST write such as a rollout (413 beyond)."
     )

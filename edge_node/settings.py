@@ -64,6 +64,14 @@ class LimitSettings(BaseModel):
         8, ge=1, description="Chunk streams one requesting node may hold open here at once (RESOURCE_EXHAUSTED beyond)."
     )
     max_peer_streams: int = Field(64, ge=1, description="Chunk streams served to all peers together at once.")
+    max_inflight_infer_requests: int = Field(
+        128,
+        ge=1,
+        description=(
+            "Inference requests this node holds at once (bodies being read, queued or running); beyond them"
+            " 503 with Retry-After before the body is read. Worst-case body memory: this × max_infer_body_bytes."
+        ),
+    )
 
 
 class EdgeSettings(BaseSettings):

@@ -2,7 +2,9 @@
 
 Central's link is the scarce one: for each chunk only its first owner downloads
 from here; everybody else must have tried the owners ahead of it (and say so)
-before central sends a byte."""
+before central sends a byte. At most ``max_streams`` chunks are sent at once and
+at most ``max_waiting`` more streams wait for a slot; beyond that a stream is refused
+at once (RESOURCE_EXHAUSTED), and the edge retries after its backoff or another source."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 
-from central.errors import BadRequest, FetchFromOwners, NotFound
+from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded
 from central.origin.egress import TokenBucket
 from central.placement import PlacementService
 from central.registry.blobs import BlobStore
@@ -25,17 +27,34 @@ class OriginStats:
     bytes_sent: int = 0
     chunks_sent: int = 0
     refused: int = 0
+    overloaded: int = 0
+    """Streams refused because every slot was taken and the waiting queue was full."""
     bytes_by_node: Counter[str] = field(default_factory=Counter)
 
 
 class OriginService:
     """Chunk streams from the origin."""
 
-    def __init__(self, blobs: BlobStore, placement: PlacementService, bucket: TokenBucket, max_streams: int) -> None:
+    def __init__(
+        self,
+        blobs: BlobStore,
+        placement: PlacementService,
+        bucket: TokenBucket,
+        max_streams: int,
+        max_waiting: int = 1024,
+    ) -> None:
+        if max_streams < 1 or max_waiting < 0:
+            raise ValueError("max_streams must be >= 1 and max_waiting >= 0")
         self._blobs = blobs
         self._placement = placement
         self._bucket = bucket
         self._streams = asyncio.Semaphore(max_streams)
+        self.max_streams = max_streams
+        self.max_waiting = max_waiting
+        #: Streams waiting for a slot right now.
+        self.waiting = 0
+        #: Streams being sent right now.
+        self.active = 0
         self.stats = OriginStats()
 
     def check(self, digest: str, requester: str, failed_owners: Collection[str]) -> None:
@@ -52,7 +71,9 @@ class OriginService:
     async def stream(self, digest: str, requester: str, failed_owners: Collection[str]) -> AsyncIterator[bytes]:
         """The chunk in pieces, metered by the egress bucket."""
         self.check(digest, requester, failed_owners)
-        async with self._streams:
+        await self._slot()
+        self.active += 1
+        try:
             data = await asyncio.to_thread(self._blobs.read, digest)
             for start in range(0, len(data), CHUNK_PIECE_BYTES):
                 piece = data[start : start + CHUNK_PIECE_BYTES]
@@ -61,3 +82,20 @@ class OriginService:
                 self.stats.bytes_by_node[requester or "-"] += len(piece)
                 yield piece
             self.stats.chunks_sent += 1
+        finally:
+            self.active -= 1
+            self._streams.release()
+
+    async def _slot(self) -> None:
+        """Take a stream slot, waiting in line; Overloaded when the line is full."""
+        if self._streams.locked() and self.waiting >= self.max_waiting:
+            self.stats.overloaded += 1
+            raise Overloaded(
+                f"central is sending {self.max_streams} chunks and {self.waiting} more streams wait"
+                " (origin.max_concurrent_streams, origin.max_waiting_streams); retry later or fetch from a peer"
+            )
+        self.waiting += 1
+        try:
+            await self._streams.acquire()
+        finally:
+            self.waiting -= 1

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from central.auth import OperatorAuth, TokenStore
 from central.core import Central
 from central.dashboard import create_dashboard_router
-from central.errors import CentralError, NotFound
+from central.errors import CentralError, NotFound, Overloaded
 from central.gateway import create_gateway_router
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
@@ -24,7 +24,7 @@ from central.registry.store import VersionRecord
 from central.transport.limits import JsonBodyLimit
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
-from central.transport.uploads import parse_flag, receive_push
+from central.transport.uploads import UploadSlots, parse_flag, receive_push
 from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ def _membership_entry(v: NodeView) -> dict[str, Any]:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CentralError)
     async def central_error(_: Request, exc: CentralError) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.http_status)
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+        return JSONResponse({"error": exc.message}, status_code=exc.http_status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -114,6 +115,7 @@ def create_app(central: Central) -> FastAPI:
     app.add_middleware(JsonBodyLimit, max_bytes=central.settings.max_json_body_bytes)
     _install_auth(app, central)
     registry = central.registry
+    uploads = app.state.uploads = UploadSlots(central.settings.max_concurrent_uploads)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -131,7 +133,12 @@ def create_app(central: Central) -> FastAPI:
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
-        pushed = await receive_push(request, central.staging)
+        uploads.acquire()  # before the body is read: a refused push stages nothing
+        try:
+            pushed = await receive_push(request, central.staging)
+        except BaseException:
+            uploads.release()
+            raise
 
         async def commit() -> dict[str, Any]:
             calibration = pushed.calibration.path if pushed.calibration else None
@@ -147,6 +154,7 @@ def create_app(central: Central) -> FastAPI:
                 )
             finally:
                 pushed.discard()
+                uploads.release()
             if activate:  # before the coalesced refresh runs: one plan, the new stable version
                 central.rollouts.activated(name, result.manifest.version)
             return {"manifest": result.manifest.model_dump(), "report": result.report}

@@ -23,7 +23,11 @@ def create_app(edge: Edge) -> FastAPI:
         title="modelfleet edge", version="0.1.0", telemetry={"tracing": False, "metrics": False, "logs": False}
     )
     caps = edge.settings.limits
-    limits = OipLimits(max_body_bytes=caps.max_infer_body_bytes, max_tensor_elements=caps.max_tensor_elements)
+    limits = OipLimits(
+        max_body_bytes=caps.max_infer_body_bytes,
+        max_tensor_elements=caps.max_tensor_elements,
+        max_inflight_requests=caps.max_inflight_infer_requests,
+    )
     app.include_router(create_oip_router(edge.repository, version="0.1.0", load=edge.load, limits=limits))
 
     @app.get("/metrics", response_class=PlainTextResponse)

@@ -71,7 +71,7 @@ class ServerMetadata(BaseModel):
 _LOOKUP: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
 _METADATA: dict[int | str, dict[str, Any]] = {200: {"model": ModelMetadata}, **_LOOKUP}
 _NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
-_INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, **_LOOKUP}
+_INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 413: {"model": ErrorBody}, **_LOOKUP}
 #: The OIP v2 JSON request (binary tensor data is also accepted; the body is read raw).
 _INFER_BODY: dict[str, Any] = {
     "requestBody": {
@@ -129,6 +129,7 @@ class OipLimits:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_tensor_elements: int = 16 * 1024 * 1024
+    max_inflight_requests: int = 128
 
 
 async def _infer(
@@ -173,14 +174,29 @@ def create_oip_router(
     router = APIRouter()
     caps = limits or OipLimits()
 
+    inflight = 0
+
     async def tracked(name: str, model_version: str | None, request: Request) -> Response:
-        if load is None:
-            return await _infer(repository, name, model_version, request, caps)
-        started = load.begin()
+        # Every request in progress may hold a whole body; each model's batcher bounds its
+        # queue in rows, this bounds the requests in front of (and inside) all of them.
+        nonlocal inflight
+        if inflight >= caps.max_inflight_requests:
+            message = (
+                f"{inflight} inference requests are in progress here (limits.max_inflight_infer_requests);"
+                " retry shortly"
+            )
+            return error_response(message, 503, {"Retry-After": "1"})
+        inflight += 1
         try:
-            return await _infer(repository, name, model_version, request, caps)
+            if load is None:
+                return await _infer(repository, name, model_version, request, caps)
+            started = load.begin()
+            try:
+                return await _infer(repository, name, model_version, request, caps)
+            finally:
+                load.end(started)
         finally:
-            load.end(started)
+            inflight -= 1
 
     @router.get("/v2/health/live")
     async def live() -> Response:
