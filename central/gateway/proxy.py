@@ -83,6 +83,8 @@ class GatewayStats:
     """503s the gateway answered itself (no node could serve)."""
     too_large: int = 0
     """Requests refused with 413."""
+    overloaded: int = 0
+    """Requests refused with 503 because ``max_outstanding`` requests were in progress."""
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> GatewayResponse:
@@ -131,6 +133,7 @@ class GatewayProxy:
         read_timeout_s: float = 5.0,
         max_body_bytes: int = 64 * 1024 * 1024,
         max_connections: int = 1024,
+        max_outstanding: int = 256,
         keepalive_expiry_s: float = 4.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -142,6 +145,9 @@ class GatewayProxy:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.max_body_bytes = max_body_bytes
+        #: Requests the routes may hold at once, and how many they hold now.
+        self.max_outstanding = max_outstanding
+        self.outstanding = 0
         self.stats = GatewayStats()
         #: Requests per second and latency over the last minute (for the dashboard).
         self.rolling = RollingStats()

@@ -5,7 +5,8 @@ OIP v2 inference request (JSON, or the binary tensor extension with
 ``Inference-Header-Content-Length``) and answer with whatever the chosen edge answered
 (see ``central.gateway.proxy``). Optional request header ``X-Modelfleet-Affinity-Key``:
 requests with the same key go to the same node while it is healthy (consistent
-hashing). Answers carry ``X-Modelfleet-Node``. Bodies over ``max_body_bytes`` get 413.
+hashing). Answers carry ``X-Modelfleet-Node``. Bodies over ``max_body_bytes`` get 413;
+beyond ``max_outstanding`` requests at once, 503 with ``Retry-After``.
 
 ``GET /api/v1/gateway``: routing policy, per-node outstanding requests and breaker
 states, and counters."""
@@ -54,6 +55,10 @@ class GatewaySettings(BaseModel):
     """Largest inference request body accepted; larger ones get 413. Bodies are held in memory."""
     max_connections: int = Field(1024, ge=1)
     """Connections the gateway keeps open to all nodes together (HTTP/1.1 keep-alive pool)."""
+    max_outstanding: int = Field(256, ge=1)
+    """Inference requests the gateway holds at once (bodies being read, forwarded or retried); beyond
+    them a request gets 503 with Retry-After before its body is read. Bodies are held in memory, so
+    the gateway's worst case is about max_outstanding × max_body_bytes."""
 
 
 def create_gateway(source: NodeSource, settings: GatewaySettings | None = None) -> GatewayProxy:
@@ -68,6 +73,7 @@ def create_gateway(source: NodeSource, settings: GatewaySettings | None = None) 
         read_timeout_s=s.read_timeout_s,
         max_body_bytes=s.max_body_bytes,
         max_connections=s.max_connections,
+        max_outstanding=s.max_outstanding,
     )
 
 
@@ -95,6 +101,20 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     router = APIRouter()
 
     async def forward(name: str, version: str | None, request: Request) -> Response:
+        if proxy.outstanding >= proxy.max_outstanding:
+            proxy.stats.overloaded += 1
+            message = (
+                f"the gateway holds {proxy.outstanding} requests (gateway.max_outstanding={proxy.max_outstanding});"
+                " retry shortly"
+            )
+            return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "1"})
+        proxy.outstanding += 1
+        try:
+            return await _forward(name, version, request)
+        finally:
+            proxy.outstanding -= 1
+
+    async def _forward(name: str, version: str | None, request: Request) -> Response:
         body = await _read_body(request, proxy.max_body_bytes)
         if body is None:
             proxy.stats.too_large += 1
