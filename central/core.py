@@ -24,6 +24,7 @@ from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
 from central.settings import CentralSettings
+from fleetwire.tls import client_ssl_context
 
 
 class TrackerNodeSource:
@@ -68,7 +69,13 @@ class Central:
         self.membership = m.make_tracker()
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
         self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
-        self.gateway = create_gateway(TrackerNodeSource(self.membership), settings.gateway)
+        tls = settings.tls
+        self.gateway = create_gateway(
+            TrackerNodeSource(self.membership),
+            settings.gateway,
+            scheme=tls.edge_scheme,
+            ssl_context=client_ssl_context(tls.material()) if tls.edge_scheme == "https" else None,
+        )
         self.rollouts = self._rollout_service(settings)
         self.desired = DesiredStateService(
             self.placement, self.rollouts.active_versions, self.nodes.peers, serving=self.rollouts.serving

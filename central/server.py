@@ -15,6 +15,7 @@ from central.core import Central
 from central.settings import CentralSettings
 from central.transport.grpc_servicer import RegistryServicer
 from central.transport.rest import create_app
+from fleetwire.tls import grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,9 @@ class CentralServer:
 
     @property
     def http_url(self) -> str:
-        """Base URL of the REST API."""
-        return f"http://{self.settings.http_host}:{self.http_port}"
+        """Base URL of the REST API (``https`` with ``tls.enabled``)."""
+        scheme = "https" if self.settings.tls.enabled else "http"
+        return f"{scheme}://{self.settings.http_host}:{self.http_port}"
 
     async def start(self) -> None:
         """Bind both servers; returns when they accept connections."""
@@ -55,7 +57,13 @@ class CentralServer:
             await self.central.mqtt.start()
         self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(self.central), self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
+        address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
+        tls = self.settings.tls
+        if tls.enabled:
+            creds = grpc_server_credentials(tls.material(), require_client_cert=tls.require_client_cert)
+            self.grpc_port = self._grpc.add_secure_port(address, creds)
+        else:
+            self.grpc_port = self._grpc.add_insecure_port(address)
         await self._grpc.start()
         config = uvicorn.Config(
             create_app(self.central),
@@ -63,6 +71,8 @@ class CentralServer:
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
+            # operators authenticate with bearer tokens, not certificates
+            **(uvicorn_ssl_kwargs(tls.material(), require_client_cert=False) if tls.enabled else {}),
         )
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
@@ -81,7 +91,7 @@ class CentralServer:
         if self._http is not None and self._http_task is not None:
             self.central.dashboard.close()  # open event streams would hold uvicorn's shutdown
             self._http.should_exit = True
-            await self._http_task
+            await wait_http_stopped(self._http, self._http_task)
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         await self.central.gateway.close()

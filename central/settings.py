@@ -13,6 +13,7 @@ from central.gateway import GatewaySettings
 from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
 from central.rollout.settings import RolloutSettings
+from fleetwire.tls import TlsSettings
 
 
 class ChunkingSettings(BaseModel):
@@ -69,6 +70,38 @@ class OriginSettings(BaseModel):
     )
 
 
+class CentralTlsSettings(TlsSettings):
+    """TLS on central's gRPC Registry and its REST/OIP gateway (HTTPS), and for the
+    gateway's requests to the edges."""
+
+    require_client_cert: bool = Field(
+        False,
+        description=(
+            "gRPC: edges must show a certificate signed by ca_file (mutual TLS). REST stays server-only TLS:"
+            " operators authenticate with bearer tokens."
+        ),
+    )
+    edge_https: bool | None = Field(
+        None,
+        description=(
+            "Gateway to edges over HTTPS, verified against ca_file, showing cert_file when an edge asks;"
+            " default: on exactly when tls.enabled (edges with TLS serve HTTPS only)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _edge_https_needs_tls(self) -> CentralTlsSettings:
+        if self.edge_https and not self.enabled:
+            raise ValueError("tls.edge_https needs tls.enabled (ca_file verifies the edges)")
+        return self
+
+    @property
+    def edge_scheme(self) -> str:
+        """URL scheme of the gateway's requests to edges."""
+        on = self.enabled if self.edge_https is None else self.edge_https
+        return "https" if on else "http"
+
+
 class CentralSettings(BaseSettings):
     """Everything central needs; validated at start-up."""
 
@@ -99,4 +132,7 @@ class CentralSettings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Operator API bearer tokens with roles.")
+    tls: CentralTlsSettings = Field(
+        default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
+    )
     log_level: str = Field("info", description="Python logging level name.")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -136,6 +137,8 @@ class GatewayProxy:
         max_outstanding: int = 256,
         keepalive_expiry_s: float = 4.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        scheme: str = "http",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
@@ -148,6 +151,8 @@ class GatewayProxy:
         #: Requests the routes may hold at once, and how many they hold now.
         self.max_outstanding = max_outstanding
         self.outstanding = 0
+        #: "https" when edges serve HTTPS (central's ``tls.edge_https``); ``ssl_context`` verifies them.
+        self.scheme = scheme
         self.stats = GatewayStats()
         #: Requests per second and latency over the last minute (for the dashboard).
         self.rolling = RollingStats()
@@ -167,6 +172,7 @@ class GatewayProxy:
             trust_env=False,  # never route fleet traffic through an environment proxy
             follow_redirects=False,
             transport=transport,
+            verify=ssl_context if ssl_context is not None else True,
         )
 
     async def close(self) -> None:
@@ -258,7 +264,7 @@ class GatewayProxy:
         try:
             async with asyncio.timeout(remaining):
                 response = await self._client.post(
-                    f"http://{candidate.http_address}{path}", content=body, headers=headers, timeout=timeout
+                    f"{self.scheme}://{candidate.http_address}{path}", content=body, headers=headers, timeout=timeout
                 )
         except httpx.PoolTimeout:
             breaker.release()  # the gateway's pool was exhausted: says nothing about the node

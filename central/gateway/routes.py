@@ -13,6 +13,7 @@ states, and counters."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 
@@ -61,8 +62,15 @@ class GatewaySettings(BaseModel):
     the gateway's worst case is about max_outstanding × max_body_bytes."""
 
 
-def create_gateway(source: NodeSource, settings: GatewaySettings | None = None) -> GatewayProxy:
-    """A router and proxy over ``source`` configured by ``settings``; ``close()`` it at shutdown."""
+def create_gateway(
+    source: NodeSource,
+    settings: GatewaySettings | None = None,
+    *,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+) -> GatewayProxy:
+    """A router and proxy over ``source`` configured by ``settings``, reaching edges over
+    ``scheme`` (verified with ``ssl_context`` for https); ``close()`` it at shutdown."""
     s = settings or GatewaySettings()
     router = GatewayRouter(source, policy=s.policy, failure_threshold=s.failure_threshold, open_s=s.open_s)
     return GatewayProxy(
@@ -74,6 +82,8 @@ def create_gateway(source: NodeSource, settings: GatewaySettings | None = None) 
         max_body_bytes=s.max_body_bytes,
         max_connections=s.max_connections,
         max_outstanding=s.max_outstanding,
+        scheme=scheme,
+        ssl_context=ssl_context,
     )
 
 

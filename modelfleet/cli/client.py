@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -110,13 +111,22 @@ def multipart(parts: list[tuple[str, Path]], on_bytes: Callable[[int], None]) ->
     return blocks(), f"multipart/form-data; boundary={boundary}", length
 
 
+def _trust(ca_file: Path) -> ssl.SSLContext:
+    """A client context trusting only ``ca_file``; ``UsageError`` when it holds no CA."""
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot use CA file {ca_file} ({_reason(exc)})") from None
+
+
 class CentralClient:
     """Calls on one central; use as a context manager."""
 
     def __init__(self, config: CliConfig, timeout: float = 30.0) -> None:
         self.url = config.central_url
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        verify = _trust(config.ca_file) if config.ca_file is not None else True
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=verify)
 
     def __enter__(self) -> CentralClient:
         return self
@@ -133,7 +143,8 @@ class CentralClient:
         except httpx.TimeoutException:
             raise CentralUnreachable(f"central at {self.url} did not answer in time") from None
         except httpx.ConnectError as exc:
-            raise CentralUnreachable(f"central at {self.url} is unreachable ({_reason(exc)})") from None
+            hint = "; trust its CA with MODELFLEET_CA_FILE" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else ""
+            raise CentralUnreachable(f"central at {self.url} is unreachable ({_reason(exc)}){hint}") from None
         except httpx.HTTPError as exc:
             raise CentralUnreachable(f"lost the connection to central at {self.url} ({_reason(exc)})") from None
 

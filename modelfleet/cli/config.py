@@ -1,9 +1,10 @@
 """Where central is and how to authenticate: ``--central``/``--token`` flags first, then
-``MODELFLEET_CENTRAL_URL``/``MODELFLEET_TOKEN``, then a TOML file
+``MODELFLEET_CENTRAL_URL``/``MODELFLEET_TOKEN``/``MODELFLEET_CA_FILE``, then a TOML file
 (``$MODELFLEET_CONFIG``, default ``~/.config/modelfleet/config.toml``)::
 
-    central_url = "http://central.example:8080"
+    central_url = "https://central.example:8443"
     token = "…"
+    ca_file = "/etc/modelfleet/fleet-ca.pem"   # a private CA to trust for https
 
 Operators script the CLI from several machines; one file per machine and an
 environment override per shell keeps the commands themselves short."""
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 DEFAULT_CENTRAL_URL = "http://127.0.0.1:8080"
 CENTRAL_ENV = "MODELFLEET_CENTRAL_URL"
 TOKEN_ENV = "MODELFLEET_TOKEN"
+CA_FILE_ENV = "MODELFLEET_CA_FILE"
 CONFIG_ENV = "MODELFLEET_CONFIG"
 
 CentralOption = Annotated[
@@ -51,6 +53,9 @@ class CliConfig(BaseModel):
     """Base URL of central's REST API; ``host:port`` alone means ``http://host:port``."""
     token: str | None = None
     """Sent as ``Authorization: Bearer …`` when set."""
+    ca_file: Path | None = None
+    """PEM CA bundle trusted for an ``https`` central (a private fleet CA) instead of the
+    system's; the server's host name is verified either way."""
 
     @field_validator("central_url")
     @classmethod
@@ -59,6 +64,13 @@ class CliConfig(BaseModel):
         if not value:
             raise ValueError("must not be empty")
         return value if "://" in value else f"http://{value}"
+
+    @field_validator("ca_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value} is not a readable file")
+        return value
 
 
 def config_path() -> Path:
@@ -82,7 +94,8 @@ def load_config(central: str | None = None, token: str | None = None) -> CliConf
     """Flags over environment over the config file over defaults; ``ConfigError`` when invalid."""
     path = config_path()
     values = _from_file(path)
-    for key, env, flag in (("central_url", CENTRAL_ENV, central), ("token", TOKEN_ENV, token)):
+    choices = (("central_url", CENTRAL_ENV, central), ("token", TOKEN_ENV, token), ("ca_file", CA_FILE_ENV, None))
+    for key, env, flag in choices:
         chosen = flag if flag is not None else os.environ.get(env)
         if chosen is not None:
             values[key] = chosen
