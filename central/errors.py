@@ -59,6 +59,20 @@ class FetchFromOwners(CentralError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class Unauthenticated(CentralError):
+    """No credential, or one central does not know."""
+
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(CentralError):
+    """A known caller asking for what its credential does not allow."""
+
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class Overloaded(CentralError):
     """A bounded queue or pool is full (uploads, origin streams): nothing was done; the
     client should retry after ``retry_after_s``."""

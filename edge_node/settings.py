@@ -6,13 +6,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from edge_node.auth import CredentialError, NodeCredential
 from edge_node.heartbeat import HeartbeatSettings
 from edge_node.inference.repository import BatchSettings
 from fleetwire.names import InvalidName, check_name
-from fleetwire.tls import TlsSettings
 
 
 class FetchSettings(BaseModel):
@@ -75,20 +75,6 @@ class LimitSettings(BaseModel):
     )
 
 
-class EdgeTlsSettings(TlsSettings):
-    """TLS on this edge's Peer service (always mutual: a peer must show a certificate signed by
-    ca_file), its HTTP API (HTTPS) and its gRPC channels to central and peers (which verify
-    the server against ca_file and show cert_file). Central must run with TLS too."""
-
-    require_client_cert: bool = Field(
-        False,
-        description=(
-            "HTTP API: clients (central's gateway included) must show a certificate signed by ca_file."
-            " The Peer service always requires one."
-        ),
-    )
-
-
 class EdgeSettings(BaseSettings):
     """Everything one edge needs; validated at start-up."""
 
@@ -98,6 +84,16 @@ class EdgeSettings(BaseSettings):
         default_factory=lambda: socket.gethostname().split(".")[0], description="Unique id in the fleet."
     )
     central: str = Field("127.0.0.1:50051", description="host:port of central's gRPC Registry.")
+    node_token: SecretStr | None = Field(
+        None,
+        description=(
+            "This node's credential for central's Registry (`modelfleet node-token create --node <id>`),"
+            " sent on every call; needed when central runs with auth.nodes_required."
+        ),
+    )
+    node_token_file: Path | None = Field(
+        None, description="A file holding the node token instead (re-read when it changes); not with node_token."
+    )
     grpc_host: str = Field("127.0.0.1", description="Bind address of the Peer service.")
     grpc_port: int = Field(0, ge=0, le=65535, description="Peer service port; 0 picks a free one.")
     http_host: str = Field("127.0.0.1", description="Bind address of the HTTP API.")
@@ -125,9 +121,6 @@ class EdgeSettings(BaseSettings):
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
     limits: LimitSettings = Field(default_factory=LimitSettings, description="Request, tensor and stream caps.")
-    tls: EdgeTlsSettings = Field(
-        default_factory=EdgeTlsSettings, description="TLS on the Peer service, HTTPS and links (off by default)."
-    )
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
     manifest_key_repin: bool = Field(
         False,
@@ -145,6 +138,19 @@ class EdgeSettings(BaseSettings):
             return check_name("node id", value)
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
+
+    @field_validator("node_token_file")
+    @classmethod
+    def _readable_token_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is None:
+            return None
+        if info.data.get("node_token") is not None:
+            raise ValueError("set node_token or node_token_file, not both")
+        try:
+            NodeCredential(token_file=value)
+        except CredentialError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
     @property
     def resolved_cache_dir(self) -> Path:

@@ -1,10 +1,21 @@
-"""Operator API authentication: hashed bearer tokens with roles (``admin``, ``viewer``)
-and the middleware that enforces them on central's REST API."""
+"""Who may call central: hashed bearer tokens with roles. Operator tokens (``admin``,
+``viewer``) and the middleware that enforces them on the REST API; node tokens (``node``,
+bound to one node id) and the guard that enforces them on the gRPC Registry API."""
 
 from __future__ import annotations
 
 from central.auth.middleware import OperatorAuth
+from central.auth.nodes import NodeGuard
 from central.auth.settings import AuthSettings
-from central.auth.tokens import Role, TokenRecord, TokenStore, TokenStoreError
+from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore, TokenStoreError
 
-__all__ = ["AuthSettings", "OperatorAuth", "Role", "TokenRecord", "TokenStore", "TokenStoreError"]
+__all__ = [
+    "OPERATOR_ROLES",
+    "AuthSettings",
+    "NodeGuard",
+    "OperatorAuth",
+    "Role",
+    "TokenRecord",
+    "TokenStore",
+    "TokenStoreError",
+]

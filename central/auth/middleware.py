@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from central.auth.tokens import Role, TokenRecord, TokenStore
+from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN_PREFIXES = ("/v2/", "/healthz")
@@ -43,7 +43,9 @@ class OperatorAuth:
 
     def _caller(self, scope: Scope) -> TokenRecord | None:
         token = bearer(scope)
-        return self.store.verify(token) if token is not None else None
+        record = self.store.verify(token) if token is not None else None
+        # A node credential is no operator, even if one was copied into this store by hand.
+        return record if record is not None and record.role in OPERATOR_ROLES else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._is_open(scope["method"], scope.get("path", "")):

@@ -30,10 +30,16 @@ TOKEN_PREFIX = "mft_"
 
 
 class Role(StrEnum):
-    """What a token may do: ``admin`` reads and writes, ``viewer`` only reads."""
+    """What a token may do: ``admin`` reads and writes, ``viewer`` only reads (both on the
+    REST API); ``node`` is one edge's identity on the gRPC Registry API and nothing else."""
 
     ADMIN = "admin"
     VIEWER = "viewer"
+    NODE = "node"
+
+
+#: The roles of operator tokens (the REST API's store).
+OPERATOR_ROLES = frozenset({Role.ADMIN, Role.VIEWER})
 
 
 class TokenRecord(BaseModel):
@@ -43,6 +49,7 @@ class TokenRecord(BaseModel):
     role: Role
     sha256: str
     created_at: str
+    node_id: str | None = None  # set for role ``node``: the only node id the token may act as
 
 
 class TokenFile(BaseModel):
@@ -107,14 +114,17 @@ class TokenStore:
                 found = record
         return found
 
-    def create(self, name: str, role: Role) -> str:
-        """Store a new token under ``name`` and return its plaintext (the only time it exists)."""
+    def create(self, name: str, role: Role, node_id: str | None = None) -> str:
+        """Store a new token under ``name`` and return its plaintext (the only time it exists).
+        A ``node`` token is bound to ``node_id``; other roles have none."""
+        if (role == Role.NODE) != (node_id is not None):
+            raise TokenStoreError("a node token needs a node id, and only a node token has one")
         records = self.records()
         if any(r.name == name for r in records):
             raise TokenStoreError(f"a token named {name!r} exists already (revoke it first)")
         token = new_token()
         created = datetime.now(UTC).isoformat(timespec="seconds")
-        records.append(TokenRecord(name=name, role=role, sha256=hash_token(token), created_at=created))
+        records.append(TokenRecord(name=name, role=role, sha256=hash_token(token), created_at=created, node_id=node_id))
         self._save(records)
         return token
 
@@ -125,6 +135,15 @@ class TokenStore:
         if len(kept) == len(records):
             raise TokenStoreError(f"no token named {name!r} in {self.path}")
         self._save(kept)
+
+    def revoke_node(self, node_id: str) -> list[str]:
+        """Remove every token bound to ``node_id``; the names of those removed."""
+        records = self.records()
+        gone = [r.name for r in records if r.node_id == node_id]
+        if not gone:
+            raise TokenStoreError(f"no token for node {node_id!r} in {self.path}")
+        self._save([r for r in records if r.node_id != node_id])
+        return gone
 
     def _save(self, records: list[TokenRecord]) -> None:
         """Write atomically (temp file, fsync, rename) and readable by the owner only."""

@@ -1,4 +1,8 @@
-"""``modelfleet.v1.Registry`` over grpcio aio; each method is a call on ``Central``."""
+"""``modelfleet.v1.Registry`` over grpcio aio; each method is a call on ``Central``.
+
+With ``auth.nodes_required`` every method first asks the ``NodeGuard`` who is calling
+(its node token) and whether it may act for the node id it names; nothing else runs
+before that answer."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from central.auth import NodeGuard, TokenStore
 from central.core import Central
 from central.errors import BadRequest, CentralError
 from central.transport.converters import desired_state_to_pb, node_from_pb
@@ -32,11 +37,25 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
 
     def __init__(self, central: Central) -> None:
         self._central = central
+        auth, data_dir = central.settings.auth, central.settings.data_dir
+        self._guard = NodeGuard(TokenStore(auth.node_tokens_path(data_dir))) if auth.nodes_required else None
+
+    async def _authorize(self, context: grpc.aio.ServicerContext, node_id: str | None) -> str | None:
+        """The calling node's id, once it may act as ``node_id`` (None: as any node); None
+        when node credentials are not required. Aborts UNAUTHENTICATED / PERMISSION_DENIED."""
+        if self._guard is None:
+            return None
+        try:
+            return self._guard.authorize(context.invocation_metadata(), node_id)
+        except CentralError as exc:
+            await _abort(context, exc)
+            raise  # not reached: abort raises
 
     async def Register(
         self, request: registry_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.RegisterReply:
         node = request.node
+        await self._authorize(context, node.node_id)
         try:
             names.check_name("node id", node.node_id)
         except names.InvalidName as exc:
@@ -51,12 +70,14 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     async def Unregister(
         self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnregisterReply:
+        await self._authorize(context, request.node_id)
         self._central.nodes.unregister(request.node_id)
         return registry_pb2.UnregisterReply()
 
     async def GetManifest(
         self, request: registry_pb2.GetManifestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.Manifest:
+        await self._authorize(context, None)  # any node: manifests are what every node fetches
         try:
             record = self._central.registry.get(request.name, request.version)
         except CentralError as exc:
@@ -66,8 +87,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     async def FetchChunk(
         self, request: registry_pb2.OriginFetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.ChunkData]:
+        # With credentials the requester is the token's node; an empty node_id means that node.
+        caller = await self._authorize(context, request.node_id or None)
+        requester = caller if caller is not None else request.node_id
         try:
-            stream = self._central.origin.stream(request.digest, request.node_id, set(request.failed_owners))
+            stream = self._central.origin.stream(request.digest, requester, set(request.failed_owners))
             async for piece in stream:
                 yield common_pb2.ChunkData(data=piece)
         except CentralError as exc:
@@ -76,11 +100,13 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     async def WatchDesiredState(
         self, request: registry_pb2.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[registry_pb2.DesiredState]:
+        await self._authorize(context, request.node_id)
         nodes = self._central.nodes
         if not nodes.stream_opened(request.node_id):
             await _abort(context, BadRequest(f"node {request.node_id!r} is not registered; call Register first"))
         try:
             async for state in self._central.desired.watch(request.node_id):
+                await self._authorize(context, request.node_id)  # a token revoked mid-stream gets no more
                 yield desired_state_to_pb(state)
         finally:
             nodes.stream_closed(request.node_id)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterable
 
 import grpc
 
+from edge_node.auth import NodeCredential
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
 
 CHANNEL_OPTIONS = [
@@ -34,21 +35,16 @@ async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int) -> by
 
 
 class ChannelPool:
-    """One channel per address, reused by every fetch to that address; TLS channels
-    (verifying the server, showing our certificate) when ``credentials`` are given."""
+    """One channel per address, reused by every fetch to that address."""
 
-    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
+    def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._credentials = credentials
 
     def get(self, address: str) -> grpc.aio.Channel:
         """The channel to ``address``, created on first use."""
         channel = self._channels.get(address)
         if channel is None:
-            if self._credentials is not None:
-                channel = grpc.aio.secure_channel(address, self._credentials, options=CHANNEL_OPTIONS)
-            else:
-                channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address] = channel
         return channel
 
@@ -80,15 +76,18 @@ class PeerClient:
 
 
 class OriginClient:
-    """Fetches chunks from central, saying which owners were tried first."""
+    """Fetches chunks from central, saying which owners were tried first, and presenting
+    this node's credential."""
 
-    def __init__(self, pool: ChannelPool, central: str, node_id: str) -> None:
+    def __init__(self, pool: ChannelPool, central: str, node_id: str, credential: NodeCredential | None = None) -> None:
         self._pool = pool
         self._central = central
         self._node_id = node_id
+        self._credential = credential or NodeCredential()
 
     async def fetch(self, digest: str, size: int, failed_owners: list[str], timeout: float) -> bytes:
         """One chunk from the origin."""
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
         request = registry_pb2.OriginFetchRequest(digest=digest, node_id=self._node_id, failed_owners=failed_owners)
-        return await _collect(stub.FetchChunk(request, timeout=timeout), size)
+        stream = stub.FetchChunk(request, timeout=timeout, metadata=self._credential.metadata())
+        return await _collect(stream, size)

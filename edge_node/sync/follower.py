@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import grpc
 
+from edge_node.auth import NodeCredential
 from edge_node.fetch import PlacementView
 from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.materializer import Materializer
@@ -17,6 +18,9 @@ from edge_node.sync.trust import ManifestTrust
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+#: Central knows this node's credential is wrong: retrying will not help until an operator acts.
+_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
 class DesiredStateFollower:
@@ -31,6 +35,7 @@ class DesiredStateFollower:
         materializer: Materializer,
         backoff_max_s: float = 5.0,
         trust: ManifestTrust | None = None,
+        credential: NodeCredential | None = None,
     ) -> None:
         self._node = node
         self._central = central
@@ -39,6 +44,9 @@ class DesiredStateFollower:
         self._materializer = materializer
         self._backoff_max_s = backoff_max_s
         self._trust = trust
+        self._credential = credential or NodeCredential()
+        #: Central's last refusal of this node's credential; None once a Register succeeds.
+        self.refusal: str | None = None
         self._task: asyncio.Task[None] | None = None
         self.state: EdgeDesiredState | None = None
         self.connected = asyncio.Event()
@@ -55,7 +63,8 @@ class DesiredStateFollower:
         if unregister:
             stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
             try:
-                await stub.Unregister(registry_pb2.UnregisterRequest(node_id=self._node().node_id), timeout=2.0)
+                request = registry_pb2.UnregisterRequest(node_id=self._node().node_id)
+                await stub.Unregister(request, timeout=2.0, metadata=self._credential.metadata())
             except grpc.aio.AioRpcError as exc:
                 log.info("could not unregister: %s", exc.code())
 
@@ -65,18 +74,33 @@ class DesiredStateFollower:
             try:
                 await self._follow_once()
             except grpc.aio.AioRpcError as exc:
-                log.info("central link lost (%s); retrying in %.1fs", exc.code().name, delay)
+                self._log_failure(exc, delay)
             self.connected.clear()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff_max_s)
 
+    def _log_failure(self, exc: grpc.aio.AioRpcError, delay: float) -> None:
+        if exc.code() not in _REFUSED:
+            log.info("central link lost (%s); retrying in %.1fs", exc.code().name, delay)
+            return
+        refusal = f"{exc.code().name}: {exc.details()}"
+        if refusal != self.refusal:  # one error line per refusal, not one per retry
+            log.error(
+                "central refused this node's credential (%s); set node_token or node_token_file"
+                " to a token made with `modelfleet node-token create --node <this node>`; retrying",
+                refusal,
+            )
+        self.refusal = refusal
+
     async def _follow_once(self) -> None:
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
         node = self._node()
-        reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0)
+        metadata = self._credential.metadata()
+        reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0, metadata=metadata)
+        self.refusal = None
         if self._trust is not None:
             self._trust.offer(reply.manifest_public_key)
-        stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id))
+        stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id), metadata=metadata)
         async for pb in stream:
             self.connected.set()
             self.apply(state_from_pb(pb))

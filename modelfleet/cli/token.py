@@ -52,9 +52,9 @@ def create(
     tokens_file: TokensFileOption = None,
 ) -> None:
     """Create a token and print it once (only its hash is stored)."""
-    from central.auth import Role, TokenStoreError
+    from central.auth import OPERATOR_ROLES, Role, TokenStoreError
 
-    if role not in {r.value for r in Role}:
+    if role not in {r.value for r in OPERATOR_ROLES}:  # node tokens: `modelfleet node-token`
         raise UsageError(f"--role must be admin or viewer, got {role!r}")
     store = _store(data_dir, tokens_file)
     try:
