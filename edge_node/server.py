@@ -25,6 +25,12 @@ from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.versions import VersionFiles
+from fleetwire.tls import (
+    grpc_channel_credentials,
+    grpc_server_credentials,
+    uvicorn_ssl_kwargs,
+    wait_http_stopped,
+)
 from fleetwire.v1 import peer_pb2_grpc, registry_pb2
 
 log = logging.getLogger(__name__)
@@ -39,7 +45,7 @@ class Edge:
         self.store = ChunkStore(settings.resolved_cache_dir, size_limit=settings.cache_bytes, holder=self.node_id)
         self.files = VersionFiles(settings.data_dir / "versions")
         self.view = PlacementView()
-        self.pool = ChannelPool()
+        self.pool = ChannelPool(grpc_channel_credentials(settings.tls.material()) if settings.tls.enabled else None)
         peers = PeerClient(self.pool, self.node_id)
         token = settings.node_token.get_secret_value() if settings.node_token is not None else None
         self.credential = NodeCredential(token, settings.node_token_file)
@@ -124,20 +130,33 @@ class Edge:
         """Listen first (so peers can reach us once central lists us), then follow central."""
         self._grpc = grpc.aio.server(options=CHANNEL_OPTIONS)
         peer_pb2_grpc.add_PeerServicer_to_server(self.peer_servicer, self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
+        address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
+        if self.settings.tls.enabled:  # peers are mutual: a caller without a fleet certificate is refused
+            creds = grpc_server_credentials(self.settings.tls.material(), require_client_cert=True)
+            self.grpc_port = self._grpc.add_secure_port(address, creds)
+        else:
+            self.grpc_port = self._grpc.add_insecure_port(address)
         await self._grpc.start()
         await self._start_http()
         await self.heartbeat.start()  # after the listeners: heartbeats carry their ports
         await self.follower.start()
         log.info("edge %s up: peer %s:%d, http %d", self.node_id, self.advertise_host, self.grpc_port, self.http_port)
 
+    @property
+    def http_url(self) -> str:
+        """Base URL of the HTTP API (``https`` with ``tls.enabled``)."""
+        scheme = "https" if self.settings.tls.enabled else "http"
+        return f"{scheme}://{self.settings.http_host}:{self.http_port}"
+
     async def _start_http(self) -> None:
+        tls = self.settings.tls
         config = uvicorn.Config(
             create_app(self),
             host=self.settings.http_host,
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
+            **(uvicorn_ssl_kwargs(tls.material(), require_client_cert=tls.require_client_cert) if tls.enabled else {}),
         )
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
@@ -162,7 +181,7 @@ class Edge:
         await self.repository.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
-            await self._http_task
+            await wait_http_stopped(self._http, self._http_task)
         await self.pool.close()
         self.store.close()
 
@@ -176,8 +195,7 @@ async def serve(settings: EdgeSettings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(
-        f"edge {edge.node_id} ready http=http://{settings.http_host}:{edge.http_port}"
-        f" grpc={edge.advertise_host}:{edge.grpc_port}",
+        f"edge {edge.node_id} ready http={edge.http_url} grpc={edge.advertise_host}:{edge.grpc_port}",
         flush=True,
     )
     await stop.wait()

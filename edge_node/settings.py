@@ -13,6 +13,7 @@ from edge_node.auth import CredentialError, NodeCredential
 from edge_node.heartbeat import HeartbeatSettings
 from edge_node.inference.repository import BatchSettings
 from fleetwire.names import InvalidName, check_name
+from fleetwire.tls import TlsSettings
 
 
 class FetchSettings(BaseModel):
@@ -75,6 +76,20 @@ class LimitSettings(BaseModel):
     )
 
 
+class EdgeTlsSettings(TlsSettings):
+    """TLS on this edge's Peer service (always mutual: a peer must show a certificate signed by
+    ca_file), its HTTP API (HTTPS) and its gRPC channels to central and peers (which verify
+    the server against ca_file and show cert_file). Central must run with TLS too."""
+
+    require_client_cert: bool = Field(
+        False,
+        description=(
+            "HTTP API: clients (central's gateway included) must show a certificate signed by ca_file."
+            " The Peer service always requires one."
+        ),
+    )
+
+
 class EdgeSettings(BaseSettings):
     """Everything one edge needs; validated at start-up."""
 
@@ -121,6 +136,9 @@ class EdgeSettings(BaseSettings):
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
     limits: LimitSettings = Field(default_factory=LimitSettings, description="Request, tensor and stream caps.")
+    tls: EdgeTlsSettings = Field(
+        default_factory=EdgeTlsSettings, description="TLS on the Peer service, HTTPS and links (off by default)."
+    )
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
     manifest_key_repin: bool = Field(
         False,

@@ -35,16 +35,21 @@ async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int) -> by
 
 
 class ChannelPool:
-    """One channel per address, reused by every fetch to that address."""
+    """One channel per address, reused by every fetch to that address; TLS channels
+    (verifying the server, showing our certificate) when ``credentials`` are given."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._credentials = credentials
 
     def get(self, address: str) -> grpc.aio.Channel:
         """The channel to ``address``, created on first use."""
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            if self._credentials is not None:
+                channel = grpc.aio.secure_channel(address, self._credentials, options=CHANNEL_OPTIONS)
+            else:
+                channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address] = channel
         return channel
 
