@@ -3,13 +3,20 @@
 ``MosquittoBroker`` writes its own config into a temp dir (loopback listener on a free
 port, anonymous, no persistence, log in the temp dir) and runs ``mosquitto -c``. It never
 touches a system broker on 1883. No pytest here: the fixture lives in ``conftest.py``.
+
+Options: ``users`` (name → password) turns anonymous access off and writes a Mosquitto
+password file (hashed here, in mosquitto_passwd's own format, so the binary is not
+needed); ``acl`` adds an ACL file (text, or the path of one such as the shipped
+``deploy/mosquitto/acl``); ``tls`` adds a second, TLS-only listener on ``tls_port``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import getpass
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +71,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def mosquitto_password_hash(password: str, salt: bytes | None = None, iterations: int = 101) -> str:
+    """A password file entry's hash as Mosquitto 2.0's ``mosquitto_passwd`` writes it:
+    ``$7$<iterations>$<base64 salt>$<base64 PBKDF2-HMAC-SHA512>`` (12-byte salt)."""
+    salt = os.urandom(12) if salt is None else salt
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    return f"$7${iterations}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+@dataclass(frozen=True)
+class BrokerTls:
+    """The broker's certificate for its TLS listener; ``require_certificate``: clients
+    must show one signed by ``ca_file`` too."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    require_certificate: bool = False
+
+
 def _port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
@@ -75,10 +101,23 @@ def _port_open(host: str, port: int) -> bool:
 class MosquittoBroker:
     """One mosquitto process on ``host:port``; ``restart()`` keeps the port."""
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1", binary: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        binary: str | None = None,
+        *,
+        users: Mapping[str, str] | None = None,
+        acl: str | Path | None = None,
+        tls: BrokerTls | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.binary = binary or find_mosquitto()
+        self.users = dict(users) if users is not None else None
+        self.acl = acl
+        self.tls = tls
+        self.tls_port = free_port(host) if tls is not None else None
         self._tmp = tempfile.TemporaryDirectory(prefix="mosquitto-")
         self.dir = Path(self._tmp.name)
         self.conf_path = self.dir / "mosquitto.conf"
@@ -89,9 +128,8 @@ class MosquittoBroker:
         self._write_config()
 
     def _write_config(self) -> None:
-        lines = [
-            f"listener {self.port} {self.host}",
-            "allow_anonymous true",
+        lines = [f"listener {self.port} {self.host}", *self._auth_lines(), *self._tls_lines()]
+        lines += [
             "persistence false",
             f"log_dest file {self.log_path}",
             "log_type all",
@@ -102,6 +140,33 @@ class MosquittoBroker:
             f"user {getpass.getuser()}",
         ]
         self.conf_path.write_text("\n".join(lines) + "\n")
+
+    def _auth_lines(self) -> list[str]:
+        lines = []
+        if self.users is None:
+            lines.append("allow_anonymous true")
+        else:
+            passwd = self.dir / "passwd"
+            passwd.write_text("".join(f"{u}:{mosquitto_password_hash(p)}\n" for u, p in self.users.items()))
+            passwd.chmod(0o600)
+            lines += ["allow_anonymous false", f"password_file {passwd}"]
+        if self.acl is not None:
+            acl = self.dir / "acl"
+            acl.write_text(self.acl.read_text() if isinstance(self.acl, Path) else self.acl)
+            lines.append(f"acl_file {acl}")
+        return lines
+
+    def _tls_lines(self) -> list[str]:
+        tls = self.tls
+        if tls is None:
+            return []
+        return [  # listener options follow their listener line
+            f"listener {self.tls_port} {self.host}",
+            f"cafile {tls.ca_file}",
+            f"certfile {tls.cert_file}",
+            f"keyfile {tls.key_file}",
+            f"require_certificate {'true' if tls.require_certificate else 'false'}",
+        ]
 
     @property
     def url(self) -> str:
@@ -150,7 +215,7 @@ class MosquittoBroker:
                 raise BrokerStartError(
                     f"mosquitto exited with {rc} during start-up on {self.host}:{self.port}\n{self.log_tail()}"
                 )
-            if _port_open(self.host, self.port):
+            if _port_open(self.host, self.port) and (self.tls_port is None or _port_open(self.host, self.tls_port)):
                 return self
             time.sleep(0.02)
         self._signal(signal.SIGKILL)
@@ -239,11 +304,21 @@ class Subscriber:
     Returns from ``__enter__``/``start()`` only once the broker acknowledged the
     subscription, so nothing published afterwards is missed (retained ones included)."""
 
-    def __init__(self, broker: MosquittoBroker, topics: str | Iterable[str], qos: int = 1) -> None:
+    def __init__(
+        self,
+        broker: MosquittoBroker,
+        topics: str | Iterable[str],
+        qos: int = 1,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
         self.broker = broker
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.qos = qos
         self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"test-sub-{uuid.uuid4().hex[:8]}")
+        if username is not None:
+            self._client.username_pw_set(username, password)
         self._client.on_message = self._on_message
         self._client.on_subscribe = self._on_subscribe
         self._subscribed = threading.Event()
@@ -361,6 +436,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 5.0, interval: fl
 
 __all__ = [
     "BrokerStartError",
+    "BrokerTls",
     "Message",
     "MosquittoBroker",
     "MosquittoNotFound",
@@ -368,6 +444,7 @@ __all__ = [
     "collect",
     "find_mosquitto",
     "free_port",
+    "mosquitto_password_hash",
     "retained",
     "wait_until",
 ]

@@ -23,13 +23,14 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
 from fleetwire.mqtt.fast import DecodeError, decode_heartbeat, decode_status
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event
+from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ class MqttSettings(BaseModel):
     """MQTT keepalive; the broker publishes central's Last Will about 1.5 × this after losing it."""
     client_id: str | None = None
     """MQTT client id; None picks ``modelfleet-central-<random>``."""
+    username: str | None = None
+    """Broker user name (None: anonymous). The shipped Mosquitto ACL lets only the user
+    ``central`` publish ``…/central/#`` and ``…/events``."""
+    password: SecretStr | None = None
+    """Broker password (``MODELFLEET_MQTT__PASSWORD``)."""
+    tls: MqttTlsSettings = Field(default_factory=MqttTlsSettings)
+    """MQTT over TLS (off by default): the broker's certificate and host name are verified."""
     suspect_after: float = Field(2.0, gt=0)
     """A node is suspect after this many of its heartbeat intervals without one."""
     dead_after: float = Field(3.0, gt=0)
@@ -152,6 +160,10 @@ class MembershipConsumer:
             clean_session=True,
             protocol=mqtt.MQTTv311,
         )
+        if s.username is not None:
+            client.username_pw_set(s.username, s.password.get_secret_value() if s.password else None)
+        if s.tls.enabled:
+            client.tls_set_context(s.tls.ssl_context())
         client.max_queued_messages_set(_MAX_QUEUED)
         client.max_inflight_messages_set(_MAX_INFLIGHT)
         client.will_set(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
@@ -173,7 +185,8 @@ class MembershipConsumer:
         self.tracker.set_lag_source(self.probe.lag)
         if self._publish_events:
             self.tracker.set_publisher(self.publish_event)
-        log.info("MQTT consumer connecting to %s:%d as %s", s.host, s.port, self.client_id)
+        scheme = "mqtts" if s.tls.enabled else "mqtt"
+        log.info("MQTT consumer connecting to %s://%s:%d as %s", scheme, s.host, s.port, self.client_id)
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until the first (or next) successful connect; False on timeout."""
@@ -235,7 +248,8 @@ class MembershipConsumer:
         reason_code: ReasonCode,
         properties: Properties | None,
     ) -> None:
-        if reason_code.is_failure:
+        if reason_code.is_failure:  # e.g. bad credentials: the broker closes, the driver backs off
+            self.connect_failures += 1
             log.warning("MQTT connect refused: %s", reason_code)
             return
         self.connects += 1

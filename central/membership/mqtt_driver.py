@@ -8,6 +8,11 @@ the GIL than parsing. Here the socket is watched by the loop (``add_reader``), r
 through ``BufferedSocket`` (one ``recv`` serves hundreds of messages) and every callback
 runs on the loop thread, so the tracker is called directly.
 
+TLS: paho wraps the TCP socket in an ``ssl.SSLSocket`` before this module sees it, and
+the buffer wraps that. OpenSSL may hold decrypted bytes that the kernel no longer
+signals as readable, so ``pending()`` counts them and a wake-up that ends with bytes
+still pending schedules another read itself instead of waiting on ``add_reader``.
+
 This is paho's documented "external event loop" mode (``loop_read`` / ``loop_write`` /
 ``loop_misc`` with the ``on_socket_*`` callbacks). What ``loop_forever`` would otherwise
 do — reconnecting with exponential backoff — is ``MqttLoopDriver._maintain``. The TCP
@@ -21,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +43,8 @@ _READ_SIZE = 256 * 1024
 #: a turn for its other work (HTTP, gRPC, timers): paho's ``loop_read`` keeps reading as
 #: long as bytes arrive, which under a steady 10k messages/s would be forever.
 _READS_PER_WAKE = 4
+#: Packets read per wake-up from a transport that is not a ``BufferedSocket`` (websockets).
+_PACKETS_PER_WAKE = 64
 #: How often keep-alive pings and ping timeouts are checked (``loop_misc``).
 _MISC_EVERY_S = 1.0
 
@@ -46,7 +54,9 @@ class BufferedSocket:
 
     paho reads a packet as ``recv(1)`` for the command, ``recv(1)`` per length byte and
     ``recv(n)`` for the body. ``pending()`` is paho's own duck-typed hook (used for TLS)
-    that tells it bytes are already buffered, so nothing waits in ``select`` on them."""
+    that tells it bytes are already buffered, so nothing waits in ``select`` on them.
+    ``sock`` may be an ``ssl.SSLSocket`` (MQTT over TLS): then "no bytes yet" arrives as
+    ``SSLWantReadError`` and OpenSSL's own decrypted buffer counts as pending too."""
 
     __slots__ = ("_area", "_buf", "_drained", "_end", "_pos", "_sock", "reads_left")
 
@@ -83,6 +93,9 @@ class BufferedSocket:
             except BlockingIOError:
                 self._drained = True
                 raise
+            except ssl.SSLWantReadError:  # TLS: no complete record yet
+                self._drained = True
+                raise BlockingIOError from None
             if not got:
                 return b""
             self._pos, self._end = 0, got
@@ -91,8 +104,10 @@ class BufferedSocket:
         return bytes(self._buf[start : self._pos])
 
     def pending(self) -> int:
-        """Bytes read from the kernel that paho has not consumed yet."""
-        return self._end - self._pos
+        """Bytes read that paho has not consumed yet: ours, plus (TLS) the decrypted
+        bytes OpenSSL holds, which ``select``/``add_reader`` cannot see."""
+        tls = self._sock.pending() if isinstance(self._sock, ssl.SSLSocket) else 0
+        return self._end - self._pos + tls
 
     def send(self, data: bytes | bytearray) -> int:
         """Send straight through (writes are few: subscriptions, acks, events)."""
@@ -258,16 +273,33 @@ class MqttLoopDriver:
     # ----------------------------------------------------------------- I/O
 
     def _readable(self) -> None:
+        if self._fd is None:  # a read scheduled below, after the connection closed
+            return
         client = self._client
         sock = client.socket()
         if not isinstance(sock, BufferedSocket):
-            client.loop_read()  # TLS or another transport: one packet per wake-up
+            self._read_unbuffered(sock)
             return
         buffered: BufferedSocket = sock
         buffered.allow(_READS_PER_WAKE)
         while client.loop_read() == mqtt.MQTT_ERR_SUCCESS and client.socket() is buffered:
             if buffered.exhausted():
-                return  # the loop calls again while the kernel holds more (level-triggered)
+                # The loop calls again while the kernel holds more (level-triggered), but
+                # not for bytes OpenSSL already decrypted: those need a read of our own.
+                if buffered.pending():
+                    self._loop.call_soon(self._readable)
+                return
+
+    def _read_unbuffered(self, sock: Any) -> None:
+        """Another transport (websockets): packet by packet while it says more is pending."""
+        client = self._client
+        for _ in range(_PACKETS_PER_WAKE):
+            if client.loop_read() != mqtt.MQTT_ERR_SUCCESS or client.socket() is not sock:
+                return
+            pending = getattr(sock, "pending", None)
+            if pending is None or not pending():
+                return
+        self._loop.call_soon(self._readable)
 
     def _writable(self) -> None:
         self._client.loop_write()

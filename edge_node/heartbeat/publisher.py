@@ -65,6 +65,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from edge_node.heartbeat.bdseq import BdseqStore
 from edge_node.heartbeat.load import LoadTracker
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
+from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,15 @@ class HeartbeatSettings(BaseModel):
     """First wait before reconnecting; doubles per failure."""
     reconnect_max_s: float = Field(10.0, gt=0, description="Longest wait between reconnect attempts.")
     """Longest wait between reconnect attempts."""
-    username: str | None = Field(None, description="Broker user name (None: anonymous).")
-    """Broker user name (None: anonymous)."""
+    username: str | None = Field(
+        None, description="Broker user name (None: anonymous); with the shipped ACL it must be the node id."
+    )
+    """Broker user name (None: anonymous). With the shipped Mosquitto ACL it must be the
+    node id: a node may publish only under ``…/nodes/{its user name}/``."""
     password: SecretStr | None = Field(None, description="Broker password.")
     """Broker password."""
+    tls: MqttTlsSettings = Field(default_factory=MqttTlsSettings, description="MQTT over TLS (off by default).")
+    """MQTT over TLS (off by default)."""
     max_queued_messages: int = Field(
         8, ge=1, le=1000, description="QoS 1 messages paho may hold unacknowledged; beyond that they are refused."
     )
@@ -278,6 +284,8 @@ class HeartbeatPublisher:
         )
         if s.username is not None:
             client.username_pw_set(s.username, s.password.get_secret_value() if s.password else None)
+        if s.tls.enabled:
+            client.tls_set_context(s.tls.ssl_context())
         # paho sleeps these with time.sleep, so fractions of a second are fine
         client.reconnect_delay_set(s.reconnect_min_s, s.reconnect_max_s)  # type: ignore[arg-type]
         client.max_queued_messages_set(s.max_queued_messages)
@@ -290,8 +298,9 @@ class HeartbeatPublisher:
         client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
         client.connect_async(s.broker_host, s.broker_port, keepalive=s.effective_keepalive_s)
         log.info(
-            "heartbeat for %s: mqtt://%s:%d %s every %.3gs (next bdseq %d)",
+            "heartbeat for %s: %s://%s:%d %s every %.3gs (next bdseq %d)",
             self.node_id,
+            "mqtts" if s.tls.enabled else "mqtt",
             s.broker_host,
             s.broker_port,
             self.heartbeat_topic,
