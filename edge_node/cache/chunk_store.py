@@ -39,6 +39,7 @@ a holder that never comes back stay until that holder id calls ``set_pins``.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -51,6 +52,8 @@ import diskcache
 from diskcache.core import DBNAME
 
 from fleetwire.digest import chunk_digest, is_digest
+
+log = logging.getLogger(__name__)
 
 _HOLDER_PREFIX = "holder:"
 _DATA_SETTINGS: dict[str, Any] = {"cull_limit": 0, "disk_min_file_size": 0}
@@ -73,6 +76,8 @@ class CacheStats:
     bytes_read: int
     bytes_written: int
     evictions: int
+    corrupt_dropped: int = 0
+    """Entries whose bytes no longer hashed to their digest when read, deleted (refetched on demand)."""
 
 
 @dataclass
@@ -82,6 +87,7 @@ class _Counters:
     bytes_read: int = 0
     bytes_written: int = 0
     evictions: int = 0
+    corrupt_dropped: int = 0
 
 
 def _require_digest(digest: str) -> None:
@@ -130,7 +136,11 @@ class ChunkStore:
             if chunk_digest(data) == digest:
                 self._count(hits=1, bytes_read=len(data))
                 return data
+            # Changed on disk since it was verified and put: never hand it out; the caller
+            # sees a miss and fetches the chunk again.
+            log.warning("cache entry %s failed verification on read; dropped", digest[:12])
             cache.delete(digest, retry=True)
+            self._count(corrupt_dropped=1)
         self._count(misses=1)
         return None
 
@@ -162,6 +172,7 @@ class ChunkStore:
             bytes_read=c.bytes_read,
             bytes_written=c.bytes_written,
             evictions=c.evictions,
+            corrupt_dropped=c.corrupt_dropped,
         )
 
     # -- writes --------------------------------------------------------------

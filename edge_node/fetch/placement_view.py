@@ -7,22 +7,34 @@ from __future__ import annotations
 
 
 class PlacementView:
-    """digest → owners, node id → gRPC address."""
+    """digest → owners and size, node id → gRPC address."""
 
     def __init__(self) -> None:
         self._owners: dict[str, list[str]] = {}
+        self._sizes: dict[str, int] = {}
         self._peers: dict[str, str] = {}
         self.placement_enabled = True
 
-    def update(self, owners: dict[str, list[str]], peers: dict[str, str], placement_enabled: bool) -> None:
-        """Replace the view with a new desired state's."""
+    def update(
+        self,
+        owners: dict[str, list[str]],
+        peers: dict[str, str],
+        placement_enabled: bool,
+        sizes: dict[str, int] | None = None,
+    ) -> None:
+        """Replace the view with a new desired state's (``sizes``: digest → bytes, from its manifests)."""
         self._owners = owners
+        self._sizes = sizes or {}
         self._peers = peers
         self.placement_enabled = placement_enabled
 
     def owners(self, digest: str) -> list[str]:
         """Owners of ``digest`` in placement order ([] when unknown)."""
         return self._owners.get(digest, [])
+
+    def size(self, digest: str) -> int | None:
+        """The chunk's size from a manifest of the desired state, or None when unknown."""
+        return self._sizes.get(digest)
 
     def address(self, node_id: str) -> str | None:
         """gRPC address of a peer, or None when it is not in the fleet."""

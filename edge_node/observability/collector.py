@@ -65,6 +65,11 @@ class EdgeStateCollector(Collector):
         yield _counter("modelfleet_cache_read_bytes", "Bytes read from the cache.", s.bytes_read)
         yield _counter("modelfleet_cache_written_bytes", "Bytes written into the cache.", s.bytes_written)
         yield _counter("modelfleet_cache_evictions", "Chunks evicted to stay under the cap.", s.evictions)
+        yield _counter(
+            "modelfleet_cache_corrupt_dropped",
+            "Cache entries that failed their digest on read and were dropped (then fetched again).",
+            s.corrupt_dropped,
+        )
 
     def _fetch(self) -> Iterator[Metric]:
         f = self._edge.fetcher.stats

@@ -1,6 +1,12 @@
 """``modelfleet.v1.Peer``: serve chunks from the cache. An owner asked for a chunk it
 does not hold yet fetches it (single-flight, through the fetcher) and streams it on,
-rather than sending the requester to central."""
+rather than sending the requester to central.
+
+What a requester says is never trusted for that: a node relays only digests that its
+own desired state (from central) says it owns, at the size that state's manifest
+gives. A peer that names this node in ``owners`` for anything else gets NOT_FOUND, so
+it cannot make this node fetch arbitrary chunks from the origin on its behalf, nor
+poison a fetch with a wrong size."""
 
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self._fetcher = fetcher
         self.limiter = limiter or StreamLimiter(per_requester=8, total=64)
         self.chunks_served = 0
+        #: Requests for chunks not held here that this node does not own (never relayed).
+        self.relays_refused = 0
         self.bytes_served = 0
 
     async def FetchChunk(
@@ -50,11 +58,16 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest[:80]!r}")
         data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.store.get, digest)
         if data is None:
-            owners = self._fetcher.view.owners(digest) or list(request.owners)
-            if self._fetcher.node_id not in owners:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is not held here")
+            view = self._fetcher.view
+            owners, size = view.owners(digest), view.size(digest)
+            if self._fetcher.node_id not in owners or size is None:
+                self.relays_refused += 1
+                await context.abort(
+                    grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is not held here and this node does not own it"
+                )
+            assert size is not None
             try:
-                await self._fetcher.ensure(digest, request.size, owners)
+                await self._fetcher.ensure(digest, size, owners)
             except FetchFailed as exc:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             data = await asyncio.to_thread(self._fetcher.read, digest)

@@ -35,6 +35,10 @@ class EdgeDesiredState:
                 owners.setdefault(digest, o)
         return owners
 
+    def chunk_sizes(self) -> dict[str, int]:
+        """digest → size across the manifests of all versions."""
+        return {c.digest: c.size for v in self.versions for c in v.manifest.chunks}
+
 
 def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
     """Convert a stream message."""

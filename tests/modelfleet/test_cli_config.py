@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_harness import Cli, one_error_line
 
-from modelfleet.cli.config import CENTRAL_ENV, CONFIG_ENV, TOKEN_ENV, ConfigError, load_config
+from modelfleet.cli.config import CA_FILE_ENV, CENTRAL_ENV, CONFIG_ENV, TOKEN_ENV, ConfigError, load_config
 
 
 @pytest.fixture
@@ -17,16 +17,22 @@ def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(CONFIG_ENV, str(path))
     monkeypatch.delenv(CENTRAL_ENV, raising=False)
     monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(CA_FILE_ENV, raising=False)
     return path
 
 
 def test_flags_beat_environment_beat_the_config_file(config_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert load_config().model_dump() == {"central_url": "http://central.example:8080", "token": "from-file"}
+    assert load_config().model_dump() == {
+        "central_url": "http://central.example:8080",
+        "token": "from-file",
+        "ca_file": None,
+    }
     monkeypatch.setenv(CENTRAL_ENV, "https://env.example/")
     assert load_config().central_url == "https://env.example"
     assert load_config(central="127.0.0.1:9000", token="flag").model_dump() == {
         "central_url": "http://127.0.0.1:9000",
         "token": "flag",
+        "ca_file": None,
     }
 
 

@@ -1,0 +1,44 @@
+"""A peer's ``owners`` list is not trusted: a node relays (fetches upstream for a
+requester) only chunks its own desired state says it owns. A requester naming the node
+as owner of a chunk central stores but never sent this node (a version pushed without
+activation) gets NOT_FOUND, and the node fetched nothing for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from central.server import CentralServer
+from conftest import EdgeFactory, push, version_state, wait_for
+from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+
+
+async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path, model_file: Path
+) -> None:
+    edge = await make_edge("edge-0", central)
+    tiny = (await push(api, "tiny", small_model_file)).json()["manifest"]
+    await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny on the edge")
+    hidden = (await push(api, "hidden", model_file, activate="false")).json()["manifest"]["chunks"][0]
+    assert edge.view.owners(hidden["digest"]) == [] and not edge.store.has(hidden["digest"])
+    fetched = edge.fetcher.stats.chunks_from_origin
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
+        stub = peer_pb2_grpc.PeerStub(channel)
+        request = peer_pb2.PeerFetchRequest(
+            digest=hidden["digest"], size=hidden["size"], requester="mallory", owners=["edge-0"]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.FetchChunk(request).read()
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "does not own it" in (refused.value.details() or "")
+
+        owned = tiny["chunks"][0]  # what it does hold it still serves
+        pieces = [p.data async for p in stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=owned["digest"]))]
+        assert b"".join(pieces) == small_model_file.read_bytes()[: owned["size"]]
+
+    assert edge.peer_servicer.relays_refused == 1
+    assert edge.fetcher.stats.chunks_from_origin == fetched and not edge.store.has(hidden["digest"])
