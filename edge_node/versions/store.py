@@ -2,7 +2,8 @@
 
 The model is written under a temp name, fsynced, checked against the manifest's
 sha256 and renamed; ``manifest.json`` is written last and marks the version
-complete. A crash at any point leaves no file that looks complete but is not."""
+complete. A crash at any point leaves no file that looks complete but is not; the temp
+files a killed process leaves behind are removed when the next one opens the directory."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from fleetwire.manifest import Manifest
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
+#: Prefixes of the temp files written before their atomic rename.
+_TEMP_PREFIXES = (".assemble-", ".manifest-")
 
 
 class AssemblyError(Exception):
@@ -37,6 +40,13 @@ class VersionFiles:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_temps()
+
+    def _remove_stale_temps(self) -> None:
+        """Delete half-written files of a process that died while writing (one writer per data dir)."""
+        for prefix in _TEMP_PREFIXES:
+            for stale in self.root.glob(f"*/*/{prefix}*"):
+                stale.unlink(missing_ok=True)
 
     def directory(self, name: str, version: str) -> Path:
         """The directory of one version."""

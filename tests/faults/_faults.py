@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench._fleet import Fleet, sha256_of
+from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
 
 #: Central as a subprocess: 64 KiB chunks, no INT8 (random MLPs fail its guard).
@@ -22,6 +26,17 @@ EDGE_ENV = {
     "MODELFLEET_FETCH__BACKOFF_MAX_S": "0.5",
     "MODELFLEET_HEARTBEAT__ENABLED": "false",
 }
+
+
+def mqtt_envs(broker: MosquittoBroker, interval_s: float = 0.3) -> tuple[dict[str, str], dict[str, str]]:
+    """(central env, edge env) additions for membership over ``broker``: heartbeats every
+    ``interval_s``, reconnects within a second."""
+    central = {"MODELFLEET_MQTT__ENABLED": "true", "MODELFLEET_MQTT__HOST": broker.host,
+               "MODELFLEET_MQTT__PORT": str(broker.port), "MODELFLEET_MQTT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
+    edge = {"MODELFLEET_HEARTBEAT__ENABLED": "true", "MODELFLEET_HEARTBEAT__BROKER_HOST": broker.host,
+            "MODELFLEET_HEARTBEAT__BROKER_PORT": str(broker.port), "MODELFLEET_HEARTBEAT__INTERVAL_S": str(interval_s),
+            "MODELFLEET_HEARTBEAT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
+    return central, edge
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -47,6 +62,20 @@ def sigkill_edge(fleet: Fleet, node: str) -> None:
     proc.popen.kill()
     proc.popen.wait(timeout=10)
     proc.close_logs()
+
+
+def sigkill_edge_when(fleet: Fleet, node: str, found: Callable[[], Path | None], timeout: float, what: str) -> Path:
+    """Poll ``found`` as fast as the disk allows and SIGKILL the edge the moment it returns a
+    path (the edge is frozen first, so what the check saw is what the kill leaves); returns it."""
+    proc = fleet.edges[node]
+    deadline = time.monotonic() + timeout
+    while (path := found()) is None:
+        if time.monotonic() > deadline or not proc.alive():
+            raise AssertionError(f"never saw {what} within {timeout}s")
+        time.sleep(0.001)
+    os.kill(proc.popen.pid, signal.SIGSTOP)
+    sigkill_edge(fleet, node)
+    return path
 
 
 def assert_edge_files_sound(fleet: Fleet, node: str, name: str, ver: str, manifest: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _faults import CENTRAL_ENV, EDGE_ENV, infer, version, wait_until
+from _faults import CENTRAL_ENV, EDGE_ENV, infer, mqtt_envs, version, wait_until
 
 from bench._fleet import Fleet
 from brokers import MosquittoBroker
@@ -40,11 +40,7 @@ def _serving(fleet: Fleet) -> dict[str, str]:
 def canary_fleet(broker: MosquittoBroker, root: Path) -> Iterator[tuple[Fleet, str, dict[str, Any]]]:
     """Two edges on v1 with heartbeats on ``broker``, a rollout of v2 to half of them in its
     canary stage with the canary serving v2; yields the fleet, the canary and the rollout."""
-    mqtt = {"MODELFLEET_MQTT__ENABLED": "true", "MODELFLEET_MQTT__HOST": broker.host,
-            "MODELFLEET_MQTT__PORT": str(broker.port), "MODELFLEET_MQTT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
-    heartbeat = {"MODELFLEET_HEARTBEAT__ENABLED": "true", "MODELFLEET_HEARTBEAT__BROKER_HOST": broker.host,
-                 "MODELFLEET_HEARTBEAT__BROKER_PORT": str(broker.port), "MODELFLEET_HEARTBEAT__INTERVAL_S": "0.3",
-                 "MODELFLEET_HEARTBEAT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
+    mqtt, heartbeat = mqtt_envs(broker)
     v1 = build_mlp(root / "v1.onnx", width=WIDTH, hidden_layers=1)
     v2 = build_mlp(root / "v2.onnx", width=WIDTH, hidden_layers=1, seed=1)
     with Fleet(root=root, central_env={**CENTRAL_ENV, **mqtt}, edge_env={**EDGE_ENV, **heartbeat}) as fleet:

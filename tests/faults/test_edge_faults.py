@@ -1,12 +1,25 @@
-"""Edge faults with real processes: SIGKILL in the middle of a fetch, a cache smaller than a version."""
+"""Edge faults with real processes: SIGKILL in the middle of a fetch, of an assembly and of a
+version swap; a cache smaller than a version (alone and in a rollout)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from _faults import CENTRAL_ENV, EDGE_ENV, assert_edge_files_sound, infer, sigkill_edge, version, wait_until
+from _faults import (
+    CENTRAL_ENV,
+    EDGE_ENV,
+    assert_edge_files_sound,
+    infer,
+    mqtt_envs,
+    sigkill_edge,
+    sigkill_edge_when,
+    version,
+    wait_until,
+)
 
 from bench._fleet import Fleet
+from brokers import MosquittoBroker
 from modelfleet.zoo import build_mlp
 
 
@@ -47,4 +60,86 @@ def test_a_version_larger_than_the_cache_fails_clearly_and_the_old_one_keeps_ser
         assert v2["state"] == "failed", v2
         assert "cache" in (v2.get("error") or "").lower(), v2
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"  # still serving what it has
+        assert fleet.edge_status("e0")["cache"]["bytes"] <= 1024 * 1024
+
+
+def _temp_in(directory: Path, prefix: str) -> Path | None:
+    """A non-empty temp file of the edge's version writer in ``directory``, if one is there."""
+    try:
+        return next((e for e in directory.iterdir() if e.name.startswith(prefix) and e.stat().st_size > 0), None)
+    except FileNotFoundError:
+        return None
+
+
+def test_an_edge_killed_during_assembly_never_loads_a_half_written_file(tmp_path: Path) -> None:
+    model = build_mlp(tmp_path / "mlp.onnx", width=1024, hidden_layers=6)  # ~25 MB, ~400 chunks
+    no_hot = {**EDGE_ENV, "MODELFLEET_HOT_CACHE_BYTES": "0"}  # assembly re-reads every chunk from disk
+    with Fleet(root=tmp_path, central_env=CENTRAL_ENV, edge_env=no_hot) as fleet:
+        fleet.start(edges=1)
+        pushed = fleet.push("mlp", "1", model)
+        directory = fleet.edges["e0"].data_dir / "versions" / "mlp" / "1"
+        half = sigkill_edge_when(fleet, "e0", lambda: _temp_in(directory, ".assemble-"), 60, "an assembly")
+        assert 0 < half.stat().st_size < pushed.size  # killed with a half-written file on disk ...
+        assert not (directory / "model.onnx").exists()  # ... and no model file published
+
+        fleet.start_edge("e0")  # same data and cache dirs
+        wait_until(lambda: version(fleet, "e0", "mlp", "1").get("state") == "complete", 60, "the reassembly")
+        fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+        assert infer(fleet, "e0", "mlp", 1024)["model_version"] == "1"
+        fleet.stop_edge("e0")
+        assert_edge_files_sound(fleet, "e0", "mlp", "1", pushed.manifest)  # the leftover temp file is gone
+
+
+def test_an_edge_killed_during_a_version_swap_comes_back_serving_the_new_version(tmp_path: Path) -> None:
+    v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
+    v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
+    with Fleet(root=tmp_path, central_env=CENTRAL_ENV, edge_env=EDGE_ENV) as fleet:
+        fleet.start(edges=1)
+        fleet.push("mlp", "1", v1)
+        fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+        assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
+
+        pushed = fleet.push("mlp", "2", v2)
+        marker = fleet.edges["e0"].data_dir / "versions" / "mlp" / "2" / "manifest.json"
+        # The marker is written as the version completes and the swap starts: session build,
+        # warm-up, switch, then v1 answers stragglers for retire_grace_s (5 s) before it goes.
+        sigkill_edge_when(fleet, "e0", lambda: marker if marker.exists() else None, 30, "v2 assembled")
+        assert fleet.dir is not None
+        log = (fleet.dir / "logs" / "e0.err").read_text()
+        assert "mlp version 1 retired" not in log  # killed before the swap was over
+
+        fleet.start_edge("e0")
+        wait_until(lambda: version(fleet, "e0", "mlp", "2").get("state") == "complete", 30, "v2 complete again")
+        fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+        assert infer(fleet, "e0", "mlp", 32)["model_version"] == "2"
+        fleet.stop_edge("e0")
+        assert_edge_files_sound(fleet, "e0", "mlp", "2", pushed.manifest)
+
+
+def test_a_rollout_to_an_edge_whose_cache_is_too_small_rolls_back_with_the_reason(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    small = build_mlp(tmp_path / "small.onnx", width=32, hidden_layers=1)
+    large = build_mlp(tmp_path / "large.onnx", width=384, hidden_layers=4)  # ~2.7 MB
+    central_mqtt, edge_mqtt = mqtt_envs(mosquitto)
+    tiny_cache = {**EDGE_ENV, **edge_mqtt, "MODELFLEET_CACHE_BYTES": str(1024 * 1024)}
+    with Fleet(root=tmp_path, central_env={**CENTRAL_ENV, **central_mqtt}, edge_env=tiny_cache) as fleet:
+        fleet.start(edges=1)
+        fleet.push("mlp", "1", small)
+        fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+        assert fleet.central is not None
+        models = f"{fleet.central.http_url}/api/v1/models/mlp"
+        pushed = fleet.client.post(f"{models}/versions", params={"version": "2", "activate": "false"},
+                                   content=large.read_bytes())  # fmt: skip
+        assert pushed.status_code == 201, pushed.text
+        started = fleet.client.post(f"{models}/rollouts", json={"version": "2", "canary": 1.0})
+        assert started.status_code == 201, started.text
+
+        def rollout() -> dict[str, Any]:
+            doc: dict[str, Any] = fleet.client.get(f"{models}/rollout").json()
+            return doc
+
+        wait_until(lambda: rollout()["state"] == "rolled_back", 30, "the rollout rolled back")
+        assert "e0: cache too small" in rollout()["reason"]  # the edge's reason, through its heartbeats
+        assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
         assert fleet.edge_status("e0")["cache"]["bytes"] <= 1024 * 1024
