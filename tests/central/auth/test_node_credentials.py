@@ -30,8 +30,9 @@ Metadata = tuple[tuple[str, str], ...]
 
 @pytest.fixture
 async def guarded(tmp_path: Path) -> AsyncIterator[CentralServer]:
-    """Central requiring node tokens on its Registry (REST open: auth.enabled stays off)."""
-    server = CentralServer(central_settings(tmp_path / "central", auth={"nodes_required": True}))
+    """Central requiring node tokens on its Registry and operator tokens for REST writes."""
+    settings = central_settings(tmp_path / "central", auth={"enabled": True, "nodes_required": True})
+    server = CentralServer(settings)
     await server.start()
     yield server
     await server.stop()
@@ -88,6 +89,14 @@ async def test_every_registry_call_needs_a_node_token_and_operator_tokens_are_no
         assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, (md, codes)
     assert guarded.central.nodes.get("edge-a") is None
 
+    # Nor is a node token an operator: not from its own store, not copied into the operator one.
+    node_token = node_tokens(tmp_path).create("edge-a", Role.NODE, node_id="edge-a")
+    copied = TokenStore(tmp_path / "central" / "tokens.json").create("edge-b", Role.NODE, node_id="edge-b")
+    async with httpx.AsyncClient(base_url=guarded.http_url, timeout=30) as api:
+        for token in (node_token, copied):
+            response = await api.delete("/api/v1/models/m/versions/1", headers={"Authorization": f"Bearer {token}"})
+            assert response.status_code == 401, response.text
+
 
 async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immediate(
     tmp_path: Path, guarded: CentralServer, stub: registry_pb2_grpc.RegistryStub
@@ -113,9 +122,8 @@ async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immedia
     ).accepted
     watch = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="edge-b"), metadata=a)
     assert await code_of(watch) == grpc.StatusCode.PERMISSION_DENIED
-    assert (
-        await stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="edge-a"), metadata=a).read()
-    ).generation >= 0
+    own_watch = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="edge-a"), metadata=a)
+    assert isinstance(await own_watch.read(), registry_pb2.DesiredState)
     # Past the credential check: any node may read manifests (this one does not exist).
     manifest = stub.GetManifest(registry_pb2.GetManifestRequest(name="m", version="1"), metadata=a)
     assert await code_of(manifest) == grpc.StatusCode.NOT_FOUND
@@ -124,6 +132,10 @@ async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immedia
     assert revoked.exit_code == 0, revoked.output
     register = stub.Register(registry_pb2.RegisterRequest(node=node("edge-a")), metadata=a)
     assert await code_of(register) == grpc.StatusCode.UNAUTHENTICATED
+    # The stream edge-a opened before gets no further state: the next change ends it.
+    d = bearer_metadata(node_tokens(tmp_path).create("edge-d", Role.NODE, node_id="edge-d"))
+    assert (await stub.Register(registry_pb2.RegisterRequest(node=node("edge-d")), metadata=d)).accepted
+    assert await code_of(own_watch) == grpc.StatusCode.UNAUTHENTICATED
     listed = await cli("node-token", "list", "--json", "--data-dir", data_dir)
     assert '"node_id": "edge-b"' in listed.stdout and "edge-a" not in listed.stdout
 
@@ -143,7 +155,9 @@ async def test_an_edge_with_its_token_serves_and_one_with_another_nodes_token_is
     impostor = await make_edge("edge-c", guarded, node_token=token_file.read_text().strip())
     await wait_for(edge.follower.connected.is_set, what="edge-a registered")
 
-    async with httpx.AsyncClient(base_url=guarded.http_url, timeout=30) as api:
+    admin = TokenStore(tmp_path / "central" / "tokens.json").create("ci", Role.ADMIN)
+    headers = {"Authorization": f"Bearer {admin}"}
+    async with httpx.AsyncClient(base_url=guarded.http_url, timeout=30, headers=headers) as api:
         assert (await push(api, "tiny", small_model_file)).status_code == 201
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny on edge-a")
     assert edge.fetcher.stats.bytes_from_origin > 0  # origin fetches carried the token too
