@@ -193,9 +193,11 @@ async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: Mos
         tracker = central.tracker
         with (
             Subscriber(secured, f"{TOPICS.prefix}/#", **credentials("dashboard")) as seen,
+            Subscriber(secured, f"{TOPICS.prefix}/#", **credentials("edge-b")) as edge_reader,
             RawClient(secured.host, secured.port, **credentials("edge-a")) as a,
+            RawClient(secured.host, secured.port, **credentials("dashboard")) as d,
         ):
-            assert a.wait_connack() is None
+            assert a.wait_connack() is None and d.wait_connack() is None
             seen.wait_topic(TOPICS.central_status)  # central's retained "online"
             forged_event = Event(type="node_dead", node_id="edge-b", ts=ms()).model_dump_json().encode()
             offline = CentralStatus(state="offline", ts=ms(), central_id="forged").model_dump_json().encode()
@@ -205,6 +207,9 @@ async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: Mos
             a.publish(TOPICS.central_status, offline, retain=True)
             a.publish(TOPICS.events, forged_event)
             a.publish(f"{TOPICS.prefix}/nodes/edge-a/other", b"x")
+            # a read-only user cannot speak for central either (QoS 1: routed before its ack)
+            d.publish(TOPICS.events, forged_event)
+            d.publish(TOPICS.central_status, offline, retain=True)
             # Its own heartbeat goes through; the broker handles one client's packets in
             # order, so once this one is in, the forged ones before it would be too.
             a.publish(TOPICS.node_heartbeat("edge-a"), heartbeat("edge-a"), qos=0)
@@ -221,6 +226,7 @@ async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: Mos
         assert tracker.get("edge-b") is None
         assert tracker.counters.heartbeats_processed == 1 and tracker.counters.statuses_processed == 0
         assert tracker.counters.malformed_dropped == 0
+        assert edge_reader.messages == []  # an edge reads nothing, not even the others' heartbeats
 
 
 async def test_a_heartbeat_whose_payload_names_another_node_is_dropped_and_counted(secured: MosquittoBroker) -> None:
