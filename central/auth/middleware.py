@@ -41,6 +41,10 @@ class OperatorAuth:
             return True
         return method in _READS and not self.protect_reads
 
+    def protects(self, method: str, path: str) -> bool:
+        """Whether ``method path`` needs a token (central's OpenAPI document declares 401/403 there)."""
+        return not self._is_open(method, path)
+
     def _caller(self, scope: Scope) -> TokenRecord | None:
         token = bearer(scope)
         record = self.store.verify(token) if token is not None else None

@@ -106,6 +106,22 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(parts)
 
 
+class GatewayError(BaseModel):
+    """The gateway's own error answers: ``{"error": "…"}``."""
+
+    error: str
+
+
+#: The gateway's 503 (a node's answers pass through as they are; 413 is declared app-wide).
+_INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": GatewayError,
+        "description": "No node can serve the model, or the gateway holds max_outstanding requests",
+        "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
+    },
+}
+
+
 def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     """The gateway's routes over ``proxy``."""
     router = APIRouter()
@@ -137,11 +153,11 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
             proxy.observer(name, answer.status, time.perf_counter() - started)
         return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
 
-    @router.post("/v2/models/{name}/infer")
+    @router.post("/v2/models/{name}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer(name: str, request: Request) -> Response:
         return await forward(name, None, request)
 
-    @router.post("/v2/models/{name}/versions/{version}/infer")
+    @router.post("/v2/models/{name}/versions/{version}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer_version(name: str, version: str, request: Request) -> Response:
         return await forward(name, version, request)
 

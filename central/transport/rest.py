@@ -41,6 +41,14 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 404, 405, 409, 413, 422)
 }
+#: A push refused because ``max_concurrent_uploads`` pushes are in progress.
+PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": ErrorBody,
+        "description": "Too many pushes in progress (max_concurrent_uploads); retry after Retry-After seconds",
+        "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
+    }
+}
 
 
 def _version_summary(r: VersionRecord) -> dict[str, Any]:
@@ -106,6 +114,33 @@ def _install_auth(app: FastAPI, central: Central) -> None:
     if not store.records():
         log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.path)
     app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
+    _declare_auth(app, OperatorAuth(app, store=store, protect_reads=auth.protect_reads))
+
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+_ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
+
+def _declare_auth(app: FastAPI, auth: OperatorAuth) -> None:
+    """Declare in the OpenAPI document the 401 (every protected operation) and 403 (writes:
+    a viewer's token) that ``auth`` answers before any route runs."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                if method not in _METHODS or not auth.protects(method.upper(), path):
+                    continue
+                responses = operation.setdefault("responses", {})
+                responses["401"] = {"description": "No token, or one central does not know", "content": _ERROR_REF}
+                if method.upper() not in ("GET", "HEAD", "OPTIONS"):
+                    responses["403"] = {"description": "A viewer's token: writes need admin", "content": _ERROR_REF}
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(central: Central) -> FastAPI:
@@ -129,7 +164,7 @@ def create_app(central: Central) -> FastAPI:
     async def list_versions(name: str) -> list[dict[str, Any]]:
         return [_version_summary(r) for r in registry.list_versions(name)]
 
-    @app.post("/api/v1/models/{name:path}/versions", status_code=201, response_model=None)
+    @app.post("/api/v1/models/{name:path}/versions", status_code=201, response_model=None, responses=PUSH_RESPONSES)
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")

@@ -10,11 +10,14 @@ from pathlib import Path
 import httpx
 from openapi_fuzzing import FuzzReport, fuzz_api
 
+from central.auth import Role, TokenStore
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
+from conftest import EdgeFactory, central_settings, push, wait_for
 
 #: Per operation; about 20 operations per server keep each run to a few seconds.
 EXAMPLES = 20
+#: With auth on, every write stops at the middleware: a few cases per operation show it.
+AUTH_EXAMPLES = 5
 
 
 def _failures(report: FuzzReport) -> str:
@@ -37,6 +40,29 @@ async def test_central_api_answers_every_fuzzed_request_as_documented(
     assert "POST /api/v1/models/{name}/versions" in report.operations
     assert report.statuses["GET /api/v1/models/{name}/versions"][200] > 0  # the pushed model was listed
     assert (await api.get("/api/v1/models/tiny/versions/v1")).status_code == 200  # fuzzing deleted nothing real
+
+
+async def test_central_api_with_auth_declares_its_refusals(tmp_path: Path, small_model_file: Path) -> None:
+    """Operator auth on, no token sent: every write is refused with the 401 the document declares."""
+    server = CentralServer(central_settings(tmp_path / "central", auth={"enabled": True}))
+    admin = TokenStore(tmp_path / "central" / "tokens.json").create("ci", Role.ADMIN)
+    await server.start()
+    try:
+        headers = {"Authorization": f"Bearer {admin}"}
+        async with httpx.AsyncClient(base_url=server.http_url, headers=headers, timeout=30) as api:
+            assert (await push(api, "tiny", small_model_file, version="v1")).status_code == 201
+        report = await asyncio.to_thread(
+            fuzz_api,
+            server.http_url,
+            exclude=r"/stream|/infer|/gateway",
+            pins={"name": "tiny", "version": "v1"},
+            max_examples=AUTH_EXAMPLES,
+        )
+    finally:
+        await server.stop()
+    assert not report.failures, _failures(report)
+    assert report.statuses["POST /api/v1/models/{name}/versions"][401] > 0
+    assert report.statuses["DELETE /api/v1/models/{name}/versions/{version}"][401] > 0
 
 
 async def test_edge_api_answers_every_fuzzed_request_as_documented(
