@@ -1,7 +1,8 @@
 """Central's queue limits on real servers: pushes beyond ``max_concurrent_uploads`` get
 503 with ``Retry-After`` before their body is read, and origin chunk streams beyond
 ``origin.max_concurrent_streams`` plus ``origin.max_waiting_streams`` are refused with
-RESOURCE_EXHAUSTED; after each burst, normal requests succeed again (no slot leaks)."""
+RESOURCE_EXHAUSTED, which an edge treats as retryable; after each burst, normal requests
+succeed again (no slot leaks)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import central_settings, push, wait_for
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.digest import CHUNK_PIECE_BYTES
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
@@ -98,4 +99,23 @@ async def test_origin_streams_beyond_the_waiting_queue_get_resource_exhausted(
             data = await _read_all(fetch(tiny[0]["digest"]))
             assert hashlib.sha256(data).hexdigest() == tiny[0]["digest"]
     finally:
+        await server.stop()
+
+
+async def test_an_edge_refused_by_a_full_origin_retries_and_completes(
+    tmp_path: Path, model_file: Path, make_edge: EdgeFactory
+) -> None:
+    # No waiting line at all: every stream beyond the one slot is refused at once.
+    origin = {"max_concurrent_streams": 1, "max_waiting_streams": 0}
+    server = CentralServer(central_settings(tmp_path / "central", origin=origin))
+    await server.start()
+    edge = await make_edge("edge-0", server)
+    try:
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=30) as api:
+            assert (await push(api, "mlp", model_file)).status_code == 201
+        await wait_for(lambda: version_state(edge, "mlp", "1") == "complete", 30, "the edge holding mlp 1")
+        assert server.central.origin.stats.overloaded > 0  # it was refused, and retried
+        assert edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+    finally:
+        await edge.stop()
         await server.stop()
