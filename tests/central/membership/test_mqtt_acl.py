@@ -252,12 +252,16 @@ async def test_a_heartbeat_whose_payload_names_another_node_is_dropped_and_count
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LeafFiles]:
-    """The fleet CA's broker certificate, and one from a CA nobody trusts."""
+    """The fleet CA's broker and client certificates, and one from a CA nobody trusts."""
     directory = tmp_path_factory.mktemp("mqtt-pki")
     fleet = CertAuthority(directory, "fleet")
     rogue = CertAuthority(directory / "rogue", "rogue")
     # the broker's certificate names 127.0.0.1 only: dialling "localhost" must fail
-    return {"broker": fleet.issue("broker", sans=("127.0.0.1",)), "rogue": rogue.issue("rogue-broker")}
+    return {
+        "broker": fleet.issue("broker", sans=("127.0.0.1",)),
+        "central": fleet.issue("central"),
+        "rogue": rogue.issue("rogue-broker"),
+    }
 
 
 @pytest.fixture
@@ -290,6 +294,29 @@ async def test_edge_heartbeats_reach_central_over_tls(
                 b.publish(TOPICS.node_heartbeat("edge-b"), heartbeat("edge-b", seq=seq), qos=0)
             await wait_for(lambda: central.tracker.counters.heartbeats_processed == before + burst, "the burst")
         assert central.tracker.counters.malformed_dropped == 0
+
+
+async def test_a_broker_that_requires_client_certificates_takes_central_with_one(
+    pki: dict[str, LeafFiles],
+) -> None:
+    broker_leaf, central_leaf = pki["broker"], pki["central"]
+    tls = BrokerTls(broker_leaf.cert_file, broker_leaf.key_file, broker_leaf.ca_file, require_certificate=True)
+    with MosquittoBroker(users=USERS, acl=ACL, tls=tls) as broker:
+        assert broker.tls_port is not None
+        mutual = {"enabled": True, **{k: getattr(central_leaf, k) for k in ("ca_file", "cert_file", "key_file")}}
+        async with Central(consumer_settings(broker.tls_port, tls=mutual, **credentials("central"))) as central:
+            assert await central.consumer.wait_connected(5)
+        # without a certificate the broker ends the handshake
+        no_cert = MqttTlsSettings(enabled=True, ca_file=central_leaf.ca_file).ssl_context()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            try:  # TLS 1.3: the handshake "succeeds" and the broker closes; 1.2: it fails
+                with RawClient("127.0.0.1", broker.tls_port, context=no_cert, **credentials("central")) as bare:
+                    refused = bare.closed.wait(5) and not bare.connack.is_set()
+            except OSError:
+                refused = True
+            gc.collect()
+        assert refused, "a client without a certificate got a CONNACK"
 
 
 def test_plaintext_and_untrusting_clients_cannot_use_the_tls_port(
