@@ -119,9 +119,19 @@ class Materializer:
                 )
                 log.error("refusing %s", reason)
                 self.refusals[key] = reason
+                self._spawn(self._keep_serving(m))
             progress = VersionProgress(m.name, m.version, "failed", len(m.unique_chunks()), size=m.size)
             progress.error = self.refusals[key]
             self.progress[key] = progress
+
+    async def _keep_serving(self, refused: Manifest) -> None:
+        """Serve the newest complete version of ``refused``'s model on disk: a no-op while it is
+        loaded, what keeps the model served when the refusal comes right after a restart."""
+        fallback = await asyncio.to_thread(self._files.latest_complete, refused.name, refused.version)
+        if fallback is None or self._refused(fallback) is not None:
+            return
+        log.info("%s: still serving version %s from disk", refused.name, fallback.version)
+        await self._completed(fallback)
 
     def _spawn_seed(self, version: DesiredVersion) -> None:
         self._spawn(self._seed(version))

@@ -66,6 +66,20 @@ class VersionFiles:
         except ValueError:
             return False
 
+    def latest_complete(self, name: str, exclude: str) -> Manifest | None:
+        """The most recently completed version of ``name`` on disk other than ``exclude``."""
+        found: list[tuple[float, Manifest]] = []
+        for marker in (self.root / name).glob(f"*/{MANIFEST_FILE}"):
+            if marker.parent.name == exclude or not (marker.parent / MODEL_FILE).is_file():
+                continue
+            try:
+                manifest = Manifest.model_validate_json(marker.read_text())
+            except (OSError, ValueError):
+                continue
+            if (manifest.name, manifest.version) == (name, marker.parent.name):
+                found.append((marker.stat().st_mtime, manifest))
+        return max(found, key=lambda f: f[0])[1] if found else None
+
     def assemble(self, manifest: Manifest, read: Callable[[str], bytes | None]) -> Path:
         """Concatenate the chunks, verify the whole file, and publish it atomically."""
         directory = self.directory(manifest.name, manifest.version)

@@ -62,6 +62,12 @@ def test_a_version_larger_than_the_cache_fails_clearly_and_the_old_one_keeps_ser
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"  # still serving what it has
         assert fleet.edge_status("e0")["cache"]["bytes"] <= 1024 * 1024
 
+        fleet.stop_edge("e0")  # restarted, it is told to serve v2 only: it serves v1 from its disk
+        fleet.start_edge("e0")
+        wait_until(lambda: version(fleet, "e0", "mlp", "2").get("state") == "failed", 30, "v2 refused again")
+        fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+        assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
+
 
 def _temp_in(directory: Path, prefix: str) -> Path | None:
     """A non-empty temp file of the edge's version writer in ``directory``, if one is there."""
