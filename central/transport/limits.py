@@ -5,9 +5,16 @@ under ``max_upload_bytes``), and the gateway's ``/v2`` routes keep their own cap
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from central.errors import Overloaded
+
+if TYPE_CHECKING:
+    from central.transport.uploads import UploadSlots
 
 #: Default cap on one REST JSON body (central's ``max_json_body_bytes``).
 DEFAULT_MAX_JSON_BODY_BYTES = 1024 * 1024
@@ -61,3 +68,28 @@ class JsonBodyLimit:
             return message
 
         await self.app(scope, capped, send)
+
+
+class UploadLimit:
+    """ASGI middleware: a push when ``slots`` are all taken is a 503 ``{"error": …}`` with
+    ``Retry-After``, before a byte of its body is read; otherwise the push holds a slot
+    until its response has ended (or the client went away)."""
+
+    def __init__(self, app: ASGIApp, slots: UploadSlots) -> None:
+        self.app = app
+        self.slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_upload(scope["method"], scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        try:
+            self.slots.acquire()
+        except Overloaded as exc:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            await JSONResponse({"error": exc.message}, status_code=503, headers=headers)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.slots.release()

@@ -21,7 +21,7 @@ from central.gateway import create_gateway_router
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
-from central.transport.limits import JsonBodyLimit
+from central.transport.limits import JsonBodyLimit, UploadLimit
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import UploadSlots, parse_flag, receive_push
@@ -148,9 +148,11 @@ def create_app(central: Central) -> FastAPI:
     app = FastAPI(title="modelfleet central", version="0.1.0", responses=ERROR_RESPONSES)
     _install_error_handlers(app)
     app.add_middleware(JsonBodyLimit, max_bytes=central.settings.max_json_body_bytes)
+    # Inside auth (a refused write takes no slot), around the whole push: the slot is held
+    # until the response ends, streamed (?progress=ndjson) or not, whatever ends it.
+    app.add_middleware(UploadLimit, slots=UploadSlots(central.settings.max_concurrent_uploads))
     _install_auth(app, central)
     registry = central.registry
-    uploads = app.state.uploads = UploadSlots(central.settings.max_concurrent_uploads)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -168,12 +170,7 @@ def create_app(central: Central) -> FastAPI:
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
-        uploads.acquire()  # before the body is read: a refused push stages nothing
-        try:
-            pushed = await receive_push(request, central.staging)
-        except BaseException:
-            uploads.release()
-            raise
+        pushed = await receive_push(request, central.staging)
 
         async def commit() -> dict[str, Any]:
             calibration = pushed.calibration.path if pushed.calibration else None
@@ -189,7 +186,6 @@ def create_app(central: Central) -> FastAPI:
                 )
             finally:
                 pushed.discard()
-                uploads.release()
             if activate:  # before the coalesced refresh runs: one plan, the new stable version
                 central.rollouts.activated(name, result.manifest.version)
             return {"manifest": result.manifest.model_dump(), "report": result.report}

@@ -30,6 +30,16 @@ async def _held(data: bytes, release: asyncio.Event) -> AsyncIterator[bytes]:
     yield data[1024:]
 
 
+async def _push_once_free(api: httpx.AsyncClient, model: Path) -> httpx.Response:
+    """A streamed push, retried while refused (the slot is given back as the aborted
+    request unwinds); a slot that never comes back fails the test."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while (response := await push(api, "third", model, progress="ndjson")).status_code == 503:
+        assert asyncio.get_running_loop().time() < deadline, "the aborted push kept its upload slot"
+        await asyncio.sleep(0.05)
+    return response
+
+
 async def test_pushes_beyond_max_concurrent_uploads_get_503_with_retry_after(
     tmp_path: Path, small_model_file: Path
 ) -> None:
@@ -52,7 +62,13 @@ async def test_pushes_beyond_max_concurrent_uploads_get_503_with_retry_after(
             release.set()
             assert (await first).status_code == 201
             assert (await push(api, "other", small_model_file)).status_code == 201  # the slot came back
-            assert not list(staging.iterdir())
+
+            # A client that goes away mid-body gives its slot back too.
+            gone = asyncio.create_task(api.post(url, content=_held(small_model_file.read_bytes(), asyncio.Event())))
+            await wait_for(lambda: any(staging.glob("upload-*")), 10, "a push staging its body")
+            gone.cancel()
+            await wait_for(lambda: not list(staging.iterdir()), 10, "the abandoned upload removed")
+            assert (await _push_once_free(api, small_model_file)).status_code == 200
     finally:
         await server.stop()
 
