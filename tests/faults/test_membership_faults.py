@@ -1,5 +1,5 @@
-"""Membership under faults with real processes: central frozen (SIGSTOP) and resumed, the
-broker SIGKILLed in the middle of a burst of heartbeats and restarted."""
+"""Membership under faults with real processes: central frozen (SIGSTOP) in the middle of a
+push and resumed, the broker SIGKILLed in the middle of a burst of heartbeats and restarted."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import paho.mqtt.client as mqtt
 from _faults import CENTRAL_ENV, EDGE_ENV, infer, mqtt_envs, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
@@ -46,29 +47,48 @@ def serving_fleet(broker: MosquittoBroker, root: Path) -> Iterator[Fleet]:
         yield fleet
 
 
-def test_a_frozen_central_leaves_the_edges_serving_and_declares_no_node_dead(
+def _frozen_during_upload(fleet: Fleet, model: Path, freeze_s: float) -> Iterator[bytes]:
+    """A push body: half the file, then central frozen for ``freeze_s`` while the edges are
+    asked for inference (their own client: the push holds the fleet's), then the rest."""
+    assert fleet.central is not None
+    central, data = fleet.central.popen, model.read_bytes()
+    yield data[: len(data) // 2]
+    central.send_signal(signal.SIGSTOP)
+    try:
+        with httpx.Client(timeout=10) as client:
+            body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, WIDTH], "data": [0.0] * WIDTH}]}
+            frozen_until = time.monotonic() + freeze_s
+            while time.monotonic() < frozen_until:  # the edges serve on their own
+                for node in fleet.edges:
+                    answer = client.post(f"{fleet.edges[node].http_url}/v2/models/mlp/infer", json=body)
+                    assert answer.status_code == 200 and answer.json()["model_version"] == "1", answer.text
+                time.sleep(0.2)
+    finally:
+        central.send_signal(signal.SIGCONT)
+    yield data[len(data) // 2 :]
+
+
+def test_a_central_frozen_mid_push_leaves_the_edges_serving_declares_no_node_dead_and_finishes_the_push(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
     with serving_fleet(mosquitto, tmp_path) as fleet:
         assert fleet.central is not None
-        central = fleet.central.popen
         before = len(fleet.events())
-        central.send_signal(signal.SIGSTOP)
-        try:
-            frozen_until = time.monotonic() + 3.0  # 10 heartbeat intervals, 3× dead_after
-            while time.monotonic() < frozen_until:  # the edges serve on their own
-                assert {infer(fleet, node, "mlp", WIDTH)["model_version"] for node in fleet.edges} == {"1"}
-                time.sleep(0.2)
-        finally:
-            central.send_signal(signal.SIGCONT)
+        v2 = build_mlp(tmp_path / "v2.onnx", width=WIDTH, hidden_layers=1, seed=1)
+        pushed = fleet.client.post(  # frozen 3 s: 10 heartbeat intervals, 3× dead_after
+            f"{fleet.central.http_url}/api/v1/models/mlp/versions",
+            params={"version": "2"},
+            content=_frozen_during_upload(fleet, v2, 3.0),
+            headers={"content-length": str(v2.stat().st_size), "content-type": "application/octet-stream"},
+        )
+        assert pushed.status_code == 201, pushed.text  # acknowledged once central runs again ...
+        for node in fleet.edges:  # ... and delivered: the desired-state streams survived the freeze
+            wait_until(lambda n=node: infer(fleet, n, "mlp", WIDTH)["model_version"] == "2", 30, f"{node} on v2")
 
         wait_until(lambda: _states(fleet) == dict.fromkeys(fleet.edges, "alive"), 15, "both edges alive")
-        time.sleep(2.0)  # several intervals after the thaw: no late verdict from the frozen time
+        time.sleep(1.0)  # several intervals after the thaw: no late verdict from the frozen time
         assert _states(fleet) == dict.fromkeys(fleet.edges, "alive")
         assert _liveness_events(fleet.events()[before:]) == []  # its own freeze is not the nodes' silence
-        fleet.push("mlp", "2", build_mlp(tmp_path / "v2.onnx", width=WIDTH, hidden_layers=1, seed=1))
-        for node in fleet.edges:  # the desired-state streams survived the freeze too
-            wait_until(lambda n=node: infer(fleet, n, "mlp", WIDTH)["model_version"] == "2", 30, f"{node} on v2")
 
 
 class HeartbeatBurst:
