@@ -8,6 +8,7 @@ files a killed process leaves behind are removed when the next one opens the dir
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleetwire.manifest import Manifest
+
+log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
@@ -24,6 +27,11 @@ _TEMP_PREFIXES = (".assemble-", ".manifest-")
 
 class AssemblyError(Exception):
     """The chunks did not add up to the manifest's file."""
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -57,14 +65,21 @@ class VersionFiles:
         return self.directory(name, version) / MODEL_FILE
 
     def is_complete(self, manifest: Manifest) -> bool:
-        """True when the version was assembled and verified before."""
+        """True when the version was assembled before and its file still has the manifest's
+        size and sha256 (re-hashed: a file changed on disk since is assembled again)."""
         marker = self.directory(manifest.name, manifest.version) / MANIFEST_FILE
-        if not marker.is_file() or not self.model_path(manifest.name, manifest.version).is_file():
+        model = self.model_path(manifest.name, manifest.version)
+        if not marker.is_file() or not model.is_file():
             return False
         try:
-            return Manifest.model_validate_json(marker.read_text()).sha256 == manifest.sha256
+            if Manifest.model_validate_json(marker.read_text()).sha256 != manifest.sha256:
+                return False
         except ValueError:
             return False
+        if model.stat().st_size == manifest.size and _file_sha256(model) == manifest.sha256:
+            return True
+        log.warning("%s:%s on disk does not match its manifest; assembling it again", manifest.name, manifest.version)
+        return False
 
     def latest_complete(self, name: str, exclude: str) -> Manifest | None:
         """The most recently completed version of ``name`` on disk other than ``exclude``."""

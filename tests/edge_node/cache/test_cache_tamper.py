@@ -66,3 +66,27 @@ async def test_a_tampered_chunk_is_dropped_refetched_and_never_served_or_loaded(
         assert v1.json()["outputs"][0]["data"] == v2.json()["outputs"][0]["data"]
         metrics = metric_samples((await oip.get("/metrics")).text)
     assert sample(metrics, "modelfleet_cache_corrupt_dropped_total") == 2
+
+
+async def test_a_tampered_model_file_and_chunk_are_rebuilt_at_restart(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    edge = await make_edge("edge-0", central, fetch={"hot_cache_bytes": 0})
+    published = small_model_file.read_bytes()
+    assert (await push(api, "tiny", small_model_file)).status_code == 201
+    await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny 1 on the edge")
+    model = edge.files.model_path("tiny", "1")
+    await edge.stop()
+
+    tampered = bytearray(published)
+    tampered[-10] ^= 0xFF
+    model.write_bytes(bytes(tampered))  # the assembled file, marked complete, and its chunk
+    _tamper(edge, published)
+
+    again = await make_edge("edge-0", central, fetch={"hot_cache_bytes": 0})
+    await wait_for(lambda: version_state(again, "tiny", "1") == "complete", what="tiny 1 rebuilt")
+    assert model.read_bytes() == published
+    assert again.store.stats().corrupt_dropped == 1 and again.fetcher.stats.chunks_from_origin == 1
+    await wait_for(lambda: again.repository.ready(), what="tiny serving")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{again.http_port}", timeout=30) as oip:
+        assert (await oip.post("/v2/models/tiny/infer", json=REQUEST)).status_code == 200
