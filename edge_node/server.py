@@ -67,7 +67,9 @@ class Edge:
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
-            self.fetcher, StreamLimiter(limits.max_peer_streams_per_node, limits.max_peer_streams)
+            self.fetcher,
+            StreamLimiter(limits.max_peer_streams_per_node, limits.max_peer_streams),
+            view_wait_s=settings.fetch.relay_view_wait_s,
         )
         self.follower = DesiredStateFollower(
             self.node_info,

@@ -33,6 +33,14 @@ class FetchSettings(BaseModel):
     hot_cache_bytes: int = Field(
         128 * 1024 * 1024, ge=0, description="Recently verified chunks kept in memory for peers and assembly."
     )
+    relay_view_wait_s: float = Field(
+        1.0,
+        ge=0,
+        description=(
+            "How long a peer's request naming this node as owner of a chunk its own desired state does not list"
+            " waits for that state to arrive (the requester may get its copy first); then NOT_FOUND."
+        ),
+    )
 
 
 class InferenceSettings(BaseModel):

@@ -5,6 +5,8 @@ redirects fetches that are already retrying."""
 
 from __future__ import annotations
 
+import asyncio
+
 
 class PlacementView:
     """digest → owners and size, node id → gRPC address."""
@@ -12,6 +14,7 @@ class PlacementView:
     def __init__(self) -> None:
         self._owners: dict[str, list[str]] = {}
         self._sizes: dict[str, int] = {}
+        self._updated = asyncio.Event()
         self._peers: dict[str, str] = {}
         self.placement_enabled = True
 
@@ -25,12 +28,18 @@ class PlacementView:
         """Replace the view with a new desired state's (``sizes``: digest → bytes, from its manifests)."""
         self._owners = owners
         self._sizes = sizes or {}
+        updated, self._updated = self._updated, asyncio.Event()
+        updated.set()  # wakes whoever waits in changed(); later waiters wait for the next update
         self._peers = peers
         self.placement_enabled = placement_enabled
 
     def owners(self, digest: str) -> list[str]:
         """Owners of ``digest`` in placement order ([] when unknown)."""
         return self._owners.get(digest, [])
+
+    async def changed(self) -> None:
+        """Return at the next ``update``."""
+        await self._updated.wait()
 
     def size(self, digest: str) -> int | None:
         """The chunk's size from a manifest of the desired state, or None when unknown."""

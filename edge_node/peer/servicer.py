@@ -20,14 +20,21 @@ from edge_node.peer.limits import StreamLimiter, StreamsExhausted
 from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
 
+#: How long a request naming this node as owner of a chunk its desired state does not
+#: list yet waits for that state (the requester may have received its own copy first).
+VIEW_WAIT_S = 1.0
+
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
     """Chunks for other edges."""
 
-    def __init__(self, fetcher: ChunkFetcher, limiter: StreamLimiter | None = None) -> None:
+    def __init__(
+        self, fetcher: ChunkFetcher, limiter: StreamLimiter | None = None, view_wait_s: float = VIEW_WAIT_S
+    ) -> None:
         """``limiter`` caps concurrent FetchChunk streams per requesting node and in total
         (default: 8 per node, 64 in all)."""
         self._fetcher = fetcher
+        self._view_wait_s = view_wait_s
         self.limiter = limiter or StreamLimiter(per_requester=8, total=64)
         self.chunks_served = 0
         #: Requests for chunks not held here that this node does not own (never relayed).
@@ -58,14 +65,14 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest[:80]!r}")
         data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.store.get, digest)
         if data is None:
-            view = self._fetcher.view
-            owners, size = view.owners(digest), view.size(digest)
-            if self._fetcher.node_id not in owners or size is None:
+            owned = await self._owned(digest, claimed=self._fetcher.node_id in request.owners)
+            if owned is None:
                 self.relays_refused += 1
                 await context.abort(
                     grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is not held here and this node does not own it"
                 )
-            assert size is not None
+            assert owned is not None
+            owners, size = owned
             try:
                 await self._fetcher.ensure(digest, size, owners)
             except FetchFailed as exc:
@@ -78,6 +85,26 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
             yield common_pb2.ChunkData(data=data[start : start + PEER_PIECE_BYTES])
         self.chunks_served += 1
         self.bytes_served += len(data)
+
+    async def _owned(self, digest: str, claimed: bool) -> tuple[list[str], int] | None:
+        """Owners and size of a chunk this node's own desired state says it owns, else None.
+        When the requester ``claimed`` this node owns it, wait up to ``view_wait_s`` for a
+        desired state that may be on its way; the claim itself decides nothing."""
+        view = self._fetcher.view
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self._view_wait_s if claimed else 0.0)
+        while True:
+            owners, size = view.owners(digest), view.size(digest)
+            if self._fetcher.node_id in owners and size is not None:
+                return owners, size
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            try:
+                async with asyncio.timeout(remaining):
+                    await view.changed()
+            except TimeoutError:
+                return None
 
     async def HasChunks(
         self, request: peer_pb2.HasChunksRequest, context: grpc.aio.ServicerContext

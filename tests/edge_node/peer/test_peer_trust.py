@@ -1,10 +1,13 @@
 """A peer's ``owners`` list is not trusted: a node relays (fetches upstream for a
 requester) only chunks its own desired state says it owns. A requester naming the node
 as owner of a chunk central stores but never sent this node (a version pushed without
-activation) gets NOT_FOUND, and the node fetched nothing for it."""
+activation) gets NOT_FOUND, and the node fetched nothing for it; a request that only
+arrives ahead of the owner's own desired state waits for it and is served."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from pathlib import Path
 
 import grpc
@@ -42,3 +45,26 @@ async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(
 
     assert edge.peer_servicer.relays_refused == 1
     assert edge.fetcher.stats.chunks_from_origin == fetched and not edge.store.has(hidden["digest"])
+
+
+async def test_a_request_ahead_of_the_owners_desired_state_waits_for_it(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    """A requester may learn the placement before the owner does: the owner waits (up to
+    ``fetch.relay_view_wait_s``) for its own desired state, then relays the chunk."""
+    edge = await make_edge("edge-0", central, fetch={"relay_view_wait_s": 10.0})
+    published = small_model_file.read_bytes()
+    digest = hashlib.sha256(published).hexdigest()  # the tiny model is one chunk
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
+        stub = peer_pb2_grpc.PeerStub(channel)
+        request = peer_pb2.PeerFetchRequest(digest=digest, requester="early", owners=["edge-0"])
+        early = asyncio.create_task(_read(stub.FetchChunk(request)))
+        await asyncio.sleep(0.2)
+        assert not early.done()  # waiting: this node does not know the chunk yet
+        assert (await push(api, "tiny", small_model_file)).status_code == 201
+        assert await early == published
+    assert edge.peer_servicer.relays_refused == 0
+
+
+async def _read(call: grpc.aio.UnaryStreamCall) -> bytes:  # type: ignore[type-arg]
+    return b"".join([piece.data async for piece in call])
