@@ -82,7 +82,8 @@ class VersionFiles:
         return False
 
     def latest_complete(self, name: str, exclude: str) -> Manifest | None:
-        """The most recently completed version of ``name`` on disk other than ``exclude``."""
+        """The most recently completed version of ``name`` on disk other than ``exclude`` whose
+        file still matches its manifest (``is_complete``: re-hashed)."""
         found: list[tuple[float, Manifest]] = []
         for marker in (self.root / name).glob(f"*/{MANIFEST_FILE}"):
             if marker.parent.name == exclude or not (marker.parent / MODEL_FILE).is_file():
@@ -93,7 +94,8 @@ class VersionFiles:
                 continue
             if (manifest.name, manifest.version) == (name, marker.parent.name):
                 found.append((marker.stat().st_mtime, manifest))
-        return max(found, key=lambda f: f[0])[1] if found else None
+        found.sort(key=lambda f: f[0], reverse=True)
+        return next((manifest for _, manifest in found if self.is_complete(manifest)), None)
 
     def assemble(self, manifest: Manifest, read: Callable[[str], bytes | None]) -> Path:
         """Concatenate the chunks, verify the whole file, and publish it atomically."""
