@@ -4,9 +4,11 @@ so core logic never handles ``_pb2`` classes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
-from fleetwire.v1 import common_pb2
+from fleetwire.signing import KeyEndorsement
+from fleetwire.v1 import common_pb2, registry_pb2
 
 
 def _spec_to_pb(spec: TensorSpec) -> common_pb2.TensorSpec:
@@ -51,3 +53,21 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         quantization=json.loads(pb.quantization_json) if pb.quantization_json else None,
         signature=pb.signature.hex(),
     )
+
+
+def endorsements_to_pb(chain: list[KeyEndorsement]) -> list[registry_pb2.KeyEndorsement]:
+    """The protobuf form of a manifest key's endorsement chain (RegisterReply)."""
+    return [
+        registry_pb2.KeyEndorsement(
+            old_public_key=e.old_public_key,
+            new_public_key=e.new_public_key,
+            created_at=e.created_at,
+            signature=e.signature,
+        )
+        for e in chain
+    ]
+
+
+def endorsements_from_pb(pbs: Iterable[registry_pb2.KeyEndorsement]) -> list[KeyEndorsement]:
+    """The model form of a RegisterReply's endorsement chain."""
+    return [KeyEndorsement(pb.old_public_key, pb.new_public_key, pb.created_at, pb.signature) for pb in pbs]

@@ -16,7 +16,7 @@ from central.core import Central
 from central.errors import BadRequest, CentralError
 from central.transport.converters import desired_state_to_pb, node_from_pb
 from fleetwire import names
-from fleetwire.convert import manifest_to_pb
+from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,12 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         if not node.grpc_address:
             await _abort(context, BadRequest("a node must announce its gRPC address"))
         self._central.nodes.register(node_from_pb(node))
+        signer = self._central.signer
         return registry_pb2.RegisterReply(
-            accepted=True, message="registered", manifest_public_key=self._central.signer.public_key
+            accepted=True,
+            message="registered",
+            manifest_public_key=signer.public_key,
+            key_endorsements=endorsements_to_pb(signer.endorsements),
         )
 
     async def Unregister(

@@ -15,6 +15,7 @@ from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.materializer import Materializer
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
+from fleetwire.convert import endorsements_from_pb
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class DesiredStateFollower:
         reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0, metadata=metadata)
         self.refusal = None
         if self._trust is not None:
-            self._trust.offer(reply.manifest_public_key)
+            self._trust.offer(reply.manifest_public_key, endorsements_from_pb(reply.key_endorsements))
         stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id), metadata=metadata)
         async for pb in stream:
             self.connected.set()

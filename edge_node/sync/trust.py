@@ -2,17 +2,28 @@
 
 Trust on first use: the public key central sends at registration is written to the
 data directory the first time and compared on every later registration. A different
-key is refused (logged as an error; manifests keep being checked against the pinned
-key, so nothing signed by the new key is loaded) unless the operator sets
-``manifest_key_repin``, after rotating central's key on purpose."""
+key is taken (re-pinned) only when central's chain of key endorsements leads from the
+pinned key to it, every link verified: that is how a rotation (``modelfleet keys
+rotate``) reaches the fleet. Any other key is refused (logged as an error; manifests keep
+being checked against the pinned key, so nothing signed by the new key is loaded) unless
+the operator sets ``manifest_key_repin``, the manual override."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from fleetwire.manifest import Manifest
-from fleetwire.signing import PUBLIC_KEY_BYTES, SignatureError, fingerprint, verify_manifest, write_atomic
+from fleetwire.signing import (
+    PUBLIC_KEY_BYTES,
+    KeyEndorsement,
+    SignatureError,
+    fingerprint,
+    verify_chain,
+    verify_manifest,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +48,9 @@ class ManifestTrust:
             return None
         return raw
 
-    def offer(self, key: bytes) -> bool:
-        """Take the key central announced: pin it if none is pinned (or re-pinning is on).
+    def offer(self, key: bytes, endorsements: Sequence[KeyEndorsement] = ()) -> bool:
+        """Take the key central announced: pin it if none is pinned, re-pin it if
+        ``endorsements`` lead to it from the pinned key (or re-pinning is on).
 
         Returns False when it differs from the pinned key and is refused.
         """
@@ -48,18 +60,26 @@ class ManifestTrust:
             log.error("central announced no usable manifest key (%d bytes); manifests cannot be verified", len(key))
             return False
         if self.pinned is not None and not self._repin:
-            log.error(
-                "central's manifest key %s differs from the pinned key %s: refusing it; every manifest it"
-                " signs is refused (set manifest_key_repin after a deliberate key rotation)",
-                fingerprint(key),
-                fingerprint(self.pinned),
-            )
-            return False
+            try:
+                links = verify_chain(self.pinned, key, endorsements)
+            except SignatureError as exc:
+                log.error(
+                    "central's manifest key %s differs from the pinned key %s and is not endorsed by it (%s):"
+                    " refusing it; every manifest it signs is refused (set manifest_key_repin to override)",
+                    fingerprint(key),
+                    fingerprint(self.pinned),
+                    exc,
+                )
+                return False
+            log.info("central rotated its manifest key: %d verified endorsement(s) lead to it", links)
+        self._pin(key)
+        return True
+
+    def _pin(self, key: bytes) -> None:
         write_atomic(self._path, key, 0o644)
         verb = "re-pinned" if self.pinned is not None else "pinned"
         self.pinned = key
         log.info("%s central's manifest key %s", verb, fingerprint(key))
-        return True
 
     def verify(self, manifest: Manifest) -> None:
         """Raise SignatureError unless the pinned key signed ``manifest``."""

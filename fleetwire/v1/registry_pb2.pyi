@@ -101,24 +101,66 @@ class RegisterReply(_message.Message):
     ACCEPTED_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     MANIFEST_PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    KEY_ENDORSEMENTS_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
     message: _builtins.str
     manifest_public_key: _builtins.bytes
     """raw Ed25519 key that signs manifests; edges pin it on first contact"""
+    @_builtins.property
+    def key_endorsements(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyEndorsement]:
+        """Every rotation of that key, oldest first: the last link's new key is manifest_public_key.
+        An edge pinned to an older key re-pins only along this chain, each link verified.
+        """
+
     def __init__(
         self,
         *,
         accepted: _builtins.bool = ...,
         message: _builtins.str = ...,
         manifest_public_key: _builtins.bytes = ...,
+        key_endorsements: _abc.Iterable[Global___KeyEndorsement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "manifest_public_key", b"manifest_public_key", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "key_endorsements", b"key_endorsements", "manifest_public_key", b"manifest_public_key", "message", b"message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterReply: _TypeAlias = RegisterReply  # noqa: Y015
+
+@_typing.final
+class KeyEndorsement(_message.Message):
+    """One rotation of central's manifest key: the new key, signed by the key it replaces."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OLD_PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    NEW_PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    old_public_key: _builtins.bytes
+    """raw Ed25519, 32 bytes"""
+    new_public_key: _builtins.bytes
+    """raw Ed25519, 32 bytes"""
+    created_at: _builtins.str
+    """ISO 8601, UTC"""
+    signature: _builtins.bytes
+    """by old_public_key, over fleetwire.signing.endorsement_bytes"""
+    def __init__(
+        self,
+        *,
+        old_public_key: _builtins.bytes = ...,
+        new_public_key: _builtins.bytes = ...,
+        created_at: _builtins.str = ...,
+        signature: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "new_public_key", b"new_public_key", "old_public_key", b"old_public_key", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyEndorsement: _TypeAlias = KeyEndorsement  # noqa: Y015
 
 @_typing.final
 class UnregisterRequest(_message.Message):
