@@ -1,0 +1,89 @@
+"""Key rotation with endorsement, end to end: central rotates its manifest key offline
+(``modelfleet keys rotate``) and restarts; an edge pinned to the old key follows the
+endorsement to the new one and keeps serving, an edge pinned to an unrelated key does not."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from central.server import CentralServer
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from edge_node.server import Edge
+from edge_node.sync.trust import PINNED_KEY_FILE
+from fleetwire.manifest import Manifest
+from fleetwire.signing import fingerprint, verify_manifest
+from modelfleet.cli import main
+from modelfleet.zoo import build_mlp
+
+_BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": np.ones(64).tolist()}]}
+
+
+async def _served_version(edge: Edge) -> str:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
+        response = await client.post("/v2/models/mlp/infer", json=_BODY)
+    assert response.status_code == 200, response.text
+    return str(response.json()["model_version"])
+
+
+async def _push(central: CentralServer, model: Path) -> Manifest:
+    async with httpx.AsyncClient(base_url=central.http_url, timeout=30) as api:
+        response = await push(api, "mlp", model)
+    assert response.status_code == 201, response.text
+    return Manifest.model_validate(response.json()["manifest"])
+
+
+async def test_an_edge_follows_a_rotated_key_and_an_edge_pinned_to_another_key_is_refused(
+    make_edge: EdgeFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Placement off: every edge fetches from the origin, so the refusing edge is no owner in the way.
+    settings = central_settings(tmp_path / "central", placement={"enabled": False})
+    first = CentralServer(settings)
+    await first.start()
+    key1 = first.central.signer.public_key
+    follower = await make_edge("edge-0", first)
+    await _push(first, build_mlp(tmp_path / "v1.onnx", width=64, hidden_layers=2))
+    await wait_for(lambda: version_state(follower, "mlp", "1") == "complete", what="v1 on the edge")
+    await first.stop()
+
+    assert main(["keys", "rotate", "--data-dir", str(settings.data_dir)]) == 0
+    capsys.readouterr()
+    assert main(["keys", "show", "--json", "--data-dir", str(settings.data_dir)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    key2 = bytes.fromhex(shown["current"]["public_key"])
+    assert key2 != key1
+    assert shown["endorsements"][0]["old"] == fingerprint(key1)
+    assert shown["retired_private_keys"] == [f"{fingerprint(key1)}.key"]
+
+    second = CentralServer(settings.model_copy(update={"grpc_port": first.grpc_port, "http_port": 0}))
+    await second.start()
+    try:
+        assert second.central.signer.public_key == key2
+        pin = tmp_path / "edge-0" / PINNED_KEY_FILE
+        await wait_for(lambda: pin.read_bytes() == key2, what="the edge re-pinning the endorsed key")
+        assert version_state(follower, "mlp", "1") == "complete"  # v1, re-signed with key 2, still holds
+
+        unrelated = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        (tmp_path / "edge-1").mkdir()
+        (tmp_path / "edge-1" / PINNED_KEY_FILE).write_bytes(unrelated)
+        with caplog.at_level(logging.ERROR, logger="edge_node.sync.trust"):
+            stranger = await make_edge("edge-1", second)
+            await wait_for(lambda: "not endorsed by it" in caplog.text, what="the other edge refusing key 2")
+
+        v2 = await _push(second, build_mlp(tmp_path / "v2.onnx", width=64, hidden_layers=2, head_seed=7))
+        verify_manifest(v2, key2)
+        await wait_for(lambda: version_state(follower, "mlp", "2") == "complete", what="v2 on the following edge")
+        assert await _served_version(follower) == "2"
+        await wait_for(lambda: version_state(stranger, "mlp", "2") == "failed", what="v2 refused by the other edge")
+        assert "signature does not match" in (stranger.materializer.progress[("mlp", "2")].error or "")
+        assert not stranger.store.has_many(c.digest for c in v2.chunks)
+        assert (tmp_path / "edge-1" / PINNED_KEY_FILE).read_bytes() == unrelated
+    finally:
+        await second.stop()
