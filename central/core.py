@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from central.dashboard.service import DashboardService
 from central.distribution import DesiredStateService
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
+from central.membership.event_journal import EventJournal
+from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker
@@ -24,6 +27,7 @@ from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
 from central.settings import CentralSettings
+from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
 
 
@@ -47,6 +51,7 @@ class Central:
         self._closed = False
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
+        self._fresh = not (data / "registry.sqlite3").exists()
         self.blobs = BlobStore(data / "blobs")
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes)
@@ -66,7 +71,8 @@ class Central:
         self.registry.remove_orphan_blobs()
         self.nodes = NodeDirectory(self.placement, on_change=self._changed)
         m = settings.mqtt
-        self.membership = m.make_tracker()
+        self.events = self._event_log(settings)
+        self.membership = m.make_tracker(events=self.events)
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
         self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
         tls = settings.tls
@@ -87,6 +93,16 @@ class Central:
         )
         self.dashboard = DashboardService(self)
         self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
+
+    @staticmethod
+    def _event_log(settings: CentralSettings) -> EventLog:
+        """The event log, restored from ``events.sqlite3`` and journaled there (unless ``events.persist`` is off)."""
+        e, kept = settings.events, settings.events_kept
+        journal = None
+        if e.persist:
+            path = settings.data_dir / "events.sqlite3"
+            journal = EventJournal(path, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events)
+        return EventLog(kept, journal=journal)
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
@@ -125,12 +141,26 @@ class Central:
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
         self.desired.refresh()
-        self._rollout_controller.start()
+        self.membership.record_event(self._started_event())
+        self._rollout_controller.start()  # tells the log of each rollout it resumes
+
+    def _started_event(self) -> Event:
+        """``central_started``: a new data dir or not, how the last run stopped, what it resumes."""
+        journal = self.events.journal
+        detail = {
+            "fresh": self._fresh,
+            "previous_stop": journal.previous_stop if journal is not None else None,
+            "events_restored": len(self.events.last()) if journal is not None else 0,
+            "rollouts_resumed": sum(1 for r in self.rollouts.all() if r.in_progress),
+        }
+        return Event(type="central_started", ts=int(time.time() * 1000), detail=detail)
 
     def close(self) -> None:
-        """Release the tracker's timers and the metadata store."""
+        """Release the tracker's timers, the metadata store and the event log (written out)."""
         self._closed = True
         self._rollouts_unsubscribe()
         self.rollouts.close()
         self.membership.close()
         self.store.close()
+        if self.events.journal is not None:
+            self.events.journal.close()

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from central.auth.settings import AuthSettings
 from central.gateway import GatewaySettings
+from central.membership.event_journal import EventLogSettings
 from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
 from central.rollout.settings import RolloutSettings
@@ -131,8 +132,16 @@ class CentralSettings(BaseSettings):
     mqtt: MqttSettings = Field(default_factory=MqttSettings, description="MQTT liveness: heartbeats, failover, status.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
+    events: EventLogSettings = Field(
+        default_factory=EventLogSettings, description="The event log: how many are kept, and on disk (events.sqlite3)."
+    )
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Operator API bearer tokens with roles.")
     tls: CentralTlsSettings = Field(
         default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
     )
     log_level: str = Field("info", description="Python logging level name.")
+
+    @property
+    def events_kept(self) -> int:
+        """Events the log keeps: ``events.kept``, else ``mqtt.events_kept`` (the older name)."""
+        return self.events.kept if self.events.kept is not None else self.mqtt.events_kept

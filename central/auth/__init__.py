@@ -4,12 +4,13 @@ bound to one node id) and the guard that enforces them on the gRPC Registry API.
 
 from __future__ import annotations
 
-from central.auth.middleware import OperatorAuth
+from central.auth.middleware import ANONYMOUS, OperatorAuth, actor_of
 from central.auth.nodes import NodeGuard
 from central.auth.settings import AuthSettings
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore, TokenStoreError
 
 __all__ = [
+    "ANONYMOUS",
     "OPERATOR_ROLES",
     "AuthSettings",
     "NodeGuard",
@@ -18,4 +19,5 @@ __all__ = [
     "TokenRecord",
     "TokenStore",
     "TokenStoreError",
+    "actor_of",
 ]

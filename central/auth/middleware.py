@@ -7,6 +7,7 @@ check runs before the route reads the body, so a refused push stores nothing."""
 
 from __future__ import annotations
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -15,6 +16,14 @@ from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN_PREFIXES = ("/v2/", "/healthz")
 _UNAUTHORIZED = "missing or invalid token"
+#: The actor of a request that showed no token (auth off, or an open route).
+ANONYMOUS = "anonymous"
+
+
+def actor_of(request: Request) -> str:
+    """Who made ``request``: the name of its operator token (never the token), set by
+    ``OperatorAuth``; ``ANONYMOUS`` when auth is off. Audit events carry it."""
+    return str(getattr(request.state, "actor", ANONYMOUS))
 
 
 def bearer(scope: Scope) -> str | None:
@@ -65,4 +74,5 @@ class OperatorAuth:
             message = f"role {caller.role} may not {method} {path} (token {caller.name!r}; writes need admin)"
             await JSONResponse({"error": message}, status_code=403)(scope, receive, send)
             return
+        scope.setdefault("state", {})["actor"] = caller.name  # request.state.actor, for the audit trail
         await self.app(scope, receive, send)

@@ -25,6 +25,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from central.membership.events import EventLog
 from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
@@ -76,7 +77,8 @@ class MqttSettings(BaseModel):
     default_interval_s: float = Field(5.0, gt=0, le=3600)
     """Heartbeat interval assumed for a node until its first heartbeat declares its own."""
     events_kept: int = Field(500, ge=1, le=1_000_000)
-    """Membership events kept in memory for the API/dashboard."""
+    """Events kept by central's event log (memory and ``events.sqlite3``) for the API and
+    dashboard, unless ``events.kept`` is set (the newer name)."""
     reconnect_min_s: float = Field(0.5, gt=0)
     """First reconnect delay after losing the broker; doubles per failed attempt."""
     reconnect_max_s: float = Field(10.0, gt=0)
@@ -93,14 +95,17 @@ class MqttSettings(BaseModel):
             raise ValueError("mqtt.reconnect_min_s must not exceed mqtt.reconnect_max_s")
         return self
 
-    def make_tracker(self, loop: asyncio.AbstractEventLoop | None = None) -> MembershipTracker:
-        """A tracker with these thresholds."""
+    def make_tracker(
+        self, loop: asyncio.AbstractEventLoop | None = None, events: EventLog | None = None
+    ) -> MembershipTracker:
+        """A tracker with these thresholds, keeping its events in ``events`` when given."""
         return MembershipTracker(
             suspect_after=self.suspect_after,
             dead_after=self.dead_after,
             default_interval_s=self.default_interval_s,
             events_kept=self.events_kept,
             loop=loop,
+            events=events,
         )
 
 

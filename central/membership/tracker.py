@@ -79,18 +79,25 @@ class MembershipTracker:
         events_kept: int = 500,
         publisher: Callable[[Event], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        events: EventLog | None = None,
     ) -> None:
         """``default_interval_s`` is assumed for a node until its first heartbeat
         declares its own ``interval_s`` (a birth carries none).
 
         Runs on ``loop``, else the loop running at construction, else the one running at
-        the first call (so it can be built outside a loop, e.g. in ``Central.__init__``)."""
+        the first call (so it can be built outside a loop, e.g. in ``Central.__init__``).
+        ``events`` is the log to keep events in (e.g. one with a journal on disk); without
+        it the tracker keeps the last ``events_kept`` in memory."""
         _check_settings(suspect_after, dead_after, default_interval_s, events_kept)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.default_interval_s = float(default_interval_s)
         self.counters = TrackerCounters()
         self._nodes: dict[str, TrackedNode] = {}
-        self._notifier = Notifier(EventLog(events_kept, publisher))
+        if events is None:
+            events = EventLog(events_kept)
+        if publisher is not None:
+            events.publisher = publisher
+        self._notifier = Notifier(events)
         self._ready_index: ReadyIndex = {}
         self._timers = NodeTimers(
             self._nodes,
@@ -296,14 +303,17 @@ class MembershipTracker:
         return [(node_id, nodes[node_id].http_address) for node_id in ids]
 
     def record_event(self, event: Event) -> None:
-        """Keep and publish an event from elsewhere in central (rollouts), beside the
-        membership events, so dashboards read one log."""
-        self._notifier.events.append(event)
-        self._notifier.events.publish(event)
+        """Keep (numbered) and publish an event from elsewhere in central (rollouts, operator
+        actions, start-up), beside the membership events, so dashboards read one log."""
+        self._notifier.events.publish(self._notifier.events.append(event))
 
     def events(self, limit: int | None = None) -> list[Event]:
         """The last ``limit`` events (all kept when None), oldest first."""
         return self._notifier.events.last(limit)
+
+    def events_since(self, seq: int, limit: int) -> list[Event]:
+        """Up to ``limit`` kept events numbered above ``seq``, oldest first."""
+        return self._notifier.events.since(seq, limit)
 
     def forget(self, node_id: str) -> bool:
         """Drop a dead node's record (a decommissioned node); False if unknown or not dead."""

@@ -54,7 +54,10 @@ class RolloutController:
         self._poked = False
 
     def start(self) -> None:
-        """Evaluate now and then every ``interval_s`` (needs the running loop)."""
+        """Send ``rollout_resumed`` for each rollout in progress (one this central picks up
+        from its store), then evaluate now and every ``interval_s`` (needs the running loop)."""
+        for r in self._book.in_progress():
+            self._emit(rollout_event("rollout_resumed", r, f"resumed in state {r.state}"))
         self._tick()
 
     def stop(self) -> None:
@@ -176,21 +179,24 @@ class RolloutController:
             log.warning("rollout %d of %s stuck: %s", r.id, r.model, verdict.reason)
             self._emit(rollout_event("rollout_stuck", r, verdict.reason))
 
-    def transition(self, r: Rollout, state: RolloutState, reason: str | None, event: str) -> Rollout:
-        """Move ``r`` to ``state``, persist it, send ``event`` and re-plan the fleet."""
+    def transition(
+        self, r: Rollout, state: RolloutState, reason: str | None, event: str, actor: str | None = None
+    ) -> Rollout:
+        """Move ``r`` to ``state``, persist it, send ``event`` and re-plan the fleet. ``actor``:
+        the operator who asked (None for the controller's own decisions)."""
         r = r.model_copy(update={"state": state, "reason": reason, "updated_at": time.time()})
         if state != "canary":
             r.healthy_since = None
         self._book.save(r)
         log.info("rollout %d of %s:%s is %s (%s)", r.id, r.model, r.version, state, reason or "-")
-        self._emit(rollout_event(event, r, reason))
+        self._emit(rollout_event(event, r, reason, actor))
         self._on_change()
         return r
 
 
-def rollout_event(event_type: str, r: Rollout, reason: str | None = None) -> Event:
+def rollout_event(event_type: str, r: Rollout, reason: str | None = None, actor: str | None = None) -> Event:
     """A rollout event for central's event log and the MQTT events topic."""
     detail: dict[str, object] = {"model": r.model, "version": r.version, "rollout_id": r.id}
     if reason:
         detail["reason"] = reason
-    return Event(type=event_type, ts=int(time.time() * 1000), detail=detail)
+    return Event(type=event_type, ts=int(time.time() * 1000), detail=detail, actor=actor)

@@ -30,8 +30,9 @@ class RolloutService:
 
     # -- operator API -------------------------------------------------------------------
 
-    def start(self, model: str, request: RolloutRequest) -> Rollout:
-        """Begin rolling ``request.version`` out; its canaries are chosen at once."""
+    def start(self, model: str, request: RolloutRequest, actor: str | None = None) -> Rollout:
+        """Begin rolling ``request.version`` out; its canaries are chosen at once. ``actor``
+        (the operator's token name) goes into the events of this and the calls below."""
         if self._store.get_version(model, request.version) is None:
             raise NotFound(f"model {model!r} has no version {request.version!r}")
         if running := self._book.in_progress(model):
@@ -41,17 +42,17 @@ class RolloutService:
         if previous == request.version:
             raise Conflict(f"the selected nodes already serve {model} version {request.version}")
         r = self._book.add(Rollout(model=model, previous_version=previous, **request.model_dump()))
-        self._controller.transition(r, "canary", None, "rollout_started")
+        self._controller.transition(r, "canary", None, "rollout_started", actor)
         return self._controller.evaluate(self._book_get(r.id), time.time())
 
-    def promote(self, model: str) -> Rollout:
+    def promote(self, model: str, actor: str | None = None) -> Rollout:
         """Send the canary rollout of ``model`` to every selected node; 409 unless in canary."""
         r = self.get(model)
         if r.state != "canary":
             raise Conflict(f"rollout {r.id} of {model} is {r.state}, not canary; nothing to promote")
-        return self._controller.transition(r, "rolling", "promoted by the operator", "rollout_promoted")
+        return self._controller.transition(r, "rolling", "promoted by the operator", "rollout_promoted", actor)
 
-    def rollback(self, model: str, reason: str = "rolled back by the operator") -> Rollout:
+    def rollback(self, model: str, reason: str = "rolled back by the operator", actor: str | None = None) -> Rollout:
         """Take the in-progress or latest completed rollout of ``model`` back."""
         epoch = self._book.epoch(model)
         effective = [r for r in self._book.rollouts(model) if r.state in IN_EFFECT and r.id > epoch]
@@ -60,7 +61,7 @@ class RolloutService:
         r = effective[-1]
         if r.previous_version is None:
             raise Conflict(f"rollout {r.id} of {model} has no previous version to go back to")
-        return self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back")
+        return self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
 
     def all(self) -> list[Rollout]:
         """Every rollout, newest first."""
@@ -87,11 +88,11 @@ class RolloutService:
         elif not self._book.has_release(model):
             self._book.set_release(model, self._plan_now().stable(model), supersede=False)
 
-    def activated(self, model: str, version: str) -> None:
-        """A plain push: ``version`` is what every node serves now, past rollouts aside."""
+    def activated(self, model: str, version: str, actor: str | None = None) -> None:
+        """A plain push (by ``actor``): ``version`` is what every node serves now, past rollouts aside."""
         for r in self._book.in_progress(model):  # one started while the push was running
             reason = f"superseded by a push of version {version}"
-            self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back")
+            self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
         self._book.set_release(model, version, supersede=True)
 
     def check_deletable(self, model: str, version: str) -> None:

@@ -13,11 +13,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from central.auth import OperatorAuth, TokenStore
+from central.auth import OperatorAuth, TokenStore, actor_of
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound, Overloaded
 from central.gateway import create_gateway_router
+from central.membership.events import operator_event
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
@@ -170,6 +171,7 @@ def create_app(central: Central) -> FastAPI:
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
+        actor = actor_of(request)
         pushed = await receive_push(request, central.staging)
 
         async def commit() -> dict[str, Any]:
@@ -186,8 +188,11 @@ def create_app(central: Central) -> FastAPI:
                 )
             finally:
                 pushed.discard()
+            m = result.manifest
+            detail = {"model": name, "version": m.version, "sha256": m.sha256, "size": m.size, "activate": activate}
+            central.membership.record_event(operator_event("model_pushed", actor, detail))
             if activate:  # before the coalesced refresh runs: one plan, the new stable version
-                central.rollouts.activated(name, result.manifest.version)
+                central.rollouts.activated(name, m.version, actor)
             return {"manifest": result.manifest.model_dump(), "report": result.report}
 
         if request.query_params.get("progress") == "ndjson":  # opt-in: steps as they happen
@@ -204,9 +209,11 @@ def create_app(central: Central) -> FastAPI:
         return record.artifacts[artifact].model_dump()
 
     @app.delete("/api/v1/models/{name}/versions/{version}", status_code=204)
-    async def delete_version(name: str, version: str) -> Response:
+    async def delete_version(name: str, version: str, request: Request) -> Response:
         central.rollouts.check_deletable(name, version)
         await registry.delete(name, version)
+        detail = {"model": name, "version": version}
+        central.membership.record_event(operator_event("version_deleted", actor_of(request), detail))
         return Response(status_code=204)
 
     @app.get("/api/v1/nodes")
@@ -238,8 +245,13 @@ def create_app(central: Central) -> FastAPI:
         return Response(orjson.dumps(body), media_type="application/json")
 
     @app.get("/api/v1/events")
-    async def events(limit: int = 100) -> list[dict[str, Any]]:
-        return [e.model_dump() for e in central.membership.events(max(1, min(limit, 10_000)))]
+    async def events(limit: int = 100, since: int | None = None) -> list[dict[str, Any]]:
+        # Without since: the last `limit` events. With since: the first `limit` kept events
+        # numbered above it (a page; the next one starts after the last seq returned).
+        limit = max(1, min(limit, 10_000))
+        tracker = central.membership
+        found = tracker.events(limit) if since is None else tracker.events_since(since, limit)
+        return [e.model_dump() for e in found]
 
     @app.get("/api/v1/stats")
     async def stats() -> dict[str, Any]:

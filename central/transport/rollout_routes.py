@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
+from central.auth import actor_of
 from central.registry.service import check_name
 from central.rollout import RolloutRequest, RolloutService
 
@@ -16,10 +17,10 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     router = APIRouter(prefix="/api/v1")
 
     @router.post("/models/{name}/rollouts", status_code=201)
-    async def start(name: str, body: RolloutRequest) -> dict[str, Any]:
+    async def start(name: str, body: RolloutRequest, request: Request) -> dict[str, Any]:
         check_name("model name", name)
         check_name("version", body.version)
-        return rollouts.start(name, body).public()
+        return rollouts.start(name, body, actor_of(request)).public()
 
     @router.get("/rollouts")
     async def list_rollouts() -> list[dict[str, Any]]:
@@ -30,11 +31,11 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
         return rollouts.get(name).public()
 
     @router.post("/models/{name}/rollout/promote")
-    async def promote(name: str) -> dict[str, Any]:
-        return rollouts.promote(name).public()
+    async def promote(name: str, request: Request) -> dict[str, Any]:
+        return rollouts.promote(name, actor_of(request)).public()
 
     @router.post("/models/{name}/rollback")
-    async def rollback(name: str) -> dict[str, Any]:
-        return rollouts.rollback(name).public()
+    async def rollback(name: str, request: Request) -> dict[str, Any]:
+        return rollouts.rollback(name, actor=actor_of(request)).public()
 
     return router

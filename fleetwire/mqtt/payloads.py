@@ -89,9 +89,16 @@ class CentralStatus(_Payload):
 
 
 class Event(_Payload):
-    """A fleet event: node_suspect, node_dead, node_alive, placement_changed, ..."""
+    """A fleet event: node_suspect, node_dead, node_alive, rollout_started, model_pushed, ..."""
 
     type: str
     ts: int = Field(ge=0)
     node_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
+    seq: int | None = Field(
+        None, ge=1, description="Position in central's event log: grows with every event, across restarts."
+    )
+    actor: str | None = Field(
+        None,
+        description="Operator token name behind the event (push, delete, rollout actions); 'anonymous' without auth.",
+    )

@@ -1,0 +1,192 @@
+"""Central's event log on disk: ``events.sqlite3`` in the data directory, so a restarted
+(or crashed) central still tells what happened before.
+
+Write-behind: the loop hands each event over with ``add`` (a deque append, nothing
+else) and a writer thread commits what has gathered every ``flush_interval_s``, or at
+once when ``flush_max_events`` wait, in one transaction (WAL, one connection, like the
+registry's and the rollouts' stores). A burst of 10,000 deaths costs ten commits, not
+10,000, and the loop never waits on a disk. A SIGKILL loses at most the events of the
+last flush interval.
+
+Pruning keeps the last ``kept`` rows and is batched too: one range ``DELETE`` once the
+table has grown ``kept // 10`` (at least 100) rows past ``kept``.
+
+Sequence numbers never repeat, even after a crash: ``meta.reserved`` is kept at least
+``RESERVE_AHEAD // 2`` ahead of every number handed out, and a start after a crash
+continues after it (a visible gap says "events were lost here"); a clean close stores
+the last number used, so a clean restart continues without a gap."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from fleetwire.mqtt.payloads import Event
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RESERVE_AHEAD", "EventJournal", "EventLogSettings", "PreviousStop"]
+
+#: Sequence numbers reserved ahead of the last one written (see the module doc).
+RESERVE_AHEAD = 100_000
+
+#: How the central before this one ended: None when this journal is new.
+PreviousStop = Literal["clean", "unclean"] | None
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    ts INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    node_id TEXT,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+class EventLogSettings(BaseModel):
+    """Central's event log (membership, rollout and operator events): kept in memory for
+    the API and the dashboard, and in ``events.sqlite3`` so that it survives restarts."""
+
+    kept: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Events kept (memory and disk); None: mqtt.events_kept (MODELFLEET_MQTT__EVENTS_KEPT, 500).",
+    )
+    persist: bool = Field(True, description="Off: the log lives in memory only and a restart starts it empty.")
+    flush_interval_s: float = Field(
+        0.1, gt=0, le=10, description="Events gathered this long are written in one transaction."
+    )
+    flush_max_events: int = Field(
+        1000, ge=1, le=100_000, description="A burst of this many events is written at once, before the interval."
+    )
+
+
+class EventJournal:
+    """Write-behind SQLite copy of the event log; ``add`` is the only method the loop calls per event."""
+
+    def __init__(self, path: Path, kept: int, *, flush_interval_s: float = 0.1, flush_max_events: int = 1000) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.kept = kept
+        self.flush_interval_s = flush_interval_s
+        self.flush_max_events = flush_max_events
+        self.write_errors = 0
+        self._slack = max(kept // 10, 100)
+        self._pending: deque[Event] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self.previous_stop, self._last_seq, self._rows = self._open()
+        self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> tuple[PreviousStop, int, int]:
+        """Read how the last run ended and where numbering goes on; reserve ahead."""
+        meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        max_seq, rows = self._db.execute("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM events").fetchone()
+        previous: PreviousStop = None
+        if meta:
+            previous = "clean" if meta.get("clean") == 1 else "unclean"
+        last = max(int(max_seq), int(meta.get("reserved", 0)))
+        self._reserved = last + RESERVE_AHEAD
+        self._set_meta(reserved=self._reserved, clean=0)
+        return previous, last, int(rows)
+
+    @property
+    def next_seq(self) -> int:
+        """The number the next event gets (read once, before the first ``add``)."""
+        return self._last_seq + 1
+
+    def restore(self) -> list[Event]:
+        """The last ``kept`` events on disk, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (self.kept,)).fetchall()
+        return [Event.model_validate_json(r[0]) for r in reversed(rows)]
+
+    def add(self, event: Event) -> None:
+        """Queue ``event`` (it has its ``seq``) for the next write; wakes the writer in a burst."""
+        self._pending.append(event)
+        if len(self._pending) >= self.flush_max_events:
+            self._wake.set()
+
+    def flush(self) -> None:
+        """Write what is queued now (the writer thread does this by itself)."""
+        batch: list[Event] = []
+        while self._pending:
+            batch.append(self._pending.popleft())
+        if batch:
+            try:
+                self._write(batch)
+            except sqlite3.Error:
+                self.write_errors += 1
+                log.exception("could not write %d events to the event log", len(batch))
+
+    def close(self) -> None:
+        """Write what is left, remember a clean stop, close the file."""
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        self._thread.join()
+        self.flush()
+        with self._lock:
+            self._set_meta(reserved=self._last_seq, clean=1)
+            self._db.close()
+
+    def _run(self) -> None:
+        while not self._closing:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            self.flush()
+
+    def _write(self, batch: list[Event]) -> None:
+        rows = [(e.seq, e.ts, e.type, e.node_id, e.model_dump_json()) for e in batch]
+        last = max(int(e.seq or 0) for e in batch)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO events (seq, ts, type, node_id, body) VALUES (?, ?, ?, ?, ?)", rows
+                )
+                total = self._rows + len(rows)
+                if total > self.kept + self._slack:
+                    total = self._prune()
+                reserved = self._reserved
+                if last + RESERVE_AHEAD // 2 > reserved:
+                    reserved = last + RESERVE_AHEAD
+                    self._set_meta(reserved=reserved)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._rows, self._reserved = total, reserved
+            self._last_seq = max(self._last_seq, last)
+
+    def _prune(self) -> int:
+        """Drop every row but the newest ``kept`` (one range delete on the primary key); the rows left."""
+        row = self._db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?", (self.kept - 1,)).fetchone()
+        if row is None:  # fewer rows than counted (a replaced row)
+            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        self._db.execute("DELETE FROM events WHERE seq < ?", (row[0],))
+        return self.kept
+
+    def _set_meta(self, **values: int) -> None:
+        self._db.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            list(values.items()),
+        )
