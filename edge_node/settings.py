@@ -151,8 +151,10 @@ class EdgeSettings(BaseSettings):
     manifest_key_repin: bool = Field(
         False,
         description=(
-            "Accept a manifest signing key from central that differs from the one pinned in data_dir"
-            " (after a deliberate key rotation); off: such a key is refused and its manifests with it."
+            "Accept any manifest signing key from central that differs from the one pinned in data_dir"
+            " (a manual, unsafe override, e.g. after central lost its key); off: a different key is taken"
+            " only when central's endorsement chain leads to it from the pinned key (`modelfleet keys"
+            " rotate`), else it is refused and its manifests with it."
         ),
     )
     log_level: str = Field("info", description="Python logging level name.")
