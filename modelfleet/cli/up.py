@@ -40,12 +40,26 @@ def up(
         ),
     ] = None,
     edges: Annotated[int | None, typer.Option(help="How many edges. Default: 3.")] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Hardened: private CA, TLS everywhere (mutual between edges), operator and node tokens,"
+            " MQTT logins + ACL over TLS. Needs Mosquitto.",
+        ),
+    ] = False,
 ) -> None:
     """Start a local fleet (broker, central, edges), push the digits model, try it; Ctrl-C stops it all."""
     from modelfleet.up import Steps, UpOptions, run_up
 
     o = overrides(
-        data_dir=data_dir, once=once, json_status=json_status, base_port=base_port, broker=broker, edges=edges
+        data_dir=data_dir,
+        once=once,
+        json_status=json_status,
+        base_port=base_port,
+        broker=broker,
+        edges=edges,
+        secure=secure,
     )
     options = build_settings(UpOptions, o)
     raise typer.Exit(run_up(options, Steps(Console(highlight=False, soft_wrap=True))))

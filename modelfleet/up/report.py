@@ -12,6 +12,7 @@ from rich.markup import escape
 from modelfleet.up.broker import RunningBroker
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, Published
+from modelfleet.up.secure import SecureFleet
 from modelfleet.up.services import Service
 from modelfleet.up.status import (
     AccuracyStatus,
@@ -20,6 +21,7 @@ from modelfleet.up.status import (
     EdgeStatus,
     FleetStatus,
     ModelStatus,
+    SecureStatus,
 )
 
 __all__ = ["Fleet", "print_urls", "status_of"]
@@ -34,6 +36,7 @@ class Fleet:
     edges: list[Service]
     published: Published
     accuracy: Accuracy
+    secure: SecureFleet | None = None
 
 
 def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
@@ -52,6 +55,29 @@ def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
     ]
     for label, value in rows:
         console.print(f"  [bold]{label:<16}[/bold] {escape(value)}", soft_wrap=True, highlight=False)
+    if fleet.secure is not None:
+        _print_secure(console, fleet, fleet.secure)
+
+
+def _print_secure(console: Console, fleet: Fleet, secure: SecureFleet) -> None:
+    """How to reach a ``--secure`` fleet: the CLI's three variables, and curl to an edge."""
+    console.print(
+        "[bold]Secure fleet[/bold]: TLS everywhere (CA below), writes need the admin token,"
+        " edges want a client certificate. For the CLI (`modelfleet nodes`, `modelfleet push`, …):",
+        highlight=False,
+    )
+    lines = [
+        f"export MODELFLEET_CENTRAL_URL={fleet.central.http_url}",
+        f"export MODELFLEET_CA_FILE={secure.ca_file}",
+        f"export MODELFLEET_TOKEN=$(cat {secure.admin_token_file})",
+    ]
+    if fleet.edges:
+        op, edge = secure.operator_tls, fleet.edges[0]
+        lines.append(
+            f"curl --cacert {secure.ca_file} --cert {op.cert_file} --key {op.key_file} {edge.http_url}/metrics"
+        )
+    for line in lines:
+        console.print(f"  {escape(line)}", soft_wrap=True, highlight=False, markup=True)
 
 
 def status_of(fleet: Fleet, data: DataDir) -> FleetStatus:
@@ -92,4 +118,16 @@ def status_of(fleet: Fleet, data: DataDir) -> FleetStatus:
         demo=AccuracyStatus(
             correct=a.correct, total=a.total, requests=a.requests, accuracy=a.value, nodes=list(a.nodes)
         ),
+        secure=_secure_status(fleet.secure),
+    )
+
+
+def _secure_status(secure: SecureFleet | None) -> SecureStatus | None:
+    if secure is None:
+        return None
+    return SecureStatus(
+        ca_file=str(secure.ca_file),
+        admin_token_file=str(secure.admin_token_file),
+        client_cert_file=str(secure.operator_tls.cert_file),
+        client_key_file=str(secure.operator_tls.key_file),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +27,16 @@ from modelfleet.up.errors import UpError
 from modelfleet.up.ports import HOST, MAX_EDGES, PortPlan
 from modelfleet.up.progress import Steps
 from modelfleet.up.report import Fleet, print_urls, status_of
-from modelfleet.up.services import Service, central_grpc_port, spawn_central, spawn_edges, wait_central, wait_edges
+from modelfleet.up.secure import SecureFleet, prepare
+from modelfleet.up.services import (
+    Service,
+    central_grpc_port,
+    edge_ids,
+    spawn_central,
+    spawn_edges,
+    wait_central,
+    wait_edges,
+)
 from modelfleet.up.status import write
 from modelfleet.zoo import DigitsModel, build_digits
 
@@ -46,6 +56,13 @@ class UpOptions(BaseModel):
     once: bool = Field(False, description="Stop the fleet and exit once everything worked once.")
     json_status: Path | None = Field(None, description="Write URLs and ports here once the fleet is up.")
     timeout_s: float = Field(180.0, gt=0, description="Longest wait of any one step.")
+    secure: bool = Field(
+        False,
+        description=(
+            "Hardened fleet: a private CA and TLS everywhere (mutual between edges), operator and node tokens,"
+            " MQTT logins and ACL over TLS; needs Mosquitto."
+        ),
+    )
 
     @field_validator("base_port")
     @classmethod
@@ -81,9 +98,14 @@ def run_up(options: UpOptions, steps: Steps) -> int:
 
 
 def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps) -> Fleet:
-    broker, central, edges, model = _start(options, data, group, steps)
+    secure = None
+    if options.secure:
+        with steps.step("credentials (CA and certificates, tokens, MQTT users)") as step:
+            secure = prepare(data.root / "secure", data.root / "central", edge_ids(options.edges))
+            step.detail = f"in {secure.root}"
+    broker, central, edges, model = _start(options, data, group, steps, secure)
     try:
-        with httpx.Client(timeout=_HTTP_TIMEOUT) as client:
+        with _http_client(secure) as client:
             api = DemoClient(client, central.http_url)
             ids = [e.name for e in edges]
             with steps.step(f"{len(ids)} edges heartbeating to central"):
@@ -100,20 +122,32 @@ def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
                 step.detail = _accuracy(accuracy)
     except httpx.HTTPError as exc:
         raise UpError(f"central at {central.http_url} did not answer: {exc!r} (log: {central.child.log_path})") from exc
-    return Fleet(broker, central, edges, published, accuracy)
+    return Fleet(broker, central, edges, published, accuracy, secure)
+
+
+def _http_client(secure: SecureFleet | None) -> httpx.Client:
+    """Plain HTTP; with ``--secure``, HTTPS trusting the fleet CA and the admin token."""
+    if secure is None:
+        return httpx.Client(timeout=_HTTP_TIMEOUT)
+    context = ssl.create_default_context(cafile=str(secure.ca_file))
+    headers = {"Authorization": f"Bearer {secure.admin_token}"}
+    return httpx.Client(timeout=_HTTP_TIMEOUT, verify=context, headers=headers)
 
 
 def _start(
-    options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
+    options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps, secure: SecureFleet | None
 ) -> tuple[RunningBroker, Service, list[Service], DigitsModel]:
     """Broker, central, edges; the model is built while central boots (they share no state)."""
     ports = PortPlan.build(options.edges, options.base_port)
     with steps.step("MQTT broker") as step:
-        broker = start_broker(group, options.broker, ports.broker, data.root / "broker")
+        security = secure.broker if secure is not None else None
+        broker = start_broker(group, options.broker, ports.broker, data.root / "broker", security=security)
         step.detail = f"{broker.kind} on {broker.url}{_moved(ports.broker, broker.port)}"
     grpc_port = central_grpc_port(ports)
-    central_child = spawn_central(group, ports, data.root, broker.address, grpc_port)
-    edge_children = spawn_edges(group, ports, data.root, f"{HOST}:{grpc_port}", broker.address)
+    central_env = secure.central_env() if secure is not None else None
+    central_child = spawn_central(group, ports, data.root, broker.address, grpc_port, central_env)
+    edge_env = secure.edge_env if secure is not None else None
+    edge_children = spawn_edges(group, ports, data.root, f"{HOST}:{grpc_port}", broker.address, edge_env)
     with steps.step(f"build the {MODEL} model (while central and edges start)") as step:
         model = build_digits()
         step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"

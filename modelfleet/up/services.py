@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,13 +66,21 @@ def central_grpc_port(ports: PortPlan) -> int:
     return concrete(ports.central_grpc)
 
 
-def spawn_central(group: ChildGroup, ports: PortPlan, data_dir: Path, broker: str, grpc_port: int) -> Child:
-    """Start central on the planned HTTP port (a free one if taken); ``wait_central`` for it."""
+def spawn_central(
+    group: ChildGroup,
+    ports: PortPlan,
+    data_dir: Path,
+    broker: str,
+    grpc_port: int,
+    env: Mapping[str, str] | None = None,
+) -> Child:
+    """Start central on the planned HTTP port (a free one if taken); ``wait_central`` for it.
+    ``env``: settings that win over the caller's environment (``--secure``'s)."""
     args = [
         "central", "--data-dir", str(data_dir / "central"), "--broker", broker,
         "--http-port", str(available(ports.central_http)), "--grpc-port", str(grpc_port),
     ]  # fmt: skip
-    return group.spawn_modelfleet("central", args)
+    return group.spawn_modelfleet("central", args, env)
 
 
 def wait_central(child: Child, timeout_s: float) -> Service:
@@ -80,9 +89,17 @@ def wait_central(child: Child, timeout_s: float) -> Service:
     return Service("central", ready["http"], ready["grpc"], child)
 
 
-def spawn_edges(group: ChildGroup, ports: PortPlan, data_dir: Path, central_grpc: str, broker: str) -> list[Child]:
-    """Start every edge at once; they boot beside central and connect once it listens."""
-    env = _env_defaults(_EDGE_ENV_DEFAULTS)
+def spawn_edges(
+    group: ChildGroup,
+    ports: PortPlan,
+    data_dir: Path,
+    central_grpc: str,
+    broker: str,
+    env_for: Callable[[str], Mapping[str, str]] | None = None,
+) -> list[Child]:
+    """Start every edge at once; they boot beside central and connect once it listens.
+    ``env_for(node_id)``: settings that win over the environment (``--secure``'s)."""
+    defaults = _env_defaults(_EDGE_ENV_DEFAULTS)
     children = []
     ids = edge_ids(len(ports.edge_http))
     for node_id, http_port, grpc_port in zip(ids, ports.edge_http, ports.edge_grpc, strict=True):
@@ -92,6 +109,7 @@ def spawn_edges(group: ChildGroup, ports: PortPlan, data_dir: Path, central_grpc
             "--data-dir", str(edge_dir), "--cache-dir", str(edge_dir / "cache"),
             "--http-port", str(available(http_port)), "--grpc-port", str(available(grpc_port)),
         ]  # fmt: skip
+        env = {**defaults, **(env_for(node_id) if env_for is not None else {})}
         children.append(group.spawn_modelfleet(node_id, args, env))
     return children
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-__all__ = ["AccuracyStatus", "BrokerStatus", "CentralStatus", "EdgeStatus", "FleetStatus", "ModelStatus", "write"]
+__all__ = [
+    "AccuracyStatus",
+    "BrokerStatus",
+    "CentralStatus",
+    "EdgeStatus",
+    "FleetStatus",
+    "ModelStatus",
+    "SecureStatus",
+    "write",
+]
 
 
 class BrokerStatus(BaseModel):
@@ -67,6 +76,15 @@ class AccuracyStatus(BaseModel):
     nodes: list[str]
 
 
+class SecureStatus(BaseModel):
+    """Where a ``--secure`` fleet's client credentials are (files, never their contents)."""
+
+    ca_file: str
+    admin_token_file: str
+    client_cert_file: str
+    client_key_file: str
+
+
 class FleetStatus(BaseModel):
     """The whole fleet, as ``--json-status`` writes it."""
 
@@ -77,6 +95,7 @@ class FleetStatus(BaseModel):
     edges: list[EdgeStatus]
     model: ModelStatus
     demo: AccuracyStatus
+    secure: SecureStatus | None = None
 
 
 def write(path: Path, status: FleetStatus) -> None:

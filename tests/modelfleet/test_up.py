@@ -2,8 +2,9 @@
 three edges, pushes the digits model, classifies held-out digits through the gateway and
 stops every child when done (``--once``) or on Ctrl-C. The main test runs it twice on one
 directory: once on Mosquitto, then warm (nothing pushed again) on the embedded amqtt
-broker until SIGINT. A failing child gives one error line; ports and the data-directory
-lock are checked in process."""
+broker until SIGINT. ``--secure`` runs the same fleet hardened (TLS, tokens, MQTT logins
+and ACL) and is probed from outside. A failing child gives one error line; ports and the
+data-directory lock are checked in process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,9 +23,16 @@ from typing import Any
 import httpx
 import pytest
 
+from modelfleet.up.broker import start_broker
+from modelfleet.up.children import ChildGroup
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.errors import UpError
 from modelfleet.up.ports import PortPlan, available, concrete
+from modelfleet.up.secure import ACL_RULES, prepare
+from modelfleet.zoo.digits import INPUT_NAME
+
+_SHIPPED_ACL = Path(__file__).parents[2] / "deploy" / "mosquitto" / "acl"
+_PEER_CHUNKS = re.compile(r'^modelfleet_fetch_chunks_total\{source="peer"\} (?P<n>\S+)$', re.M)
 
 _ACCURACY = re.compile(r"accuracy (?P<pct>\d+\.\d)% \((?P<correct>\d+)/(?P<total>\d+) held-out digits")
 
@@ -175,3 +184,81 @@ def test_a_second_up_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
         DataDir(tmp_path / "fleet").__enter__()
     with DataDir(tmp_path / "fleet") as again:  # released when the first one ends
         assert (again.root / ".gitignore").read_text().endswith("*\n")
+
+
+def _peer_chunks(metrics: str) -> float:
+    match = _PEER_CHUNKS.search(metrics)
+    assert match is not None, metrics
+    return float(match["n"])
+
+
+def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_over_mutual_tls(
+    tmp_path: Path,
+) -> None:
+    data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
+    env = {**os.environ, "MODELFLEET_PLACEMENT__REPLICAS": "1"}  # one owner per chunk: the other edge asks a peer
+    proc = subprocess.Popen(
+        _up_argv(data_dir, status_path, "--secure", "--edges", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        status = _wait_for_file(status_path, proc, timeout=100)
+        secure, central = status["secure"], status["central"]
+        assert central["http_url"].startswith("https://") and status["broker"]["url"].startswith("mqtts://")
+        fleet_ca = ssl.create_default_context(cafile=secure["ca_file"])
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            httpx.get(f"{central['http_url']}/api/v1/membership", timeout=10)  # the system trust store says no
+        with httpx.Client(base_url=central["http_url"], verify=fleet_ca, timeout=30) as api:
+            tensor = {"name": INPUT_NAME, "datatype": "FP32", "shape": [1, 64], "data": [0.0] * 64}
+            answer = api.post("/v2/models/digits/infer", json={"inputs": [tensor]})
+            assert answer.status_code == 200, answer.text  # central → edge over HTTPS with its client certificate
+            assert answer.headers["x-modelfleet-node"] in {"edge-1", "edge-2"}
+
+            pushed = api.post("/api/v1/models/digits/versions", files={"file": ("model.onnx", b"not a model")})
+            assert pushed.status_code == 401, pushed.text
+            assert [v["version"] for v in api.get("/api/v1/models/digits/versions").json()] == ["1"]
+
+            # alive comes from MQTT births and heartbeats only: logins, ACL and TLS let them through
+            nodes = api.get("/api/v1/membership").json()["nodes"]
+            assert {n["node_id"]: n["state"] for n in nodes} == {"edge-1": "alive", "edge-2": "alive"}
+
+        # an edge's API wants a fleet client certificate; chunks moved between the edges over mutual TLS
+        operator = ssl.create_default_context(cafile=secure["ca_file"])
+        operator.load_cert_chain(secure["client_cert_file"], secure["client_key_file"])
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{status['edges'][0]['metrics_url']}", verify=fleet_ca, timeout=10)
+        from_peers = [
+            _peer_chunks(httpx.get(e["metrics_url"], verify=operator, timeout=10).text) for e in status["edges"]
+        ]
+        assert sum(from_peers) >= 1, from_peers
+
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    token_file = Path(secure["admin_token_file"])
+    assert f"export MODELFLEET_CA_FILE={secure['ca_file']}" in output
+    assert f"export MODELFLEET_TOKEN=$(cat {token_file})" in output
+    assert f"export MODELFLEET_CENTRAL_URL={central['http_url']}" in output
+    assert token_file.stat().st_mode & 0o077 == 0 and token_file.read_text().startswith("mft_")
+    assert token_file.read_text().strip() not in output
+    _assert_nothing_left(status, data_dir)
+
+
+def test_up_secure_uses_the_rules_of_the_shipped_acl() -> None:
+    shipped = [line.strip() for line in _SHIPPED_ACL.read_text().splitlines()]
+    assert [line for line in shipped if line and not line.startswith("#")] == list(ACL_RULES)
+
+
+def test_up_secure_refuses_the_embedded_broker_with_a_clear_message(tmp_path: Path) -> None:
+    secure = prepare(tmp_path / "secure", tmp_path / "central", ["edge-1"])
+    group = ChildGroup(tmp_path / "logs")
+    with pytest.raises(UpError, match=r"^--secure needs Mosquitto .* drop --broker amqtt$"):
+        start_broker(group, "amqtt", 0, tmp_path / "broker", security=secure.broker)
+    assert group.children == []  # nothing was started

@@ -1,0 +1,193 @@
+"""``modelfleet up --secure``: every credential a hardened local fleet needs, made under
+``<data_dir>/secure/`` (mode 0700) before anything starts, and the settings that hand
+them to the broker, central and each edge.
+
+- A private CA and a certificate per process (central, each edge, the broker) plus one
+  for an operator's tools (``curl`` to an edge, whose HTTP API asks for one). Made anew
+  on every run: cheap, never expired, and nothing outlives the run that trusted it.
+- An operator ``admin`` token (``admin.token``) and a node token per edge
+  (``edges/<id>.token``), in central's token stores. Kept between runs while central
+  still accepts them, so the CLI lines printed last time keep working.
+- MQTT users ``central`` and one per edge (user name = node id, as the shipped ACL
+  expects) with random passwords, new on every run, hashed into a Mosquitto password
+  file; the ACL is the shipped ``deploy/mosquitto/acl``.
+
+Settings are handed over as ``MODELFLEET_*`` variables, which win over the caller's own."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from central.auth import AuthSettings, Role, TokenStore
+from fleetwire.mqtt.topics import DEFAULT_PREFIX
+from modelfleet.pki import LOOPBACK_SANS, CertAuthority, LeafFiles
+
+__all__ = ["ACL_RULES", "BrokerSecurity", "SecureFleet", "mosquitto_password_hash", "prepare"]
+
+#: Certificates of one run; long enough for any fleet kept running on a laptop.
+_VALID_DAYS = 365
+_ADMIN_TOKEN_NAME = "up-admin"
+CENTRAL_MQTT_USER = "central"
+#: The rules of the shipped ``deploy/mosquitto/acl`` (a test keeps them equal).
+ACL_RULES = (
+    f"pattern write {DEFAULT_PREFIX}/nodes/%u/status",
+    f"pattern write {DEFAULT_PREFIX}/nodes/%u/heartbeat",
+    f"user {CENTRAL_MQTT_USER}",
+    f"topic write {DEFAULT_PREFIX}/central/#",
+    f"topic write {DEFAULT_PREFIX}/events",
+    f"topic read {DEFAULT_PREFIX}/#",
+    "topic read $SYS/broker/uptime",
+)
+
+
+def mosquitto_password_hash(password: str, salt: bytes | None = None, iterations: int = 101) -> str:
+    """A password file entry's hash as Mosquitto 2.0's ``mosquitto_passwd`` writes it:
+    ``$7$<iterations>$<base64 salt>$<base64 PBKDF2-HMAC-SHA512>`` (12-byte salt)."""
+    salt = os.urandom(12) if salt is None else salt
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    return f"$7${iterations}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to a new file readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(text)
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """What Mosquitto needs for a TLS-only listener with logins and the ACL."""
+
+    tls: LeafFiles
+    password_file: Path
+    acl_file: Path
+
+    def config_lines(self) -> tuple[list[str], list[str]]:
+        """Global lines (before the listener) and the listener's own TLS lines (after it)."""
+        global_lines = [
+            "per_listener_settings false",
+            "allow_anonymous false",
+            f"password_file {self.password_file}",
+            f"acl_file {self.acl_file}",
+        ]
+        listener_lines = [
+            f"cafile {self.tls.ca_file}",
+            f"certfile {self.tls.cert_file}",
+            f"keyfile {self.tls.key_file}",
+            "require_certificate true",  # central and edges show their fleet certificates
+        ]
+        return global_lines, listener_lines
+
+
+@dataclass(frozen=True)
+class SecureFleet:
+    """The credentials of one secure run, and the settings that use them."""
+
+    root: Path
+    ca_file: Path
+    central_data: Path
+    central_tls: LeafFiles
+    operator_tls: LeafFiles
+    broker: BrokerSecurity
+    edge_tls: dict[str, LeafFiles]
+    admin_token_file: Path
+    node_token_files: dict[str, Path]
+    mqtt_passwords: dict[str, str]
+
+    @property
+    def admin_token(self) -> str:
+        """The operator admin token (``Authorization: Bearer …`` for writes)."""
+        return self.admin_token_file.read_text().strip()
+
+    def central_env(self) -> dict[str, str]:
+        """Central: operator and node tokens required, TLS with client certificates on
+        gRPC, HTTPS to the edges, MQTT over TLS as user ``central``."""
+        return {
+            "MODELFLEET_AUTH__ENABLED": "true",
+            "MODELFLEET_AUTH__NODES_REQUIRED": "true",
+            "MODELFLEET_AUTH__TOKENS_FILE": str(AuthSettings().tokens_path(self.central_data)),
+            "MODELFLEET_AUTH__NODE_TOKENS_FILE": str(AuthSettings().node_tokens_path(self.central_data)),
+            **_tls_env("MODELFLEET_TLS__", self.central_tls),
+            "MODELFLEET_TLS__REQUIRE_CLIENT_CERT": "true",
+            "MODELFLEET_MQTT__USERNAME": CENTRAL_MQTT_USER,
+            "MODELFLEET_MQTT__PASSWORD": self.mqtt_passwords[CENTRAL_MQTT_USER],
+            **_tls_env("MODELFLEET_MQTT__TLS__", self.central_tls),
+        }
+
+    def edge_env(self, node_id: str) -> dict[str, str]:
+        """One edge: its node token, TLS (mutual on peers, client certificates required on
+        its HTTP API), heartbeats over MQTT TLS under its own login."""
+        tls = self.edge_tls[node_id]
+        return {
+            "MODELFLEET_NODE_TOKEN_FILE": str(self.node_token_files[node_id]),
+            **_tls_env("MODELFLEET_TLS__", tls),
+            "MODELFLEET_TLS__REQUIRE_CLIENT_CERT": "true",
+            "MODELFLEET_HEARTBEAT__USERNAME": node_id,
+            "MODELFLEET_HEARTBEAT__PASSWORD": self.mqtt_passwords[node_id],
+            **_tls_env("MODELFLEET_HEARTBEAT__TLS__", tls),
+        }
+
+
+def _tls_env(prefix: str, leaf: LeafFiles) -> dict[str, str]:
+    return {
+        f"{prefix}ENABLED": "true",
+        f"{prefix}CERT_FILE": str(leaf.cert_file),
+        f"{prefix}KEY_FILE": str(leaf.key_file),
+        f"{prefix}CA_FILE": str(leaf.ca_file),
+    }
+
+
+def _kept_token(store: TokenStore, name: str, role: Role, path: Path, node_id: str | None = None) -> None:
+    """The token in ``path`` if the store still holds it under ``name``; else a new one."""
+    if path.is_file():
+        record = store.verify(path.read_text().strip())
+        if record is not None and record.name == name and record.node_id == node_id:
+            return
+    if any(r.name == name for r in store.records()):
+        store.revoke(name)
+    _write_secret(path, store.create(name, role, node_id) + "\n")
+
+
+def prepare(root: Path, central_data: Path, node_ids: list[str]) -> SecureFleet:
+    """Make (or renew) every credential under ``root`` for central (data in
+    ``central_data``) and the edges ``node_ids``."""
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    ca = CertAuthority(root / "pki", "fleet", common_name="modelfleet up CA", valid_days=_VALID_DAYS)
+
+    def issue(name: str) -> LeafFiles:
+        return ca.issue(name, LOOPBACK_SANS, valid_days=_VALID_DAYS)
+
+    auth = AuthSettings()
+    admin_file = root / "admin.token"
+    _kept_token(TokenStore(auth.tokens_path(central_data)), _ADMIN_TOKEN_NAME, Role.ADMIN, admin_file)
+    nodes = TokenStore(auth.node_tokens_path(central_data))
+    node_files = {node_id: root / "edges" / f"{node_id}.token" for node_id in node_ids}
+    for node_id, path in node_files.items():
+        _kept_token(nodes, node_id, Role.NODE, path, node_id)
+    passwords = {user: secrets.token_urlsafe(24) for user in (CENTRAL_MQTT_USER, *node_ids)}
+    password_file = root / "mosquitto" / "passwd"
+    _write_secret(password_file, "".join(f"{u}:{mosquitto_password_hash(p)}\n" for u, p in passwords.items()))
+    acl_file = root / "mosquitto" / "acl"
+    acl_file.write_text(
+        "# made by modelfleet up --secure: the rules of deploy/mosquitto/acl\n" + "\n".join(ACL_RULES) + "\n"
+    )
+    return SecureFleet(
+        root=root,
+        ca_file=ca.ca_file,
+        central_data=central_data,
+        central_tls=issue("central"),
+        operator_tls=issue("operator"),
+        broker=BrokerSecurity(issue("broker"), password_file, acl_file),
+        edge_tls={node_id: issue(node_id) for node_id in node_ids},
+        admin_token_file=admin_file,
+        node_token_files=node_files,
+        mqtt_passwords=passwords,
+    )
