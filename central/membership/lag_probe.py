@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 __all__ = ["LagProbe"]
 
-#: A measured lag is trusted this long; afterwards only outstanding probes count.
+#: A measured lag is trusted this long (the largest one in that time counts); afterwards
+#: only outstanding probes count.
 _MEASURED_TTL_S = 2.0
 
 
@@ -65,13 +66,19 @@ class LagProbe:
         for older in [s for s in self._outstanding if s < seq]:
             del self._outstanding[older]
         now = loop.time()
-        self._measured, self._measured_at = now - sent, now
+        round_trip = now - sent
+        # Keep the largest round trip of the last _MEASURED_TTL_S: after a hung broker resumes,
+        # the probes it held come back in one batch, the newest with a round trip near zero,
+        # while heartbeats held in other sockets may still be on their way behind them.
+        if round_trip >= self._measured or now - self._measured_at > _MEASURED_TTL_S:
+            self._measured, self._measured_at = round_trip, now
         self._returned_at = now
         self.probes_returned += 1
 
     def lag(self) -> float:
-        """Seconds of feed not read yet: the largest of the last round trip, the age of the
-        oldest probe still on its way, and how overdue the next one is."""
+        """Seconds of feed not read yet: the largest of the largest round trip measured in
+        the last ``_MEASURED_TTL_S``, the age of the oldest probe still on its way, and how
+        overdue the next one is."""
         loop = self._loop
         if loop is None:
             return 0.0

@@ -3,6 +3,7 @@ push and resumed, the broker SIGKILLed in the middle of a burst of heartbeats an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -18,12 +19,14 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from bench._fleet import Fleet
 from brokers import MosquittoBroker
+from central.membership.lag_probe import LagProbe
 from fleetwire.mqtt.payloads import Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
 from modelfleet.zoo import build_mlp
 
 WIDTH = 32
 INTERVAL_S = 0.3  # the edges' heartbeats: suspect after 0.6 s of silence, dead after 0.9 s
+FREEZE_S = 3.0  # a broker hang: 10 of the edges' intervals, 3× their dead_after
 
 
 def _states(fleet: Fleet) -> dict[str, str]:
@@ -35,10 +38,11 @@ def _liveness_events(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def serving_fleet(broker: MosquittoBroker, root: Path) -> Iterator[Fleet]:
+def serving_fleet(broker: MosquittoBroker, root: Path, edge_env: dict[str, str] | None = None) -> Iterator[Fleet]:
     """Central and two edges heartbeating on ``broker``, both serving mlp v1 and alive."""
     central_mqtt, edge_mqtt = mqtt_envs(broker, INTERVAL_S)
-    with Fleet(root=root, central_env={**CENTRAL_ENV, **central_mqtt}, edge_env={**EDGE_ENV, **edge_mqtt}) as fleet:
+    edges = {**EDGE_ENV, **edge_mqtt, **(edge_env or {})}
+    with Fleet(root=root, central_env={**CENTRAL_ENV, **central_mqtt}, edge_env=edges) as fleet:
         fleet.start(edges=2)
         fleet.push("mlp", "1", build_mlp(root / "v1.onnx", width=WIDTH, hidden_layers=1))
         for node in fleet.edges:
@@ -155,3 +159,46 @@ def test_a_broker_killed_during_a_heartbeat_burst_comes_back_with_every_node_ali
             if kind == "node_dead":
                 assert (node, "node_rejoined") in _liveness_events(events), events
         assert {infer(fleet, node, "mlp", WIDTH)["model_version"] for node in fleet.edges} == {"1"}
+
+
+def test_a_broker_frozen_during_a_heartbeat_burst_declares_no_node_dead(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    # The edges' MQTT keep-alive (5 s) outlasts the freeze: with the default (2 s at a 0.3 s
+    # interval) paho drops the link 2-4 s into a hang and the broker publishes its will on
+    # SIGCONT, a real disconnection (docs/reliability.md, row 25).
+    keepalive = {"MODELFLEET_HEARTBEAT__KEEPALIVE_S": "5"}
+    with serving_fleet(mosquitto, tmp_path, keepalive) as fleet, HeartbeatBurst(mosquitto, 40) as burst:
+        everyone = dict.fromkeys([*fleet.edges, *burst.nodes], "alive")
+        wait_until(lambda: _states(fleet) == everyone, 30, "the burst's nodes alive")
+        before = len(fleet.events())
+        sent = burst.sent
+        wait_until(lambda: burst.sent >= sent + 200, 10, "the burst under way")
+        mosquitto.pause()  # sockets open, nothing read or sent: 10 of the edges' intervals
+        try:
+            frozen_until = time.monotonic() + FREEZE_S
+            while time.monotonic() < frozen_until:  # central, behind its own feed, convicts nobody
+                assert _states(fleet) == everyone
+                time.sleep(0.2)
+        finally:
+            mosquitto.resume()
+
+        time.sleep(1.5)  # the backlog drained, several intervals later: still nobody suspect or dead
+        assert _states(fleet) == everyone
+        assert _liveness_events(fleet.events()[before:]) == []
+        assert fleet.central is not None and fleet.central.alive()
+        assert {infer(fleet, node, "mlp", WIDTH)["model_version"] for node in fleet.edges} == {"1"}
+
+
+async def test_probes_a_hung_broker_returns_in_one_batch_keep_the_lag_they_measured() -> None:
+    """The lag the oldest probe of a batch measured holds for a while: heartbeats the broker
+    held in other sockets may still be behind the batch (row 25's first run saw a suspect)."""
+    probe = LagProbe(lambda _: True, every_s=0.1)
+    probe.connected(asyncio.get_running_loop())
+    await asyncio.sleep(0.55)  # the broker holds every probe: ~6 outstanding
+    assert probe.lag() >= 0.5
+    for seq in range(1, probe.probes_sent + 1):  # it resumes and returns them all at once
+        probe.handle(str(seq).encode())
+    assert probe.probes_returned == probe.probes_sent
+    assert probe.lag() >= 0.5  # not the near-zero round trip of the newest one
+    probe.disconnected()
