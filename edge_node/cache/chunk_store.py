@@ -35,11 +35,21 @@ so readers don't hold the lru lock for the whole 1 MiB read.
 Crash recovery: a process dying between a data move and the pins commit can
 leave a chunk in the wrong cache; ``ChunkStore()`` reconciles on open. Pins of
 a holder that never comes back stay until that holder id calls ``set_pins``.
+
+A full disk: a ``put`` whose value file or row cannot be written (``ENOSPC``, or
+SQLite's "database or disk is full") raises ``CacheWriteError`` naming the cache
+directory, and leaves nothing behind: the partial value file is deleted (diskcache
+itself would keep it, unreferenced, for good) and the row was never committed, so
+every entry stays readable and passes its digest. A ``get`` whose access-time update
+cannot be written raises the same error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -56,11 +66,69 @@ from fleetwire.digest import chunk_digest, is_digest
 log = logging.getLogger(__name__)
 
 _HOLDER_PREFIX = "holder:"
-_DATA_SETTINGS: dict[str, Any] = {"cull_limit": 0, "disk_min_file_size": 0}
 
 
 class CorruptChunk(ValueError):
     """The bytes offered for a digest do not hash to it."""
+
+
+class CacheWriteError(OSError):
+    """The cache could not write (typically a full disk); the message names the directory."""
+
+
+def _write_error(exc: BaseException, what: str, directory: str) -> CacheWriteError:
+    """``exc`` (an OSError or a SQLite error) as a CacheWriteError naming ``directory``."""
+    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    full = full or getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    if full:
+        return CacheWriteError(errno.ENOSPC, f"no space left on device: cannot {what} in the cache at {directory}")
+    code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return CacheWriteError(code, f"{reason}: cannot {what} in the cache at {directory}")
+
+
+class _Disk(diskcache.Disk):
+    """diskcache's Disk, except that a value file whose write fails is deleted, and the
+    last file this thread stored is remembered (``ChunkStore.put`` deletes it when the
+    row that would reference it is not committed)."""
+
+    _last = threading.local()
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> tuple[Any, ...]:
+        _Disk._last.path = None
+        stored: tuple[Any, ...] = super().store(value, read, key=key)
+        filename = stored[2]
+        _Disk._last.path = None if filename is None else os.path.join(self._directory, filename)
+        return stored
+
+    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> int:
+        try:
+            written: int = super()._write(full_path, iterator, mode, encoding)
+        except FileExistsError:
+            raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(full_path)
+            raise
+        return written
+
+    @staticmethod
+    def forget_last() -> None:
+        """Delete the file this thread stored last (its row was not committed)."""
+        path, _Disk._last.path = getattr(_Disk._last, "path", None), None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+_DATA_SETTINGS: dict[str, Any] = {"cull_limit": 0, "disk_min_file_size": 0, "disk": _Disk}
+
+
+def _rollback(cache: diskcache.Cache) -> None:
+    """End a transaction a failed COMMIT may have left open on this thread's connection
+    (diskcache would otherwise retry ``BEGIN IMMEDIATE`` on it for ever)."""
+    with contextlib.suppress(sqlite3.Error):
+        cache._con.execute("ROLLBACK")
 
 
 @dataclass(frozen=True)
@@ -120,6 +188,7 @@ class ChunkStore:
         self._counters = _Counters()
         self._lock = threading.Lock()
         root = Path(directory)
+        self._root = str(root)
         self._pinned = diskcache.Cache(str(root / "pinned"), eviction_policy="none", **_DATA_SETTINGS)
         self._lru = diskcache.Cache(str(root / "lru"), eviction_policy="least-recently-used", **_DATA_SETTINGS)
         self._pins = diskcache.Cache(str(root / "pins"), eviction_policy="none")
@@ -130,7 +199,10 @@ class ChunkStore:
     def get(self, digest: str) -> bytes | None:
         """Return the chunk's bytes, or None; a corrupt entry is dropped."""
         _require_digest(digest)
-        found = self._lookup(digest)
+        try:
+            found = self._lookup(digest)
+        except sqlite3.OperationalError as exc:  # the access-time update of a full disk
+            raise _write_error(exc, f"read chunk {digest[:12]}", self._root) from exc
         if found is not None:
             cache, data = found
             if chunk_digest(data) == digest:
@@ -184,13 +256,21 @@ class ChunkStore:
             raise CorruptChunk(f"data does not hash to {digest}")
         if self.has(digest):
             return False
-        with self._pins.transact(retry=True):
-            if self.has(digest):
-                return False
-            target = self._pinned if self._pins.get(digest) else self._lru
-            added = bool(target.add(digest, bytes(data), retry=True))
-            if added:
-                self._evict_to_fit()
+        try:
+            with self._pins.transact(retry=True):
+                if self.has(digest):
+                    return False
+                target = self._pinned if self._pins.get(digest) else self._lru
+                try:
+                    added = bool(target.add(digest, bytes(data), retry=True))
+                except BaseException:
+                    _rollback(target)  # so the row is surely not there: its file can go
+                    _Disk.forget_last()
+                    raise
+                if added:
+                    self._evict_to_fit()
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise _write_error(exc, f"store chunk {digest[:12]} ({len(data)} bytes)", self._root) from exc
         if added:
             self._count(bytes_written=len(data))
         return added
@@ -200,14 +280,17 @@ class ChunkStore:
         new = set(digests)
         for digest in new:
             _require_digest(digest)
-        with self._pins.transact(retry=True):
-            old = self.pinned()
-            for digest in new - old:
-                self._add_holder(digest)
-            for digest in old - new:
-                self._remove_holder(digest)
-            self._pins.set(self._holder_key, tuple(sorted(new)), retry=True)
-            self._evict_to_fit()
+        try:
+            with self._pins.transact(retry=True):
+                old = self.pinned()
+                for digest in new - old:
+                    self._add_holder(digest)
+                for digest in old - new:
+                    self._remove_holder(digest)
+                self._pins.set(self._holder_key, tuple(sorted(new)), retry=True)
+                self._evict_to_fit()
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise _write_error(exc, "record pins", self._root) from exc
 
     def close(self) -> None:
         """Close this process's database connections (idempotent)."""
@@ -257,7 +340,12 @@ class ChunkStore:
             data = _fetch(src, digest)
             if data is None:
                 return
-            dst.add(digest, data, retry=True)
+            try:
+                dst.add(digest, data, retry=True)
+            except BaseException:
+                _rollback(dst)
+                _Disk.forget_last()
+                raise
         src.delete(digest, retry=True)
 
     def _evict_to_fit(self) -> None:

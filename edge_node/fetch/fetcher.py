@@ -116,8 +116,15 @@ class ChunkFetcher:
         if future is None:
             future = asyncio.ensure_future(self._fetch(digest, size, owners or []))
             self._inflight[digest] = future
-            future.add_done_callback(lambda _: self._inflight.pop(digest, None))
+            future.add_done_callback(lambda f: self._fetch_done(digest, f))
         await asyncio.shield(future)
+
+    def _fetch_done(self, digest: str, future: asyncio.Future[None]) -> None:
+        """Forget a finished fetch; its error is marked retrieved (the waiter that would have
+        raised it may be gone: a sibling chunk failed first), so asyncio logs no traceback."""
+        self._inflight.pop(digest, None)
+        if not future.cancelled():
+            future.exception()
 
     async def _fetch(self, digest: str, size: int, hinted_owners: list[str]) -> None:
         owned = self.node_id in (self.view.owners(digest) or hinted_owners)

@@ -5,7 +5,10 @@ One task per version; a version that fails keeps being retried with backoff (an
 edge should converge by itself once peers or central come back). A version whose
 chunks alone exceed the cache's cap is refused up front (never pinned nor fetched):
 it could only complete by growing the cache past the cap, so it fails with a reason
-and the version served now stays."""
+and the version served now stays. A disk that fills up (a chunk or the assembled file
+cannot be written: ``OSError``) fails the version the same way, with the error naming
+the directory, logged once; it is retried quietly with backoff and completes once
+there is room (what was written is kept, the version served now stays)."""
 
 from __future__ import annotations
 
@@ -80,7 +83,10 @@ class Materializer:
         fits = [v for v in state.versions if v.manifest.key not in self.refusals]
         pins = {c.digest for v in fits if v.serve for c in v.manifest.chunks}
         pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
-        self._fetcher.store.set_pins(pins)
+        try:
+            self._fetcher.store.set_pins(pins)
+        except OSError as exc:  # a full disk: the work below fails too, with its own error, and retries
+            log.error("cannot record the cache's pins: %s", exc)
         for key in list(self._tasks):
             if key not in wanted:
                 self._tasks.pop(key).cancel()
@@ -179,9 +185,10 @@ class Materializer:
             await self._completed(m)  # assembled before a restart: serve it again
             return
         delay = 0.5
+        disk_error: str | None = None  # the first write error, logged once
         while True:
             try:
-                await self._fetch_all(version, progress)
+                await self._fetch_all(version, progress, keep_failed=disk_error is not None)
                 await asyncio.to_thread(self._files.assemble, m, self._fetcher.read)
             except (FetchFailed, AssemblyError) as exc:
                 progress.state, progress.error = "failed", str(exc)
@@ -189,7 +196,19 @@ class Materializer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._retry_max_s)
                 continue
+            except OSError as exc:  # a full disk: nothing half-written is kept, what is served stays
+                progress.state, progress.error = "failed", f"{exc.strerror or exc}; keeping the version served now"
+                if disk_error is None:
+                    log.error("%s:%s failed: %s; retrying until there is room", m.name, m.version, progress.error)
+                else:
+                    log.debug("%s:%s failed again: %s", m.name, m.version, exc)
+                disk_error = progress.error
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._retry_max_s)
+                continue
             progress.state, progress.error, progress.completed_at = "complete", None, time.time()
+            if disk_error is not None:
+                log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
             log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
             await self._completed(m)
             return
@@ -198,8 +217,10 @@ class Materializer:
         if self._on_complete is not None:
             await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version))
 
-    async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress) -> None:
-        progress.state = "fetching"
+    async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress, keep_failed: bool = False) -> None:
+        """Fetch every chunk; ``keep_failed``: a retry after a write error stays ``failed`` until it completes."""
+        if not keep_failed:
+            progress.state = "fetching"
         chunks = version.manifest.unique_chunks()
         node = self._fetcher.node_id
         # Owned chunks first: others are waiting on this node for them.

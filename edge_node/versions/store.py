@@ -3,10 +3,13 @@
 The model is written under a temp name, fsynced, checked against the manifest's
 sha256 and renamed; ``manifest.json`` is written last and marks the version
 complete. A crash at any point leaves no file that looks complete but is not; the temp
-files a killed process leaves behind are removed when the next one opens the directory."""
+files a killed process leaves behind are removed when the next one opens the directory.
+A write that fails (a full disk) removes what it wrote and raises ``VersionWriteError``
+naming the directory."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -27,6 +30,16 @@ _TEMP_PREFIXES = (".assemble-", ".manifest-")
 
 class AssemblyError(Exception):
     """The chunks did not add up to the manifest's file."""
+
+
+class VersionWriteError(OSError):
+    """A version's files could not be written (typically a full disk); names the directory."""
+
+
+def _write_error(exc: OSError, what: str, directory: Path) -> VersionWriteError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return VersionWriteError(errno.ENOSPC, f"no space left on device: cannot write {what} in {directory}")
+    return VersionWriteError(exc.errno or errno.EIO, f"{exc.strerror or exc}: cannot write {what} in {directory}")
 
 
 def _file_sha256(path: Path) -> str:
@@ -101,17 +114,25 @@ class VersionFiles:
         """Concatenate the chunks, verify the whole file, and publish it atomically."""
         directory = self.directory(manifest.name, manifest.version)
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
+        what = f"{manifest.name}:{manifest.version} ({manifest.size} bytes)"
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
+        except OSError as exc:
+            raise _write_error(exc, what, directory) from exc
         tmp = Path(tmp_name)
+        final = directory / MODEL_FILE
         try:
             digest = self._write_chunks(fd, manifest, read)
             if digest != manifest.sha256:
                 raise AssemblyError(f"{manifest.name}:{manifest.version}: assembled file has sha256 {digest}")
-            final = directory / MODEL_FILE
             os.replace(tmp, final)
             self._write_marker(directory, manifest)
             _fsync_dir(directory)
             return final
+        except OSError as exc:
+            if not (directory / MANIFEST_FILE).is_file():  # not complete: give its room back
+                final.unlink(missing_ok=True)
+            raise _write_error(exc, what, directory) from exc
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -132,11 +153,14 @@ class VersionFiles:
     @staticmethod
     def _write_marker(directory: Path, manifest: Manifest) -> None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest-")
-        with os.fdopen(fd, "w") as f:
-            f.write(manifest.model_dump_json(indent=2))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / MANIFEST_FILE)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(manifest.model_dump_json(indent=2))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, directory / MANIFEST_FILE)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
 
     def remove(self, name: str, version: str) -> None:
         """Delete a version's directory."""

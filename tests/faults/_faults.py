@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from bench._fleet import Fleet, sha256_of
+from bench._fleet import Fleet, Proc, sha256_of
 from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
 
@@ -78,18 +82,123 @@ def sigkill_edge_when(fleet: Fleet, node: str, found: Callable[[], Path | None],
     return path
 
 
-def assert_edge_files_sound(fleet: Fleet, node: str, name: str, ver: str, manifest: dict[str, Any]) -> None:
+def assert_edge_files_sound(
+    fleet: Fleet, node: str, name: str, ver: str, manifest: dict[str, Any], data_dir: Path | None = None
+) -> None:
     """On a stopped edge: the assembled file hashes to the manifest, no temp file is left in
-    the versions dir, and every chunk of the manifest is in the cache and passes its digest."""
-    path = fleet.model_file(node, name, ver)
-    assert sha256_of(path) == manifest["sha256"]
-    versions = fleet.edges[node].data_dir / "versions"
+    the versions dir, and every chunk of the manifest is in the cache and passes its digest.
+    ``data_dir``: where to look instead of the edge's data dir (e.g. a copy of it)."""
+    data_dir = data_dir or fleet.edges[node].data_dir
+    assert sha256_of(data_dir / "versions" / name / ver / "model.onnx") == manifest["sha256"]
+    versions = data_dir / "versions"
     temps = [p.name for p in versions.rglob("*") if p.name.startswith((".assemble-", ".manifest-"))]
     assert temps == []  # no half-written file that a later start could load
     digests = {c["digest"] for c in manifest["chunks"]}
-    with ChunkStore(fleet.edges[node].data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:
+    with ChunkStore(data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:
         corrupt_or_missing = [d for d in digests if store.get(d) is None]  # get() re-hashes, drops a bad one
     assert corrupt_or_missing == []
+
+
+class SmallDisk:
+    """A size-limited tmpfs mounted on ``path`` in a mount namespace of its own (``unshare -m``),
+    held by a sleeping process: processes started under ``prefix`` (``nsenter``) see it, the rest
+    of the machine sees the empty directory. Needs root (CI runs as root): without it the test
+    fails with the reason, it never skips. ``host_path`` reads files through /proc (not SQLite
+    databases: SQLite resolves the /proc link to the host's path; copy them out first)."""
+
+    def __init__(self, path: Path, size_bytes: int) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        script = (
+            f"mount -t tmpfs -o size={size_bytes} tmpfs {shlex.quote(str(path))} && echo mounted && exec sleep 3600"
+        )
+        try:
+            self._holder = subprocess.Popen(  # util-linux unshare makes the new namespace's mounts private
+                ["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except FileNotFoundError as exc:
+            raise AssertionError(f"a disk-full test needs util-linux unshare and nsenter: {exc}") from exc
+        assert self._holder.stdout is not None and self._holder.stderr is not None
+        line = self._holder.stdout.readline()
+        if line.strip() != b"mounted":
+            self._holder.wait(timeout=5)
+            why = self._holder.stderr.read().decode(errors="replace").strip()
+            raise AssertionError(
+                f"cannot mount a {size_bytes}-byte tmpfs in a private mount namespace (unshare -m; needs root"
+                f" or CAP_SYS_ADMIN, which CI has): rc {self._holder.returncode}: {why}"
+            )
+
+    @property
+    def prefix(self) -> list[str]:
+        """Run a command in the namespace that sees the tmpfs."""
+        return ["nsenter", "-t", str(self._holder.pid), "-m", "--"]
+
+    def host_path(self, inside: Path) -> Path:
+        """``inside`` (a path under ``path``) as this process can read it."""
+        return Path(f"/proc/{self._holder.pid}/root{inside}")
+
+    def resize(self, size_bytes: int) -> None:
+        """Grow (or shrink) the tmpfs in place: what "freeing space" looks like to the edge."""
+        remount = ["mount", "-o", f"remount,size={size_bytes}", str(self.path)]
+        subprocess.run([*self.prefix, *remount], check=True, capture_output=True, timeout=10)
+
+    def free_bytes(self) -> int:
+        """Bytes left on the tmpfs."""
+        done = subprocess.run([*self.prefix, "df", "-B1", "--output=avail", str(self.path)],
+                              check=True, capture_output=True, timeout=10)  # fmt: skip
+        return int(done.stdout.split()[-1])
+
+    def copy_out(self, inside: Path, to: Path) -> Path:
+        """Copy a directory off the tmpfs (plain files: SQLite databases included, closed first)."""
+        shutil.copytree(self.host_path(inside), to)
+        return to
+
+    def close(self) -> None:
+        """End the holder: the namespace and its tmpfs go with it."""
+        if self._holder.poll() is None:
+            self._holder.kill()
+        self._holder.wait(timeout=10)
+        for stream in (self._holder.stdout, self._holder.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> SmallDisk:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class PrefixedFleet(Fleet):
+    """A ``Fleet`` whose processes named in ``prefixes`` start under a command prefix
+    (``SmallDisk.prefix``); otherwise the same spawn as ``Fleet._spawn``."""
+
+    def __init__(self, *, prefixes: Mapping[str, list[str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prefixes = dict(prefixes or {})
+
+    def _spawn(
+        self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path, log_name: str | None = None
+    ) -> Proc:
+        prefix = self.prefixes.get(name)
+        if prefix is None:
+            return super()._spawn(name, args, env_overrides, data_dir, log_name)
+        assert self.dir is not None
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_name = log_name or name
+        stdout_path, stderr_path = logs / f"{log_name}.out", logs / f"{log_name}.err"
+        files: list[IO[bytes]] = [stdout_path.open("wb"), stderr_path.open("wb")]
+        started_at, started_wall = time.monotonic(), time.time()
+        popen = subprocess.Popen(  # nsenter execs the program: the pid is the edge's
+            [*prefix, sys.executable, "-m", "modelfleet", *args],
+            stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[1],
+            env={**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        return Proc(
+            name, popen, stdout_path, stderr_path, data_dir, _files=files, args=list(args),
+            env=dict(env_overrides), started_at=started_at, started_wall=started_wall,
+        )  # fmt: skip
 
 
 def infer(fleet: Fleet, node: str, model: str, width: int) -> dict[str, Any]:

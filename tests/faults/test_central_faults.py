@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,12 @@ def _serving(fleet: Fleet) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def canary_fleet(broker: MosquittoBroker, root: Path) -> Iterator[tuple[Fleet, str, dict[str, Any]]]:
+def canary_fleet(
+    broker: MosquittoBroker, root: Path, soak_s: float | None = None
+) -> Iterator[tuple[Fleet, str, dict[str, Any]]]:
     """Two edges on v1 with heartbeats on ``broker``, a rollout of v2 to half of them in its
-    canary stage with the canary serving v2; yields the fleet, the canary and the rollout."""
+    canary stage with the canary serving v2 (promoted by hand, or after ``soak_s`` healthy);
+    yields the fleet, the canary and the rollout."""
     mqtt, heartbeat = mqtt_envs(broker)
     v1 = build_mlp(root / "v1.onnx", width=WIDTH, hidden_layers=1)
     v2 = build_mlp(root / "v2.onnx", width=WIDTH, hidden_layers=1, seed=1)
@@ -50,7 +54,7 @@ def canary_fleet(broker: MosquittoBroker, root: Path) -> Iterator[tuple[Fleet, s
         pushed = fleet.client.post(_url(fleet, "/versions"), params={"version": "2", "activate": "false"},
                                    content=v2.read_bytes())  # fmt: skip
         assert pushed.status_code == 201, pushed.text
-        started = fleet.client.post(_url(fleet, "/rollouts"), json={"version": "2", "canary": 0.5})
+        started = fleet.client.post(_url(fleet, "/rollouts"), json={"version": "2", "canary": 0.5, "soak_s": soak_s})
         assert started.status_code == 201, started.text
         (canary,) = started.json()["canary_nodes"]
         wait_until(lambda: _rollout(fleet)["nodes"].get(canary) == "ready", 30, "the canary ready on v2")
@@ -106,3 +110,30 @@ def test_the_canary_stays_the_canary_when_another_edge_reconnects_first(
         after = _rollout(fleet)
         assert {k: after[k] for k in KEPT} == {k: before[k] for k in KEPT}
         assert _serving(fleet) == {canary: "2", other: "1"}
+
+
+def test_a_central_frozen_in_the_canary_stage_finishes_the_rollout_and_declares_no_node_dead(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    with canary_fleet(mosquitto, tmp_path, soak_s=2.5) as (fleet, canary, _):
+        assert fleet.central is not None
+        (other,) = set(fleet.edges) - {canary}
+        before = len(fleet.events())
+        fleet.central.popen.send_signal(signal.SIGSTOP)  # 3 s: the soak ends while it is frozen
+        try:
+            frozen_until = time.monotonic() + 3.0
+            while time.monotonic() < frozen_until:  # the edges serve on their own, each its version
+                assert _serving(fleet) == {canary: "2", other: "1"}
+                time.sleep(0.2)
+        finally:
+            fleet.central.popen.send_signal(signal.SIGCONT)
+
+        wait_until(lambda: _rollout(fleet)["state"] == "complete", 30, "the rollout complete")
+        wait_until(lambda: set(_serving(fleet).values()) == {"2"}, 30, "every edge on v2")
+        states = {n["node_id"]: n["state"] for n in fleet.membership()["nodes"]}
+        assert states == dict.fromkeys(fleet.edges, "alive")
+        events = fleet.events()[before:]
+        liveness = [(e["node_id"], e["type"]) for e in events if e["type"].startswith("node_")]
+        assert liveness == []  # its own freeze is not the nodes' silence
+        rollout_events = [(e["type"], e["detail"].get("version")) for e in events if e["type"].startswith("rollout_")]
+        assert rollout_events == [("rollout_promoted", "2"), ("rollout_completed", "2")]  # as planned, once each

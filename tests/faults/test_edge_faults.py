@@ -9,6 +9,8 @@ from typing import Any
 from _faults import (
     CENTRAL_ENV,
     EDGE_ENV,
+    PrefixedFleet,
+    SmallDisk,
     assert_edge_files_sound,
     infer,
     mqtt_envs,
@@ -67,6 +69,14 @@ def test_a_version_larger_than_the_cache_fails_clearly_and_the_old_one_keeps_ser
         wait_until(lambda: version(fleet, "e0", "mlp", "2").get("state") == "failed", 30, "v2 refused again")
         fleet.wait_model_ready("e0", "mlp", timeout_s=30)
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
+
+
+def _answers(fleet: Fleet, node: str, width: int) -> str | None:
+    """The version that answers an inference of ``width`` inputs (None while none does)."""
+    try:
+        return str(infer(fleet, node, "mlp", width)["model_version"])
+    except AssertionError:
+        return None
 
 
 def _temp_in(directory: Path, prefix: str) -> Path | None:
@@ -149,3 +159,47 @@ def test_a_rollout_to_an_edge_whose_cache_is_too_small_rolls_back_with_the_reaso
         assert "e0: cache too small" in rollout()["reason"]  # the edge's reason, through its heartbeats
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
         assert fleet.edge_status("e0")["cache"]["bytes"] <= 1024 * 1024
+
+
+def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    small = build_mlp(tmp_path / "small.onnx", width=32, hidden_layers=1)  # a few KiB
+    large = build_mlp(tmp_path / "large.onnx", width=384, hidden_layers=4)  # ~2.4 MB, 32 chunks
+    big_cap = {**EDGE_ENV, "MODELFLEET_CACHE_BYTES": str(256 * 1024 * 1024)}  # the setting does not protect it
+    with PrefixedFleet(root=tmp_path, central_env=CENTRAL_ENV, edge_env=big_cap) as fleet:
+        assert fleet.dir is not None
+        data_dir = fleet.dir / "edges" / "e0"  # the edge's data dir, its cache and versions in it
+        with SmallDisk(data_dir, 1024 * 1024) as disk:  # 1 MiB: v1 fits, v2's chunks do not
+            fleet.prefixes["e0"] = disk.prefix
+            fleet.start(edges=1)
+            fleet.push("mlp", "1", small)
+            fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+            pushed = fleet.push("mlp", "2", large)
+
+            def error() -> str:
+                return str(version(fleet, "e0", "mlp", "2").get("error") or "")
+
+            wait_until(lambda: "no space left on device" in error(), 30, "v2 failing for want of room")
+            assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
+            assert "cannot store chunk" in error() and str(data_dir / "cache") in error(), error()
+            assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"  # still serving what it has
+
+            disk.resize(3584 * 1024)  # 3.5 MiB: room for v2's chunks, not for its assembled copy too
+            wait_until(lambda: "cannot write mlp:2" in error(), 30, "v2's assembly failing for want of room")
+            assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
+            assert str(data_dir / "versions" / "mlp" / "2") in error(), error()
+            leftovers = list(disk.host_path(data_dir / "versions" / "mlp" / "2").iterdir())
+            assert [p.name for p in leftovers] == []  # no temp file, no model file without its manifest
+            assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
+
+            disk.resize(16 * 1024 * 1024)  # room at last: the retries complete v2, nothing restarted
+            wait_until(lambda: version(fleet, "e0", "mlp", "2").get("state") == "complete", 30, "v2 complete")
+            wait_until(lambda: _answers(fleet, "e0", 384) == "2", 30, "v2 served")
+            assert fleet.edges["e0"].alive()
+            fleet.stop_edge("e0")
+            log = fleet.edges["e0"].stderr_path.read_text()
+            assert len([line for line in log.splitlines() if " ERROR " in line]) == 1, log  # one clear line
+            assert "Traceback" not in log and "never retrieved" not in log, log
+            copy = disk.copy_out(data_dir, tmp_path / "e0-copy")  # SQLite cannot open it through /proc
+        assert_edge_files_sound(fleet, "e0", "mlp", "2", pushed.manifest, data_dir=copy)
