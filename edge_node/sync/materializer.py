@@ -8,7 +8,8 @@ it could only complete by growing the cache past the cap, so it fails with a rea
 and the version served now stays. A disk that fills up (a chunk or the assembled file
 cannot be written: ``OSError``) fails the version the same way, with the error naming
 the directory, logged once; it is retried quietly with backoff and completes once
-there is room (what was written is kept, the version served now stays)."""
+there is room (what was written is kept). The version served now stays, and right
+after a restart the newest complete version of the model on disk is served meanwhile."""
 
 from __future__ import annotations
 
@@ -200,6 +201,7 @@ class Materializer:
                 progress.state, progress.error = "failed", f"{exc.strerror or exc}; keeping the version served now"
                 if disk_error is None:
                     log.error("%s:%s failed: %s; retrying until there is room", m.name, m.version, progress.error)
+                    self._spawn(self._keep_serving(m))  # after a restart nothing may be loaded yet
                 else:
                     log.debug("%s:%s failed again: %s", m.name, m.version, exc)
                 disk_error = progress.error

@@ -185,6 +185,11 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
             assert "cannot store chunk" in error() and str(data_dir / "cache") in error(), error()
             assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"  # still serving what it has
 
+            fleet.stop_edge("e0")  # restarted on the full disk, told to serve v2 only: v1 from its disk
+            fleet.start_edge("e0")
+            wait_until(lambda: "no space left on device" in error(), 30, "v2 failing again after a restart")
+            fleet.wait_model_ready("e0", "mlp", timeout_s=30)
+            assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
             disk.resize(3584 * 1024)  # 3.5 MiB: room for v2's chunks, not for its assembled copy too
             wait_until(lambda: "cannot write mlp:2" in error(), 30, "v2's assembly failing for want of room")
             assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
@@ -198,8 +203,9 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
             wait_until(lambda: _answers(fleet, "e0", 384) == "2", 30, "v2 served")
             assert fleet.edges["e0"].alive()
             fleet.stop_edge("e0")
-            log = fleet.edges["e0"].stderr_path.read_text()
-            assert len([line for line in log.splitlines() if " ERROR " in line]) == 1, log  # one clear line
-            assert "Traceback" not in log and "never retrieved" not in log, log
+            for run in sorted((fleet.dir / "logs").glob("e0*.err")):  # before and after the restart
+                log = run.read_text()
+                assert len([line for line in log.splitlines() if " ERROR " in line]) == 1, log  # one clear line
+                assert "Traceback" not in log and "never retrieved" not in log, log
             copy = disk.copy_out(data_dir, tmp_path / "e0-copy")  # SQLite cannot open it through /proc
         assert_edge_files_sound(fleet, "e0", "mlp", "2", pushed.manifest, data_dir=copy)
