@@ -84,6 +84,7 @@ class EventJournal:
         self.write_errors = 0
         self._slack = max(kept // 10, 100)
         self._pending: deque[Event] = deque()
+        self._last_added = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
@@ -116,11 +117,18 @@ class EventJournal:
         """The last ``kept`` events on disk, oldest first."""
         with self._lock:
             rows = self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (self.kept,)).fetchall()
-        return [Event.model_validate_json(r[0]) for r in reversed(rows)]
+        events = []
+        for (body,) in reversed(rows):
+            try:
+                events.append(Event.model_validate_json(body))
+            except ValueError:
+                log.warning("skipping an unreadable event in the event log: %.200s", body)
+        return events
 
     def add(self, event: Event) -> None:
         """Queue ``event`` (it has its ``seq``) for the next write; wakes the writer in a burst."""
         self._pending.append(event)
+        self._last_added = event.seq or self._last_added
         if len(self._pending) >= self.flush_max_events:
             self._wake.set()
 
@@ -145,7 +153,10 @@ class EventJournal:
         self._thread.join()
         self.flush()
         with self._lock:
-            self._set_meta(reserved=self._last_seq, clean=1)
+            try:  # even numbers whose write failed were handed out: never again
+                self._set_meta(reserved=max(self._last_seq, self._last_added), clean=1)
+            except sqlite3.Error:
+                log.exception("could not mark the event log closed; the next start counts it as unclean")
             self._db.close()
 
     def _run(self) -> None:

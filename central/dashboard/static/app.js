@@ -227,6 +227,7 @@ function eventDetail(e) {
   if (d.reason) parts.push(d.reason);
   if (d.previous) parts.push(`was ${d.previous}`);
   if (d.silent_s !== undefined) parts.push(`silent ${d.silent_s}s`);
+  if (e.actor) parts.push(`by ${e.actor}`); // the operator token's name (audit)
   return parts.join(" · ");
 }
 
