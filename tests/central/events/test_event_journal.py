@@ -12,8 +12,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from central.membership.event_journal import RESERVE_AHEAD, EventJournal
 from central.membership.events import EventLog
+from central.settings import CentralSettings
 from fleetwire.mqtt.payloads import Event
 
 
@@ -85,3 +88,10 @@ def test_events_survive_a_sigkill_and_no_number_is_used_twice(tmp_path: Path) ->
     after = log.append(Event(type="central_started", ts=1))
     assert after.seq is not None and after.seq > 30 + RESERVE_AHEAD // 2
     log.journal.close()
+
+
+def test_the_older_setting_name_still_sets_how_many_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELFLEET_MQTT__EVENTS_KEPT", "7")
+    assert CentralSettings().events_kept == 7
+    monkeypatch.setenv("MODELFLEET_EVENTS__KEPT", "9")  # the newer name wins
+    assert CentralSettings().events_kept == 9
