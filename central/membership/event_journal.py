@@ -11,10 +11,11 @@ last flush interval.
 Pruning keeps the last ``kept`` rows and is batched too: one range ``DELETE`` once the
 table has grown ``kept // 10`` (at least 100) rows past ``kept``.
 
-Sequence numbers never repeat, even after a crash: ``meta.reserved`` is kept at least
-``RESERVE_AHEAD // 2`` ahead of every number handed out, and a start after a crash
-continues after it (a visible gap says "events were lost here"); a clean close stores
-the last number used, so a clean restart continues without a gap."""
+Sequence numbers are not reused after a crash: ``meta.reserved`` is kept at least
+``RESERVE_AHEAD // 2`` ahead of every number written, and a start after a crash continues
+after it (a visible gap says "events may be lost here"). Only a writer more than 50,000
+events behind the loop could fall short of that. A clean close stores the last number
+handed out, so a clean restart continues without a gap."""
 
 from __future__ import annotations
 
