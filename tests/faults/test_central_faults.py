@@ -90,11 +90,18 @@ def test_a_rollout_survives_a_central_sigkill_and_ends_where_its_plan_says(
         assert promoted.status_code == 200, promoted.text
         wait_until(lambda: _rollout(fleet)["state"] == "complete", 30, "the rollout complete")
         wait_until(lambda: set(_serving(fleet).values()) == {"2"}, 30, "every edge on v2")
-        events = fleet.events()
-        nodes_back = {e["node_id"] for e in events if e["type"] in ("node_alive", "node_rejoined")}
+        events = fleet.events()  # kept on disk: what happened before the kill is still there
+        restart = max(i for i, e in enumerate(events) if e["type"] == "central_started")
+        nodes_back = {e["node_id"] for e in events[restart:] if e["type"] in ("node_alive", "node_rejoined")}
         assert nodes_back == set(fleet.edges)  # the restarted central saw every edge come back ...
         rollout_events = [(e["type"], e["detail"].get("version")) for e in events if e["type"].startswith("rollout_")]
-        assert rollout_events == [("rollout_promoted", "2"), ("rollout_completed", "2")]  # ... and the rollout end
+        assert rollout_events == [  # ... and the whole rollout, across the kill
+            ("rollout_started", "2"),
+            ("rollout_resumed", "2"),
+            ("rollout_promoted", "2"),
+            ("rollout_completed", "2"),
+        ]
+        assert next(e["type"] for e in events[restart:] if e["type"].startswith("rollout_")) == "rollout_resumed"
 
 
 def test_the_canary_stays_the_canary_when_another_edge_reconnects_first(
