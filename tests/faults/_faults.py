@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from bench._fleet import Fleet, Proc, sha256_of
+from bench._fleet import Fleet, Proc, _pdeathsig, sha256_of
 from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
 
@@ -109,15 +109,15 @@ class SmallDisk:
     def __init__(self, path: Path, size_bytes: int) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        missing = [tool for tool in ("unshare", "nsenter", "mount") if shutil.which(tool) is None]
+        assert not missing, f"a disk-full test needs util-linux's {', '.join(missing)} on PATH"
         script = (
             f"mount -t tmpfs -o size={size_bytes} tmpfs {shlex.quote(str(path))} && echo mounted && exec sleep 3600"
         )
-        try:
-            self._holder = subprocess.Popen(  # util-linux unshare makes the new namespace's mounts private
-                ["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-        except FileNotFoundError as exc:
-            raise AssertionError(f"a disk-full test needs util-linux unshare and nsenter: {exc}") from exc
+        self._holder = subprocess.Popen(  # util-linux unshare makes the new namespace's mounts private
+            ["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            preexec_fn=_pdeathsig,  # gone with the test process, even when it is SIGKILLed
+        )  # fmt: skip
         assert self._holder.stdout is not None and self._holder.stderr is not None
         line = self._holder.stdout.readline()
         if line.strip() != b"mounted":
@@ -193,7 +193,7 @@ class PrefixedFleet(Fleet):
         popen = subprocess.Popen(  # nsenter execs the program: the pid is the edge's
             [*prefix, sys.executable, "-m", "modelfleet", *args],
             stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[1],
-            env={**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}, preexec_fn=_pdeathsig,
         )  # fmt: skip
         return Proc(
             name, popen, stdout_path, stderr_path, data_dir, _files=files, args=list(args),

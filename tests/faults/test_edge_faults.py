@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import diskcache
 from _faults import (
     CENTRAL_ENV,
     EDGE_ENV,
@@ -19,6 +20,7 @@ from _faults import (
     version,
     wait_until,
 )
+from diskcache.core import DBNAME
 
 from bench._fleet import Fleet
 from brokers import MosquittoBroker
@@ -209,3 +211,8 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
                 assert "Traceback" not in log and "never retrieved" not in log, log
             copy = disk.copy_out(data_dir, tmp_path / "e0-copy")  # SQLite cannot open it through /proc
         assert_edge_files_sound(fleet, "e0", "mlp", "2", pushed.manifest, data_dir=copy)
+        for part in ("pinned", "lru"):  # no value file left behind by a failed write
+            directory = copy / "cache" / part
+            files = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(DBNAME)]
+            with diskcache.Cache(str(directory)) as entries:
+                assert len(files) == len(entries), (part, len(files), len(entries))
