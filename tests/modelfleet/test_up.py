@@ -192,8 +192,20 @@ def _peer_chunks(metrics: str) -> float:
     return float(match["n"])
 
 
+def _wait_ready(api: httpx.Client, model: str, node_ids: set[str], timeout: float = 30.0) -> None:
+    """Until every node in ``node_ids`` reports ``model`` ready in central's membership."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = api.get("/api/v1/membership").json()["nodes"]
+        ready = {n["node_id"] for n in nodes if any(m["name"] == model and m["state"] == "ready" for m in n["models"])}
+        if ready >= node_ids:
+            return
+        assert time.monotonic() < deadline, f"{model} ready on {ready} only"
+        time.sleep(0.1)
+
+
 def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_over_mutual_tls(
-    tmp_path: Path,
+    tmp_path: Path, small_model_file: Path
 ) -> None:
     data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
     env = {**os.environ, "MODELFLEET_PLACEMENT__REPLICAS": "1"}  # one owner per chunk: the other edge asks a peer
@@ -225,15 +237,22 @@ def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_o
             nodes = api.get("/api/v1/membership").json()["nodes"]
             assert {n["node_id"]: n["state"] for n in nodes} == {"edge-1": "alive", "edge-2": "alive"}
 
-        # an edge's API wants a fleet client certificate; chunks moved between the edges over mutual TLS
+            # the admin token may push; with one owner per chunk, the other edge gets it from its peer
+            admin = {"Authorization": f"Bearer {Path(secure['admin_token_file']).read_text().strip()}"}
+            body, keep = small_model_file.read_bytes(), {"keep_fp32": "true"}  # it is not worth quantizing
+            tiny = api.post("/api/v1/models/tiny/versions", content=body, params=keep, headers=admin)
+            assert tiny.status_code == 201, tiny.text
+            _wait_ready(api, "tiny", {"edge-1", "edge-2"})
+
+        # an edge's API wants a fleet client certificate; a chunk moved between the edges over mutual TLS
         operator = ssl.create_default_context(cafile=secure["ca_file"])
         operator.load_cert_chain(secure["client_cert_file"], secure["client_key_file"])
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{status['edges'][0]['metrics_url']}", verify=fleet_ca, timeout=10)
-        from_peers = [
-            _peer_chunks(httpx.get(e["metrics_url"], verify=operator, timeout=10).text) for e in status["edges"]
-        ]
-        assert sum(from_peers) >= 1, from_peers
+        metrics = [httpx.get(e["metrics_url"], verify=operator, timeout=10).text for e in status["edges"]]
+        assert sum(_peer_chunks(m) for m in metrics) >= 1, "\n".join(
+            line for m in metrics for line in m.splitlines() if line.startswith(("modelfleet_fetch", "modelfleet_peer"))
+        )
 
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
