@@ -7,6 +7,18 @@ tracker sees it. Between probes the age of the oldest one still outstanding is a
 bound on that wait, and so is the time since the last probe came back, less one period
 (a stalled loop sends no probes and reads none). Node clocks never
 enter into it, so a node whose clock is off cannot make central look slow or fast.
+
+The lag never drops at once: when a probe comes back, the lag known just before (the
+largest of its parts) becomes a floor that falls at ``DECAY_PER_S``. The tracker credits
+a heartbeat read while central lags as sent "now minus the lag"; if the lag then fell to
+nothing in one step (the last probe of a batch a hung broker returns at once has a round
+trip near zero; a probe sent after central itself was frozen comes back right behind the
+backlog), every node whose next heartbeat is still on its way would look silent for the
+whole drop and be convicted (bug B5 in docs/reliability.md). Falling at a quarter of
+real time, what central has heard runs ahead of a live node's credited heartbeat by at
+most 1.25 of its intervals before the next one is read, which leaves room under
+``suspect_after`` (2) for a late heartbeat. A real death after a hang of L seconds is
+judged up to about 4 × L later.
 """
 
 from __future__ import annotations
@@ -16,9 +28,8 @@ from collections.abc import Callable
 
 __all__ = ["LagProbe"]
 
-#: A measured lag is trusted this long (the largest one in that time counts); afterwards
-#: only outstanding probes count.
-_MEASURED_TTL_S = 2.0
+#: How fast the lag known when a probe returns may fall afterwards (seconds per second).
+DECAY_PER_S = 0.25
 
 
 class LagProbe:
@@ -32,8 +43,8 @@ class LagProbe:
         self._timer: asyncio.TimerHandle | None = None
         self._outstanding: dict[int, float] = {}  # seq -> loop time sent, oldest first
         self._seq = 0
-        self._measured = 0.0
-        self._measured_at = float("-inf")
+        self._floor = 0.0  # the lag when the last probe returned, falling at DECAY_PER_S from _floor_at
+        self._floor_at = float("-inf")
         self._returned_at = float("-inf")
         self.probes_sent = 0
         self.probes_returned = 0
@@ -50,7 +61,7 @@ class LagProbe:
         """The link is down: nothing to measure (the tracker freezes timeouts anyway)."""
         self._cancel()
         self._outstanding.clear()
-        self._measured, self._measured_at = 0.0, float("-inf")
+        self._floor, self._floor_at = 0.0, float("-inf")
         self._loop = None
 
     def handle(self, payload: bytes | bytearray) -> None:
@@ -60,34 +71,30 @@ class LagProbe:
             seq = int(payload)
         except ValueError:
             return
-        sent = self._outstanding.pop(seq, None)
-        if sent is None or loop is None:
+        if loop is None or seq not in self._outstanding:
             return
+        before = self.lag()  # the floor starts where the lag was: it never drops at once
+        sent = self._outstanding.pop(seq)
         for older in [s for s in self._outstanding if s < seq]:
             del self._outstanding[older]
         now = loop.time()
-        round_trip = now - sent
-        # Keep the largest round trip of the last _MEASURED_TTL_S: after a hung broker resumes,
-        # the probes it held come back in one batch, the newest with a round trip near zero,
-        # while heartbeats held in other sockets may still be on their way behind them.
-        if round_trip >= self._measured or now - self._measured_at > _MEASURED_TTL_S:
-            self._measured, self._measured_at = round_trip, now
+        self._floor, self._floor_at = max(before, now - sent), now
         self._returned_at = now
         self.probes_returned += 1
 
     def lag(self) -> float:
-        """Seconds of feed not read yet: the largest of the largest round trip measured in
-        the last ``_MEASURED_TTL_S``, the age of the oldest probe still on its way, and how
-        overdue the next one is."""
+        """Seconds of feed not read yet: the largest of the floor left by the last returned
+        probe (falling at ``DECAY_PER_S``), the age of the oldest probe still on its way, and
+        how overdue the next one is."""
         loop = self._loop
         if loop is None:
             return 0.0
         now = loop.time()
-        measured = self._measured if now - self._measured_at <= _MEASURED_TTL_S else 0.0
+        floor = self._floor - DECAY_PER_S * (now - self._floor_at)
         oldest = next(iter(self._outstanding.values()), None)
         waiting = now - oldest if oldest is not None else 0.0
         overdue = now - self._returned_at - self.every_s
-        return max(measured, waiting, overdue)
+        return max(floor, waiting, overdue, 0.0)
 
     def _send(self) -> None:
         loop = self._loop
