@@ -113,6 +113,11 @@ class _Disk(diskcache.Disk):
         return written
 
     @staticmethod
+    def clear_last() -> None:
+        """Before an ``add``: a failure before ``store`` must not delete an earlier, committed file."""
+        _Disk._last.path = None
+
+    @staticmethod
     def forget_last() -> None:
         """Delete the file this thread stored last (its row was not committed)."""
         path, _Disk._last.path = getattr(_Disk._last, "path", None), None
@@ -261,6 +266,7 @@ class ChunkStore:
                 if self.has(digest):
                     return False
                 target = self._pinned if self._pins.get(digest) else self._lru
+                _Disk.clear_last()
                 try:
                     added = bool(target.add(digest, bytes(data), retry=True))
                 except BaseException:
@@ -340,6 +346,7 @@ class ChunkStore:
             data = _fetch(src, digest)
             if data is None:
                 return
+            _Disk.clear_last()
             try:
                 dst.add(digest, data, retry=True)
             except BaseException:
