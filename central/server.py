@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 
 import grpc
 import uvicorn
@@ -118,6 +119,8 @@ async def serve(settings: CentralSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"central ready http={server.http_url} grpc={server.grpc_address}", flush=True)
+    # One write, so a log line from another thread cannot split the ready line (see the edge's).
+    sys.stdout.write(f"central ready http={server.http_url} grpc={server.grpc_address}\n")
+    sys.stdout.flush()
     await stop.wait()
     await server.stop()

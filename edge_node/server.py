@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -196,9 +197,9 @@ async def serve(settings: EdgeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(
-        f"edge {edge.node_id} ready http={edge.http_url} grpc={edge.advertise_host}:{edge.grpc_port}",
-        flush=True,
-    )
+    # One write: print() writes the text and its newline separately, and a log line from
+    # another thread (stderr, often the same file) landing between them hid the ready line.
+    sys.stdout.write(f"edge {edge.node_id} ready http={edge.http_url} grpc={edge.advertise_host}:{edge.grpc_port}\n")
+    sys.stdout.flush()
     await stop.wait()
     await edge.stop()

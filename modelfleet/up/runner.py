@@ -24,13 +24,12 @@ from modelfleet.up.children import ChildGroup
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, DemoClient, Published, alive, serves
 from modelfleet.up.errors import UpError
-from modelfleet.up.ports import HOST, MAX_EDGES, PortPlan
+from modelfleet.up.ports import MAX_EDGES, PortPlan, available
 from modelfleet.up.progress import Steps
 from modelfleet.up.report import Fleet, print_urls, status_of
 from modelfleet.up.secure import SecureFleet, prepare
 from modelfleet.up.services import (
     Service,
-    central_grpc_port,
     edge_ids,
     spawn_central,
     spawn_edges,
@@ -143,12 +142,12 @@ def _start(
         security = secure.broker if secure is not None else None
         broker = start_broker(group, options.broker, ports.broker, data.root / "broker", security=security)
         step.detail = f"{broker.kind} on {broker.url}{_moved(ports.broker, broker.port)}"
-    grpc_port = central_grpc_port(ports)
+    # Central binds its gRPC port itself (0 when the planned one is taken) and names it in its
+    # ready line; the edges start once it is known. Choosing a free port here and passing it on
+    # lost a race now and then: another process took it before central bound it.
     central_env = secure.central_env() if secure is not None else None
-    central_child = spawn_central(group, ports, data.root, broker.address, grpc_port, central_env)
-    edge_env = secure.edge_env if secure is not None else None
-    edge_children = spawn_edges(group, ports, data.root, f"{HOST}:{grpc_port}", broker.address, edge_env)
-    with steps.step(f"build the {MODEL} model (while central and edges start)") as step:
+    central_child = spawn_central(group, ports, data.root, broker.address, available(ports.central_grpc), central_env)
+    with steps.step(f"build the {MODEL} model (while central starts)") as step:
         model = build_digits()
         step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"
     with steps.step("central") as step:
@@ -157,6 +156,8 @@ def _start(
             f"HTTP {central.http_url}{_moved(ports.central_http, central.http_port)}, "
             f"gRPC {central.grpc_address}{_moved(ports.central_grpc, central.grpc_port)}"
         )
+    edge_env = secure.edge_env if secure is not None else None
+    edge_children = spawn_edges(group, ports, data.root, central.grpc_address, broker.address, edge_env)
     with steps.step(f"{options.edges} edges") as step:
         edges = wait_edges(edge_children, options.timeout_s)
         step.detail = ", ".join(

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelfleet.up.children import Child, ChildGroup
-from modelfleet.up.ports import PortPlan, available, concrete
+from modelfleet.up.ports import PortPlan, available
 
 __all__ = [
     "Service",
-    "central_grpc_port",
     "edge_ids",
     "spawn_central",
     "spawn_edges",
@@ -59,11 +58,6 @@ def edge_ids(count: int) -> list[str]:
 
 def _env_defaults(defaults: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in defaults.items() if k not in os.environ}
-
-
-def central_grpc_port(ports: PortPlan) -> int:
-    """Central's gRPC port, fixed before it starts so the edges can start beside it."""
-    return concrete(ports.central_grpc)
 
 
 def spawn_central(
