@@ -16,6 +16,11 @@ class CentralError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def http_headers(self) -> dict[str, str] | None:
+        """Headers the REST answer carries besides ``{"error": message}``."""
+        return None
+
 
 class BadRequest(CentralError):
     """Input that cannot be used: not ONNX, truncated, malformed fields."""
@@ -83,3 +88,7 @@ class Overloaded(CentralError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

@@ -86,8 +86,8 @@ class UploadLimit:
         try:
             self.slots.acquire()
         except Overloaded as exc:
-            headers = {"Retry-After": str(exc.retry_after_s)}
-            await JSONResponse({"error": exc.message}, status_code=503, headers=headers)(scope, receive, send)
+            answer = JSONResponse({"error": exc.message}, status_code=exc.http_status, headers=exc.http_headers)
+            await answer(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)

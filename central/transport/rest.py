@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from central.auth import OperatorAuth, TokenStore, actor_of
 from central.core import Central
 from central.dashboard import create_dashboard_router
-from central.errors import CentralError, NotFound, Overloaded
+from central.errors import CentralError, NotFound
 from central.gateway import create_gateway_router
 from central.membership.events import operator_event
 from central.membership.liveness import NodeView
@@ -87,8 +87,7 @@ def _membership_entry(v: NodeView) -> dict[str, Any]:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CentralError)
     async def central_error(_: Request, exc: CentralError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
-        return JSONResponse({"error": exc.message}, status_code=exc.http_status, headers=headers)
+        return JSONResponse({"error": exc.message}, status_code=exc.http_status, headers=exc.http_headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -28,12 +28,10 @@ class UploadSlots:
             raise ValueError("the upload limit must be at least 1")
         self.limit = limit
         self.active = 0
-        self.refused = 0
 
     def acquire(self) -> None:
         """Take a slot, or Overloaded (503, Retry-After) when all are taken."""
         if self.active >= self.limit:
-            self.refused += 1
             raise Overloaded(
                 f"{self.active} model pushes are in progress (max_concurrent_uploads={self.limit});"
                 f" retry in {UPLOAD_RETRY_AFTER_S}s",
