@@ -90,6 +90,16 @@ class BrokerTls:
     require_certificate: bool = False
 
 
+def close_wakeup_pair(client: mqtt.Client) -> None:
+    """Close the socket pair paho opens in ``loop_start`` (it closes it only on the next
+    one, or on GC): call after ``loop_stop`` so a test leaves no open sockets behind."""
+    for name in ("_sockpairR", "_sockpairW"):
+        sock = getattr(client, name, None)
+        if sock is not None:
+            sock.close()
+            setattr(client, name, None)
+
+
 def _port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
@@ -352,12 +362,7 @@ class Subscriber:
             self._started = False
             self._client.disconnect()
             self._client.loop_stop()
-        # paho opens its socket pair in loop_start and only closes it on the next one
-        for name in ("_sockpairR", "_sockpairW"):
-            sock = getattr(self._client, name, None)
-            if sock is not None:
-                sock.close()
-                setattr(self._client, name, None)
+        close_wakeup_pair(self._client)
 
     def __enter__(self) -> Subscriber:
         return self.start()
@@ -441,6 +446,7 @@ __all__ = [
     "MosquittoBroker",
     "MosquittoNotFound",
     "Subscriber",
+    "close_wakeup_pair",
     "collect",
     "find_mosquitto",
     "free_port",

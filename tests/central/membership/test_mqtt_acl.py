@@ -22,7 +22,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from pydantic import ValidationError
 
-from brokers import BrokerTls, MosquittoBroker, Subscriber
+from brokers import BrokerTls, MosquittoBroker, Subscriber, close_wakeup_pair
 from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.settings import CentralSettings
@@ -91,11 +91,7 @@ class RawClient:
     def __exit__(self, *exc: object) -> None:
         self.client.disconnect()
         self.client.loop_stop()
-        for name in ("_sockpairR", "_sockpairW"):  # paho closes its wake-up pair only on GC
-            sock = getattr(self.client, name, None)
-            if sock is not None:
-                sock.close()
-                setattr(self.client, name, None)
+        close_wakeup_pair(self.client)
 
     def wait_connack(self) -> Any:
         """None when accepted, else the refusal's reason code."""
