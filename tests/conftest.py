@@ -128,6 +128,16 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: s
         await asyncio.sleep(0.05)
 
 
+async def served_version(edge: Edge) -> str:
+    """The version of ``mlp`` (``build_mlp(width=64)``) that answers an inference request
+    on the edge's HTTP API."""
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [1.0] * 64}]}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
+        response = await client.post("/v2/models/mlp/infer", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["model_version"])
+
+
 def version_state(edge: Edge, name: str, version: str) -> str | None:
     """The state an edge reports for one version, or None."""
     progress = edge.materializer.progress.get((name, version))

@@ -9,28 +9,17 @@ import logging
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
-from edge_node.server import Edge
+from conftest import EdgeFactory, central_settings, push, served_version, version_state, wait_for
 from edge_node.sync.trust import PINNED_KEY_FILE
 from fleetwire.manifest import Manifest
 from fleetwire.signing import fingerprint, verify_manifest
 from modelfleet.cli import main
 from modelfleet.zoo import build_mlp
-
-_BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": np.ones(64).tolist()}]}
-
-
-async def _served_version(edge: Edge) -> str:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
-        response = await client.post("/v2/models/mlp/infer", json=_BODY)
-    assert response.status_code == 200, response.text
-    return str(response.json()["model_version"])
 
 
 async def _push(central: CentralServer, model: Path) -> Manifest:
@@ -80,7 +69,7 @@ async def test_an_edge_follows_a_rotated_key_and_an_edge_pinned_to_another_key_i
         v2 = await _push(second, build_mlp(tmp_path / "v2.onnx", width=64, hidden_layers=2, head_seed=7))
         verify_manifest(v2, key2)
         await wait_for(lambda: version_state(follower, "mlp", "2") == "complete", what="v2 on the following edge")
-        assert await _served_version(follower) == "2"
+        assert await served_version(follower) == "2"
         await wait_for(lambda: version_state(stranger, "mlp", "2") == "failed", what="v2 refused by the other edge")
         assert "signature does not match" in (stranger.materializer.progress[("mlp", "2")].error or "")
         assert not stranger.store.has_many(c.digest for c in v2.chunks)

@@ -8,27 +8,15 @@ import logging
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from central.registry.signing import KEY_FILE
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
-from edge_node.server import Edge
+from conftest import EdgeFactory, central_settings, push, served_version, version_state, wait_for
 from edge_node.sync.trust import PINNED_KEY_FILE
 from modelfleet.zoo import build_mlp
-
-_BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": np.ones(64).tolist()}]}
-
-
-async def _served_version(edge: Edge) -> str:
-    """The version that answers an inference request on the edge's HTTP API."""
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
-        response = await client.post("/v2/models/mlp/infer", json=_BODY)
-    assert response.status_code == 200, response.text
-    return str(response.json()["model_version"])
 
 
 def _corrupt_cache_files(cache_dir: Path) -> int:
@@ -60,7 +48,7 @@ async def test_an_edge_loads_only_what_its_pinned_key_signed_and_refetches_corru
     manifest = await _push(first, v1)
     assert manifest["signature"]
     await wait_for(lambda: version_state(edge, "mlp", "1") == "complete", what="v1 on the edge")
-    assert await _served_version(edge) == "1"
+    assert await served_version(edge) == "1"
     assert (tmp_path / "edge-0" / PINNED_KEY_FILE).read_bytes() == first.central.signer.public_key
 
     # A tampered cache directory: every chunk file changed on disk. The same bytes pushed
@@ -71,7 +59,7 @@ async def test_an_edge_loads_only_what_its_pinned_key_signed_and_refetches_corru
     await wait_for(lambda: version_state(edge, "mlp", "2") == "complete", what="v2 despite the corrupt cache")
     assert edge.files.model_path("mlp", "2").read_bytes() == v1.read_bytes()
     assert edge.fetcher.stats.bytes_from_origin - from_origin == v1.stat().st_size
-    assert await _served_version(edge) == "2"
+    assert await served_version(edge) == "2"
     await first.stop()
 
     # Central comes back with another key (its key file swapped): the edge keeps its pin.
@@ -90,7 +78,7 @@ async def test_an_edge_loads_only_what_its_pinned_key_signed_and_refetches_corru
         chunks = refused["chunks"]
         assert isinstance(chunks, list)
         assert not edge.store.has_many(c["digest"] for c in chunks)  # not one chunk of it fetched
-        assert await _served_version(edge) == "2"  # the previous version keeps serving
+        assert await served_version(edge) == "2"  # the previous version keeps serving
     finally:
         await edge.stop()
         await second.stop()
