@@ -64,6 +64,20 @@ class FetchFromOwners(CentralError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class AccuracyGuardFailed(CentralError):
+    """INT8 disagrees with FP32 more than the threshold allows, and FP32 was not asked for."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class QuantizationFailed(CentralError):
+    """onnxruntime could not produce a loadable INT8 model, and FP32 was not asked for."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class Unauthenticated(CentralError):
     """No credential, or one central does not know."""
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from central.errors import AccuracyGuardFailed, QuantizationFailed
 from central.quantize.calibration import CalibrationData, generated_samples, load_calibration, split
 from central.quantize.guard import Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
-from central.quantize.step import AccuracyGuardFailed, QuantizationFailed, QuantizeSettings, QuantizeStep
+from central.quantize.step import QuantizeSettings, QuantizeStep
 
 __all__ = [
     "AccuracyGuardFailed",

@@ -14,31 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import onnx
 from pydantic import BaseModel, ConfigDict, Field
 
-from central.errors import CentralError
+from central.errors import AccuracyGuardFailed, QuantizationFailed
 from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
 from central.quantize.guard import GUARD_BATCH, Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
 from central.registry.pipeline import PushContext, report_progress
 from central.registry.validate import signature
 from fleetwire.manifest import TensorSpec
-
-
-class AccuracyGuardFailed(CentralError):
-    """INT8 disagrees with FP32 more than the threshold allows, and FP32 was not asked for."""
-
-    http_status = 422
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
-
-
-class QuantizationFailed(CentralError):
-    """onnxruntime could not produce a loadable INT8 model, and FP32 was not asked for."""
-
-    http_status = 422
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class QuantizeSettings(BaseModel):
