@@ -5,18 +5,16 @@ port, anonymous, no persistence, log in the temp dir) and runs ``mosquitto -c``.
 touches a system broker on 1883. No pytest here: the fixture lives in ``conftest.py``.
 
 Options: ``users`` (name → password) turns anonymous access off and writes a Mosquitto
-password file (hashed here, in mosquitto_passwd's own format, so the binary is not
-needed); ``acl`` adds an ACL file (text, or the path of one such as the shipped
-``deploy/mosquitto/acl``); ``tls`` adds a second, TLS-only listener on ``tls_port``.
+password file (hashed with ``modelfleet up --secure``'s ``mosquitto_password_hash``, so the
+binary is not needed); ``acl`` adds an ACL file (text, or the path of one such as the
+shipped ``deploy/mosquitto/acl``); ``tls`` adds a second, TLS-only listener on ``tls_port``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import getpass
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +33,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+
+from modelfleet.up.secure import mosquitto_password_hash
 
 FALLBACK_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto")
 
@@ -69,14 +69,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def mosquitto_password_hash(password: str, salt: bytes | None = None, iterations: int = 101) -> str:
-    """A password file entry's hash as Mosquitto 2.0's ``mosquitto_passwd`` writes it:
-    ``$7$<iterations>$<base64 salt>$<base64 PBKDF2-HMAC-SHA512>`` (12-byte salt)."""
-    salt = os.urandom(12) if salt is None else salt
-    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
-    return f"$7${iterations}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
 
 
 @dataclass(frozen=True)
