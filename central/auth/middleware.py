@@ -37,6 +37,19 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
+def is_write(method: str) -> bool:
+    """Whether ``method`` changes something (needs an admin token when auth is on)."""
+    return method not in _READS
+
+
+def protects(method: str, path: str, protect_reads: bool) -> bool:
+    """Whether ``method path`` needs a token: nothing under ``/v2`` and ``/healthz``; elsewhere
+    writes, and reads too with ``protect_reads`` (central's OpenAPI document declares 401/403 there)."""
+    if path == "/v2" or path.startswith(_OPEN_PREFIXES):
+        return False
+    return is_write(method) or protect_reads
+
+
 class OperatorAuth:
     """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
 
@@ -45,15 +58,6 @@ class OperatorAuth:
         self.store = store
         self.protect_reads = protect_reads
 
-    def _is_open(self, method: str, path: str) -> bool:
-        if path == "/v2" or path.startswith(_OPEN_PREFIXES):
-            return True
-        return method in _READS and not self.protect_reads
-
-    def protects(self, method: str, path: str) -> bool:
-        """Whether ``method path`` needs a token (central's OpenAPI document declares 401/403 there)."""
-        return not self._is_open(method, path)
-
     def _caller(self, scope: Scope) -> TokenRecord | None:
         token = bearer(scope)
         record = self.store.verify(token) if token is not None else None
@@ -61,7 +65,7 @@ class OperatorAuth:
         return record if record is not None and record.role in OPERATOR_ROLES else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._is_open(scope["method"], scope.get("path", "")):
+        if scope["type"] != "http" or not protects(scope["method"], scope.get("path", ""), self.protect_reads):
             await self.app(scope, receive, send)
             return
         caller = self._caller(scope)
@@ -70,7 +74,7 @@ class OperatorAuth:
             await JSONResponse({"error": _UNAUTHORIZED}, status_code=401, headers=headers)(scope, receive, send)
             return
         method, path = scope["method"], scope.get("path", "")
-        if method not in _READS and caller.role != Role.ADMIN:
+        if is_write(method) and caller.role != Role.ADMIN:
             message = f"role {caller.role} may not {method} {path} (token {caller.name!r}; writes need admin)"
             await JSONResponse({"error": message}, status_code=403)(scope, receive, send)
             return

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.auth import OperatorAuth, TokenStore, actor_of
+from central.auth.middleware import is_write, protects
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound
@@ -114,16 +115,16 @@ def _install_auth(app: FastAPI, central: Central) -> None:
     if not store.records():
         log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.path)
     app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
-    _declare_auth(app, OperatorAuth(app, store=store, protect_reads=auth.protect_reads))
+    _declare_auth(app, auth.protect_reads)
 
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
 
 
-def _declare_auth(app: FastAPI, auth: OperatorAuth) -> None:
+def _declare_auth(app: FastAPI, protect_reads: bool) -> None:
     """Declare in the OpenAPI document the 401 (every protected operation) and 403 (writes:
-    a viewer's token) that ``auth`` answers before any route runs."""
+    a viewer's token) that ``OperatorAuth`` answers before any route runs."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -132,11 +133,11 @@ def _declare_auth(app: FastAPI, auth: OperatorAuth) -> None:
         schema = build()
         for path, operations in schema.get("paths", {}).items():
             for method, operation in operations.items():
-                if method not in _METHODS or not auth.protects(method.upper(), path):
+                if method not in _METHODS or not protects(method.upper(), path, protect_reads):
                     continue
                 responses = operation.setdefault("responses", {})
                 responses["401"] = {"description": "No token, or one central does not know", "content": _ERROR_REF}
-                if method.upper() not in ("GET", "HEAD", "OPTIONS"):
+                if is_write(method.upper()):
                     responses["403"] = {"description": "A viewer's token: writes need admin", "content": _ERROR_REF}
         return schema
 
