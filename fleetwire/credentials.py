@@ -22,9 +22,14 @@ def bearer_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> 
     for key, value in metadata or ():
         if key.lower() != AUTHORIZATION_KEY:
             continue
-        text = value.decode("latin-1") if isinstance(value, bytes) else value
-        scheme, _, token = text.partition(" ")
-        if scheme.lower() != _SCHEME:
-            return None
-        return token.strip() or None
+        return parse_bearer(value.decode("latin-1") if isinstance(value, bytes) else value)
     return None
+
+
+def parse_bearer(value: str) -> str | None:
+    """The token of one ``Bearer <token>`` credential (a gRPC metadata value or an HTTP
+    ``Authorization`` header), or None for another scheme or an empty token."""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != _SCHEME:
+        return None
+    return token.strip() or None

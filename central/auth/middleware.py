@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore
+from fleetwire.credentials import parse_bearer
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN_PREFIXES = ("/v2/", "/healthz")
@@ -30,10 +31,7 @@ def bearer(scope: Scope) -> str | None:
     """The token of an ``Authorization: Bearer …`` header, if any."""
     for key, value in scope.get("headers", []):
         if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer":
-                return None
-            return token.strip() or None
+            return parse_bearer(value.decode("latin-1"))
     return None
 
 
