@@ -46,7 +46,9 @@ class Edge:
         self.store = ChunkStore(settings.resolved_cache_dir, size_limit=settings.cache_bytes, holder=self.node_id)
         self.files = VersionFiles(settings.data_dir / "versions")
         self.view = PlacementView()
-        self.pool = ChannelPool(grpc_channel_credentials(settings.tls.material()) if settings.tls.enabled else None)
+        #: The TLS files, read and checked once here for the channels and both listeners.
+        self._tls = settings.tls.material() if settings.tls.enabled else None
+        self.pool = ChannelPool(grpc_channel_credentials(self._tls) if self._tls is not None else None)
         peers = PeerClient(self.pool, self.node_id)
         token = settings.node_token.get_secret_value() if settings.node_token is not None else None
         self.credential = NodeCredential(token, settings.node_token_file)
@@ -134,8 +136,8 @@ class Edge:
         self._grpc = grpc.aio.server(options=CHANNEL_OPTIONS)
         peer_pb2_grpc.add_PeerServicer_to_server(self.peer_servicer, self._grpc)
         address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
-        if self.settings.tls.enabled:  # peers are mutual: a caller without a fleet certificate is refused
-            creds = grpc_server_credentials(self.settings.tls.material(), require_client_cert=True)
+        if self._tls is not None:  # peers are mutual: a caller without a fleet certificate is refused
+            creds = grpc_server_credentials(self._tls, require_client_cert=True)
             self.grpc_port = self._grpc.add_secure_port(address, creds)
         else:
             self.grpc_port = self._grpc.add_insecure_port(address)
@@ -152,14 +154,17 @@ class Edge:
         return f"{scheme}://{self.settings.http_host}:{self.http_port}"
 
     async def _start_http(self) -> None:
-        tls = self.settings.tls
         config = uvicorn.Config(
             create_app(self),
             host=self.settings.http_host,
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
-            **(uvicorn_ssl_kwargs(tls.material(), require_client_cert=tls.require_client_cert) if tls.enabled else {}),
+            **(
+                uvicorn_ssl_kwargs(self._tls, require_client_cert=self.settings.tls.require_client_cert)
+                if self._tls is not None
+                else {}
+            ),
         )
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
