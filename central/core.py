@@ -76,11 +76,13 @@ class Central:
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
         self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
         tls = settings.tls
+        #: The TLS files, read and checked once here for the gateway's client and both listeners.
+        self.tls_material = material = tls.material() if tls.enabled else None
         self.gateway = create_gateway(
             TrackerNodeSource(self.membership),
             settings.gateway,
             scheme=tls.edge_scheme,
-            ssl_context=client_ssl_context(tls.material()) if tls.edge_scheme == "https" else None,
+            ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
         )
         self.rollouts = self._rollout_service(settings)
         self.desired = DesiredStateService(

@@ -59,9 +59,9 @@ class CentralServer:
         self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(self.central), self._grpc)
         address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
-        tls = self.settings.tls
-        if tls.enabled:
-            creds = grpc_server_credentials(tls.material(), require_client_cert=tls.require_client_cert)
+        tls, material = self.settings.tls, self.central.tls_material
+        if material is not None:
+            creds = grpc_server_credentials(material, require_client_cert=tls.require_client_cert)
             self.grpc_port = self._grpc.add_secure_port(address, creds)
         else:
             self.grpc_port = self._grpc.add_insecure_port(address)
@@ -73,7 +73,7 @@ class CentralServer:
             log_level="warning",
             lifespan="off",
             # operators authenticate with bearer tokens, not certificates
-            **(uvicorn_ssl_kwargs(tls.material(), require_client_cert=False) if tls.enabled else {}),
+            **(uvicorn_ssl_kwargs(material, require_client_cert=False) if material is not None else {}),
         )
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
