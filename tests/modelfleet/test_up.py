@@ -8,6 +8,7 @@ data-directory lock are checked in process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,26 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> d
     return dict(json.loads(path.read_text()))
 
 
+@contextlib.contextmanager
+def _up_running(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """``modelfleet up`` in the background, its output on ``stdout``; killed if still
+    running when the block ends (a failed assertion before ``_ctrl_c``)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _ctrl_c(proc: subprocess.Popen[str]) -> str:
+    """SIGINT, as Ctrl-C sends it; the whole output once it has exited."""
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    return output
+
+
 def test_up_once_on_mosquitto_then_warm_on_amqtt_until_ctrl_c_leaving_nothing_behind(tmp_path: Path) -> None:
     data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
     first, status = _run_once(data_dir, status_path, "--broker", "mosquitto")
@@ -114,13 +136,7 @@ def test_up_once_on_mosquitto_then_warm_on_amqtt_until_ctrl_c_leaving_nothing_be
     # Again on the same directory, now without Mosquitto and running until Ctrl-C: it
     # starts warm (the version is there, not pushed twice) and heartbeats flow over amqtt.
     status_path.unlink()
-    proc = subprocess.Popen(
-        _up_argv(data_dir, status_path, "--broker", "amqtt"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with _up_running(_up_argv(data_dir, status_path, "--broker", "amqtt")) as proc:
         again = _wait_for_file(status_path, proc, timeout=100)
         assert again["broker"]["kind"] == "amqtt"
         assert again["model"] == {"name": "digits", "version": "1", "artifact": "int8", "pushed": False}
@@ -129,12 +145,7 @@ def test_up_once_on_mosquitto_then_warm_on_amqtt_until_ctrl_c_leaving_nothing_be
         assert {n["node_id"]: n["state"] for n in membership["nodes"]} == {f"edge-{i}": "alive" for i in (1, 2, 3)}
         assert proc.poll() is None and all(_running(pid) for pid in _pids(again))  # it keeps running
 
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        output = _ctrl_c(proc)
     assert proc.returncode == 0, output
     assert "not pushed again" in output and "stop the fleet — 5 processes stopped" in output
     _assert_nothing_left(again, data_dir)
@@ -209,14 +220,7 @@ def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_o
 ) -> None:
     data_dir, status_path = tmp_path / "fleet", tmp_path / "status.json"
     env = {**os.environ, "MODELFLEET_PLACEMENT__REPLICAS": "1"}  # one owner per chunk: the other edge asks a peer
-    proc = subprocess.Popen(
-        _up_argv(data_dir, status_path, "--secure", "--edges", "2"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    try:
+    with _up_running(_up_argv(data_dir, status_path, "--secure", "--edges", "2"), env) as proc:
         status = _wait_for_file(status_path, proc, timeout=100)
         secure, central = status["secure"], status["central"]
         assert central["http_url"].startswith("https://") and status["broker"]["url"].startswith("mqtts://")
@@ -254,12 +258,7 @@ def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_o
             line for m in metrics for line in m.splitlines() if line.startswith(("modelfleet_fetch", "modelfleet_peer"))
         )
 
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        output = _ctrl_c(proc)
     assert proc.returncode == 0, output
     token_file = Path(secure["admin_token_file"])
     assert f"export MODELFLEET_CA_FILE={secure['ca_file']}" in output
