@@ -48,6 +48,11 @@ def sign_manifest(manifest: Manifest, key: Ed25519PrivateKey) -> Manifest:
     return manifest.model_copy(update={"signature": signature})
 
 
+def raw_public_key(key: Ed25519PrivateKey) -> bytes:
+    """The raw 32 bytes of ``key``'s public half, the form a key travels and is pinned in."""
+    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
 def public_key_from_bytes(raw: bytes) -> Ed25519PublicKey:
     """A public key from its raw 32 bytes; SignatureError if they are not one."""
     if len(raw) != PUBLIC_KEY_BYTES:
@@ -109,7 +114,7 @@ def endorsement_bytes(old_public_key: bytes, new_public_key: bytes, created_at: 
 
 def endorse(old_key: Ed25519PrivateKey, new_public_key: bytes, created_at: str) -> KeyEndorsement:
     """``old_key``'s endorsement of ``new_public_key`` (raw 32 bytes)."""
-    old_public_key = old_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    old_public_key = raw_public_key(old_key)
     public_key_from_bytes(new_public_key)  # refuse to endorse something that is not a key
     signature = old_key.sign(endorsement_bytes(old_public_key, new_public_key, created_at))
     return KeyEndorsement(old_public_key, new_public_key, created_at, signature)

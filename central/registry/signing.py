@@ -25,6 +25,7 @@ from fleetwire.signing import (
     SignatureError,
     endorse,
     fingerprint,
+    raw_public_key,
     sign_manifest,
     verify_chain,
     verify_manifest,
@@ -45,10 +46,6 @@ _NEXT_KEY_FILE = "manifest-signing.key.next"
 
 class KeyRotationError(ValueError):
     """The key files in a data directory are missing, malformed or do not agree."""
-
-
-def _raw_public(key: Ed25519PrivateKey) -> bytes:
-    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def _pem(key: Ed25519PrivateKey) -> bytes:
@@ -84,7 +81,7 @@ def _write_endorsements(data_dir: Path, chain: list[KeyEndorsement]) -> None:
 
 
 def _retire(data_dir: Path, key: Ed25519PrivateKey) -> Path:
-    path = data_dir / RETIRED_DIR / f"{fingerprint(_raw_public(key))}.key"
+    path = data_dir / RETIRED_DIR / f"{fingerprint(raw_public_key(key))}.key"
     write_atomic(path, _pem(key), 0o600)
     return path
 
@@ -97,10 +94,10 @@ def _finish_pending_rotation(data_dir: Path) -> None:
         return
     new_key = _load_key(pending)
     chain = read_endorsements(data_dir)
-    if chain and chain[-1].new_public_key == _raw_public(new_key):
+    if chain and chain[-1].new_public_key == raw_public_key(new_key):
         _retire(data_dir, _load_key(data_dir / KEY_FILE))
         os.replace(pending, data_dir / KEY_FILE)
-        log.warning("finished an interrupted rotation to manifest key %s", fingerprint(_raw_public(new_key)))
+        log.warning("finished an interrupted rotation to manifest key %s", fingerprint(raw_public_key(new_key)))
     else:
         pending.unlink()
 
@@ -117,10 +114,10 @@ def rotate_key(data_dir: Path, now: datetime | None = None) -> KeyEndorsement:
     _finish_pending_rotation(data_dir)
     old_key = _load_key(current_path)
     chain = read_endorsements(data_dir)
-    _check_chain(data_dir, _raw_public(old_key), chain)
+    _check_chain(data_dir, raw_public_key(old_key), chain)
     new_key = Ed25519PrivateKey.generate()
     created_at = (now or datetime.now(UTC)).isoformat(timespec="seconds").replace("+00:00", "Z")
-    link = endorse(old_key, _raw_public(new_key), created_at)
+    link = endorse(old_key, raw_public_key(new_key), created_at)
     write_atomic(data_dir / _NEXT_KEY_FILE, _pem(new_key), 0o600)
     _write_endorsements(data_dir, [*chain, link])
     retired = _retire(data_dir, old_key)
@@ -148,7 +145,7 @@ class ManifestSigner:
 
     def __init__(self, key: Ed25519PrivateKey, endorsements: list[KeyEndorsement] | None = None) -> None:
         self._key = key
-        self.public_key: bytes = _raw_public(key)
+        self.public_key: bytes = raw_public_key(key)
         #: Every rotation so far, oldest first; sent to edges at registration.
         self.endorsements: list[KeyEndorsement] = list(endorsements or [])
 
