@@ -268,7 +268,7 @@ class Fleet:
         started_at, started_wall = time.monotonic(), time.time()
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "modelfleet", *args],
+                [*self._command_prefix(name), sys.executable, "-m", "modelfleet", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -283,6 +283,10 @@ class Fleet:
             name, popen, stdout_path, stderr_path, data_dir, _files=[out, err], args=list(args),
             env=dict(env_overrides), started_at=started_at, started_wall=started_wall,
         )  # fmt: skip
+
+    def _command_prefix(self, name: str) -> list[str]:
+        """What process ``name`` is started under (a subclass's ``nsenter …``); nothing here."""
+        return []
 
     def _wait_ready(self, procs: list[Proc], pattern: re.Pattern[str]) -> None:
         """Wait for every process's ready line; fill in its addresses."""

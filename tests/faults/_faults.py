@@ -7,13 +7,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from bench._fleet import Fleet, Proc, _pdeathsig, sha256_of
+from bench._fleet import Fleet, _pdeathsig, sha256_of
 from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
 
@@ -171,34 +170,14 @@ class SmallDisk:
 
 class PrefixedFleet(Fleet):
     """A ``Fleet`` whose processes named in ``prefixes`` start under a command prefix
-    (``SmallDisk.prefix``); otherwise the same spawn as ``Fleet._spawn``."""
+    (``SmallDisk.prefix``)."""
 
     def __init__(self, *, prefixes: Mapping[str, list[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prefixes = dict(prefixes or {})
 
-    def _spawn(
-        self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path, log_name: str | None = None
-    ) -> Proc:
-        prefix = self.prefixes.get(name)
-        if prefix is None:
-            return super()._spawn(name, args, env_overrides, data_dir, log_name)
-        assert self.dir is not None
-        logs = self.dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log_name = log_name or name
-        stdout_path, stderr_path = logs / f"{log_name}.out", logs / f"{log_name}.err"
-        files: list[IO[bytes]] = [stdout_path.open("wb"), stderr_path.open("wb")]
-        started_at, started_wall = time.monotonic(), time.time()
-        popen = subprocess.Popen(  # nsenter execs the program: the pid is the edge's
-            [*prefix, sys.executable, "-m", "modelfleet", *args],
-            stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[1],
-            env={**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}, preexec_fn=_pdeathsig,
-        )  # fmt: skip
-        return Proc(
-            name, popen, stdout_path, stderr_path, data_dir, _files=files, args=list(args),
-            env=dict(env_overrides), started_at=started_at, started_wall=started_wall,
-        )  # fmt: skip
+    def _command_prefix(self, name: str) -> list[str]:
+        return self.prefixes.get(name, [])  # nsenter execs the program: the pid is the edge's
 
 
 def infer(fleet: Fleet, node: str, model: str, width: int) -> dict[str, Any]:
