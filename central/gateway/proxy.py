@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -178,6 +179,24 @@ class GatewayProxy:
     async def close(self) -> None:
         """Close the pooled connections."""
         await self._client.aclose()
+
+    @contextmanager
+    def holding(self) -> Iterator[GatewayResponse | None]:
+        """One of the ``max_outstanding`` places, held while the block runs. Yields None, or
+        the gateway's own 503 (Retry-After) when every place is taken: then nothing is held."""
+        if self.outstanding >= self.max_outstanding:
+            self.stats.overloaded += 1
+            message = (
+                f"the gateway holds {self.outstanding} requests (gateway.max_outstanding={self.max_outstanding});"
+                " retry shortly"
+            )
+            yield _error(503, message, {"Retry-After": "1"})
+            return
+        self.outstanding += 1
+        try:
+            yield None
+        finally:
+            self.outstanding -= 1
 
     def _unavailable(self, model: str, version: str | None, reason: str, retry_after: str | None) -> GatewayResponse:
         self.stats.unavailable += 1

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from central.gateway.candidates import NodeSource
-from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy
+from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter, Policy
 
 
@@ -91,6 +91,10 @@ def _error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _response(answer: GatewayResponse) -> Response:
+    return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
+
+
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The whole body, or None as soon as it is known to exceed ``limit``."""
     declared = request.headers.get("content-length", "")
@@ -127,31 +131,20 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     router = APIRouter()
 
     async def forward(name: str, version: str | None, request: Request) -> Response:
-        if proxy.outstanding >= proxy.max_outstanding:
-            proxy.stats.overloaded += 1
-            message = (
-                f"the gateway holds {proxy.outstanding} requests (gateway.max_outstanding={proxy.max_outstanding});"
-                " retry shortly"
-            )
-            return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "1"})
-        proxy.outstanding += 1
-        try:
-            return await _forward(name, version, request)
-        finally:
-            proxy.outstanding -= 1
-
-    async def _forward(name: str, version: str | None, request: Request) -> Response:
-        body = await _read_body(request, proxy.max_body_bytes)
-        if body is None:
-            proxy.stats.too_large += 1
-            return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
-        key = request.headers.get(AFFINITY_HEADER) or None
-        started = time.perf_counter()
-        answer = await proxy.forward(name, version, body, request.headers, key)
-        proxy.rolling.record(time.perf_counter() - started, ok=answer.status < 500)
-        if proxy.observer is not None:
-            proxy.observer(name, answer.status, time.perf_counter() - started)
-        return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
+        with proxy.holding() as refusal:  # before a byte of the body is read
+            if refusal is not None:
+                return _response(refusal)
+            body = await _read_body(request, proxy.max_body_bytes)
+            if body is None:
+                proxy.stats.too_large += 1
+                return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
+            key = request.headers.get(AFFINITY_HEADER) or None
+            started = time.perf_counter()
+            answer = await proxy.forward(name, version, body, request.headers, key)
+            proxy.rolling.record(time.perf_counter() - started, ok=answer.status < 500)
+            if proxy.observer is not None:
+                proxy.observer(name, answer.status, time.perf_counter() - started)
+            return _response(answer)
 
     @router.post("/v2/models/{name}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer(name: str, request: Request) -> Response:
