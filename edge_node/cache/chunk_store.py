@@ -47,7 +47,6 @@ cannot be written raises the same error.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import sqlite3
@@ -61,6 +60,7 @@ from typing import Any, Self
 import diskcache
 from diskcache.core import DBNAME
 
+from edge_node.diskerrors import write_error
 from fleetwire.digest import chunk_digest, is_digest
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,7 @@ class CacheWriteError(OSError):
 
 def _write_error(exc: BaseException, what: str, directory: str) -> CacheWriteError:
     """``exc`` (an OSError or a SQLite error) as a CacheWriteError naming ``directory``."""
-    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    full = full or getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
-    if full:
-        return CacheWriteError(errno.ENOSPC, f"no space left on device: cannot {what} in the cache at {directory}")
-    code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return CacheWriteError(code, f"{reason}: cannot {what} in the cache at {directory}")
+    return write_error(CacheWriteError, exc, f"cannot {what} in the cache at {directory}")
 
 
 class _Disk(diskcache.Disk):

@@ -16,7 +16,6 @@ every model file whole again."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import logging
 import os
@@ -25,6 +24,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from edge_node.diskerrors import write_error
 from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,7 @@ class VersionWriteError(OSError):
 
 
 def _write_error(exc: OSError, what: str, directory: Path) -> VersionWriteError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return VersionWriteError(errno.ENOSPC, f"no space left on device: cannot write {what} in {directory}")
-    return VersionWriteError(exc.errno or errno.EIO, f"{exc.strerror or exc}: cannot write {what} in {directory}")
+    return write_error(VersionWriteError, exc, f"cannot write {what} in {directory}")
 
 
 def _file_sha256(path: Path) -> str:
