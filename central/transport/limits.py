@@ -1,11 +1,10 @@
 """A cap on the JSON bodies of central's REST API (rollouts and any later ``/api/v1``
 write). FastAPI reads a body whole before validating it, so without a cap one client
 could make central buffer any amount; model uploads are exempt (they stream to disk
-under ``max_upload_bytes``), and the gateway's ``/v2`` routes keep their own cap."""
+under ``max_upload_bytes``), and the gateway's ``/v2`` routes keep their own cap. And a
+cap on the model pushes in progress at once (``UploadLimit``)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -13,9 +12,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from central.errors import Overloaded
 
-if TYPE_CHECKING:
-    from central.transport.uploads import UploadSlots
-
+#: Seconds a refused push is told to wait: a push of a large model takes seconds to minutes.
+UPLOAD_RETRY_AFTER_S = 5
 #: Default cap on one REST JSON body (central's ``max_json_body_bytes``).
 DEFAULT_MAX_JSON_BODY_BYTES = 1024 * 1024
 _API = "/api/v1/"
@@ -71,25 +69,35 @@ class JsonBodyLimit:
 
 
 class UploadLimit:
-    """ASGI middleware: a push when ``slots`` are all taken is a 503 ``{"error": …}`` with
-    ``Retry-After``, before a byte of its body is read; otherwise the push holds a slot
-    until its response has ended (or the client went away)."""
+    """ASGI middleware: at most ``limit`` model pushes in progress (received, staged and
+    committed): each may stage up to ``max_upload_bytes`` on disk, so without a cap
+    concurrent pushes could fill central's disk. A push beyond them is a 503
+    ``{"error": …}`` with ``Retry-After``, before a byte of its body is read; otherwise it
+    holds a slot until its response has ended (or the client went away). One event loop:
+    no locking."""
 
-    def __init__(self, app: ASGIApp, slots: UploadSlots) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("the upload limit must be at least 1")
         self.app = app
-        self.slots = slots
+        self.limit = limit
+        self.active = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_upload(scope["method"], scope.get("path", "")):
             await self.app(scope, receive, send)
             return
-        try:
-            self.slots.acquire()
-        except Overloaded as exc:
+        if self.active >= self.limit:
+            exc = Overloaded(
+                f"{self.active} model pushes are in progress (max_concurrent_uploads={self.limit});"
+                f" retry in {UPLOAD_RETRY_AFTER_S}s",
+                retry_after_s=UPLOAD_RETRY_AFTER_S,
+            )
             answer = JSONResponse({"error": exc.message}, status_code=exc.http_status, headers=exc.http_headers)
             await answer(scope, receive, send)
             return
+        self.active += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.slots.release()
+            self.active -= 1

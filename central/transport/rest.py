@@ -26,7 +26,7 @@ from central.registry.store import VersionRecord
 from central.transport.limits import JsonBodyLimit, UploadLimit
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
-from central.transport.uploads import UploadSlots, parse_flag, receive_push
+from central.transport.uploads import parse_flag, receive_push
 from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def create_app(central: Central) -> FastAPI:
     app.add_middleware(JsonBodyLimit, max_bytes=central.settings.max_json_body_bytes)
     # Inside auth (a refused write takes no slot), around the whole push: the slot is held
     # until the response ends, streamed (?progress=ndjson) or not, whatever ends it.
-    app.add_middleware(UploadLimit, slots=UploadSlots(central.settings.max_concurrent_uploads))
+    app.add_middleware(UploadLimit, limit=central.settings.max_concurrent_uploads)
     _install_auth(app, central)
     registry = central.registry
 

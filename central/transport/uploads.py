@@ -10,38 +10,10 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
-from central.errors import BadRequest, Overloaded, TooLarge
+from central.errors import BadRequest, TooLarge
 from central.registry.staging import StagedUpload, Staging
 
 _READ = 1024 * 1024
-#: Seconds a refused push is told to wait: a push of a large model takes seconds to minutes.
-UPLOAD_RETRY_AFTER_S = 5
-
-
-class UploadSlots:
-    """Pushes in progress (received, staged and committed), at most ``limit`` at once:
-    each may stage up to ``max_upload_bytes`` on disk, so without a cap concurrent
-    pushes could fill central's disk. One event loop: no locking."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("the upload limit must be at least 1")
-        self.limit = limit
-        self.active = 0
-
-    def acquire(self) -> None:
-        """Take a slot, or Overloaded (503, Retry-After) when all are taken."""
-        if self.active >= self.limit:
-            raise Overloaded(
-                f"{self.active} model pushes are in progress (max_concurrent_uploads={self.limit});"
-                f" retry in {UPLOAD_RETRY_AFTER_S}s",
-                retry_after_s=UPLOAD_RETRY_AFTER_S,
-            )
-        self.active += 1
-
-    def release(self) -> None:
-        """Give back a slot taken by ``acquire``."""
-        self.active -= 1
 
 
 @dataclass
