@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fleetwire.signing import write_atomic
+
 __all__ = ["LOOPBACK_SANS", "CertAuthority", "LeafFiles"]
 
 LOOPBACK_SANS = ("localhost", "127.0.0.1")
@@ -65,9 +67,7 @@ def _san(entries: tuple[str, ...]) -> x509.SubjectAlternativeName:
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    path.unlink(missing_ok=True)  # created anew, so it is never readable by others even for a moment
-    path.touch(mode=0o600)
-    path.write_bytes(pem)
+    write_atomic(path, pem, 0o600)  # created with its mode, so it is never readable by others
 
 
 _CA_KEY_USAGE = x509.KeyUsage(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from central.auth import AuthSettings, Role, TokenStore
 from fleetwire.mqtt.topics import DEFAULT_PREFIX
+from fleetwire.signing import write_atomic
 from modelfleet.pki import LOOPBACK_SANS, CertAuthority, LeafFiles
 
 __all__ = ["ACL_RULES", "BrokerSecurity", "SecureFleet", "mosquitto_password_hash", "prepare"]
@@ -54,11 +55,8 @@ def mosquitto_password_hash(password: str, salt: bytes | None = None, iterations
 
 
 def _write_secret(path: Path, text: str) -> None:
-    """Write ``text`` to a new file readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    path.touch(mode=0o600)
-    path.write_text(text)
+    """Write ``text`` to a file readable by its owner only."""
+    write_atomic(path, text.encode(), 0o600)
 
 
 @dataclass(frozen=True)
