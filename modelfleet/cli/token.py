@@ -23,7 +23,9 @@ token_app = typer.Typer(no_args_is_help=True, help="Create, list and revoke oper
 
 DataDirOption = Annotated[
     Path,
-    typer.Option("--data-dir", envvar="MODELFLEET_DATA_DIR", help="Central's data directory (holds tokens.json)."),
+    typer.Option(
+        "--data-dir", envvar="MODELFLEET_DATA_DIR", help="Central's data directory (tokens, node tokens, manifest key)."
+    ),
 ]
 TokensFileOption = Annotated[
     Path | None,
