@@ -6,23 +6,17 @@ and numbers its own events after every number the killed one may have handed out
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench._fleet import Fleet
 from central.server import CentralServer
 from conftest import central_settings
 
-REPO = Path(__file__).resolve().parents[3]
-READY = re.compile(r"central ready http=(\S+)")
 ENV = {
     "MODELFLEET_CHUNKING__AVG_BYTES": "65536",
     "MODELFLEET_CHUNKING__MIN_BYTES": "16384",
@@ -31,22 +25,6 @@ ENV = {
     "MODELFLEET_MQTT__ENABLED": "false",
     "MODELFLEET_LOG_LEVEL": "warning",
 }
-
-
-def _start_central_process(data_dir: Path, out: Path) -> tuple[subprocess.Popen[bytes], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELFLEET_")} | ENV
-    cmd = [sys.executable, "-m", "modelfleet", "central", "--data-dir", str(data_dir), "--http-port", "0",
-           "--grpc-port", "0"]  # fmt: skip
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if match := READY.search(out.read_text(errors="replace")):
-            return proc, match.group(1)
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise AssertionError(f"central did not start:\n{out.read_text(errors='replace')}")
 
 
 def _types_on_disk(data_dir: Path) -> list[str]:
@@ -74,49 +52,55 @@ def _before_the_kill(data_dir: Path, url: str, model: Path) -> list[dict[str, An
 async def test_the_event_log_survives_a_sigkill_and_tells_what_the_restart_resumed(
     tmp_path: Path, small_model_file: Path
 ) -> None:
-    data_dir = tmp_path / "central"
-    proc, url = _start_central_process(data_dir, tmp_path / "central.out")
-    try:
-        before = _before_the_kill(data_dir, url, small_model_file)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    assert [e["type"] for e in before] == ["central_started", "model_pushed", "model_pushed", "rollout_started"]
-    assert before[0]["detail"] == {"fresh": True, "previous_stop": None, "events_restored": 0, "rollouts_resumed": 0}
-    assert [e["seq"] for e in before] == [1, 2, 3, 4]
-    assert {e["actor"] for e in before[1:]} == {"anonymous"}  # auth is off
+    with Fleet(root=tmp_path, central_env=ENV) as fleet:
+        assert fleet.dir is not None
+        data_dir = fleet.dir / "central"
+        central = fleet.start_central()
+        try:
+            before = _before_the_kill(data_dir, central.http_url, small_model_file)
+        finally:
+            fleet.kill_central()
+        assert [e["type"] for e in before] == ["central_started", "model_pushed", "model_pushed", "rollout_started"]
+        assert before[0]["detail"] == {
+            "fresh": True,
+            "previous_stop": None,
+            "events_restored": 0,
+            "rollouts_resumed": 0,
+        }
+        assert [e["seq"] for e in before] == [1, 2, 3, 4]
+        assert {e["actor"] for e in before[1:]} == {"anonymous"}  # auth is off
 
-    server = CentralServer(central_settings(data_dir))
-    await server.start()
-    try:
-        async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as api:
-            after = (await api.get("/api/v1/events")).json()
-            assert after[: len(before)] == before  # the same events, the same numbers
-            started, resumed = after[len(before) :]
-            assert started["type"] == "central_started"
-            assert started["detail"] == {
-                "fresh": False,
-                "previous_stop": "unclean",
-                "events_restored": 4,
-                "rollouts_resumed": 1,
-            }
-            assert started["seq"] > before[-1]["seq"]  # past any number the killed central handed out
-            assert resumed["type"] == "rollout_resumed" and resumed["seq"] == started["seq"] + 1
-            rollout_id = before[-1]["detail"]["rollout_id"]
-            assert resumed["detail"] == {
-                "model": "tiny",
-                "version": "2",
-                "rollout_id": rollout_id,
-                "reason": "resumed in state canary",
-            }
+        server = CentralServer(central_settings(data_dir))
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as api:
+                after = (await api.get("/api/v1/events")).json()
+                assert after[: len(before)] == before  # the same events, the same numbers
+                started, resumed = after[len(before) :]
+                assert started["type"] == "central_started"
+                assert started["detail"] == {
+                    "fresh": False,
+                    "previous_stop": "unclean",
+                    "events_restored": 4,
+                    "rollouts_resumed": 1,
+                }
+                assert started["seq"] > before[-1]["seq"]  # past any number the killed central handed out
+                assert resumed["type"] == "rollout_resumed" and resumed["seq"] == started["seq"] + 1
+                rollout_id = before[-1]["detail"]["rollout_id"]
+                assert resumed["detail"] == {
+                    "model": "tiny",
+                    "version": "2",
+                    "rollout_id": rollout_id,
+                    "reason": "resumed in state canary",
+                }
 
-            page = (await api.get("/api/v1/events", params={"since": before[1]["seq"], "limit": 2})).json()
-            assert [e["seq"] for e in page] == [before[2]["seq"], before[3]["seq"]]
-            newer = (await api.get("/api/v1/events", params={"since": before[-1]["seq"]})).json()
-            assert [e["type"] for e in newer] == ["central_started", "rollout_resumed"]
+                page = (await api.get("/api/v1/events", params={"since": before[1]["seq"], "limit": 2})).json()
+                assert [e["seq"] for e in page] == [before[2]["seq"], before[3]["seq"]]
+                newer = (await api.get("/api/v1/events", params={"since": before[-1]["seq"]})).json()
+                assert [e["type"] for e in newer] == ["central_started", "rollout_resumed"]
 
-            dashboard = (await api.get("/api/v1/dashboard")).json()
-            assert [e["type"] for e in dashboard["events"]][:2] == ["rollout_resumed", "central_started"]
-            assert dashboard["events"][-1] == before[0]  # newest first, down to the killed central's first
-    finally:
-        await server.stop()
+                dashboard = (await api.get("/api/v1/dashboard")).json()
+                assert [e["type"] for e in dashboard["events"]][:2] == ["rollout_resumed", "central_started"]
+                assert dashboard["events"][-1] == before[0]  # newest first, down to the killed central's first
+        finally:
+            await server.stop()
