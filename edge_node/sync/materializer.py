@@ -194,9 +194,6 @@ class Materializer:
             except (FetchFailed, AssemblyError) as exc:
                 progress.state, progress.error = "failed", str(exc)
                 log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry_max_s)
-                continue
             except OSError as exc:  # a full disk: nothing half-written is kept, what is served stays
                 progress.state, progress.error = "failed", f"{exc.strerror or exc}; keeping the version served now"
                 if disk_error is None:
@@ -205,15 +202,15 @@ class Materializer:
                 else:
                     log.debug("%s:%s failed again: %s", m.name, m.version, exc)
                 disk_error = progress.error
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry_max_s)
-                continue
-            progress.state, progress.error, progress.completed_at = "complete", None, time.time()
-            if disk_error is not None:
-                log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
-            log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
-            await self._completed(m)
-            return
+            else:
+                progress.state, progress.error, progress.completed_at = "complete", None, time.time()
+                if disk_error is not None:
+                    log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
+                log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
+                await self._completed(m)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._retry_max_s)
 
     async def _completed(self, manifest: Manifest) -> None:
         if self._on_complete is not None:
