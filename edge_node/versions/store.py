@@ -9,11 +9,10 @@ naming the directory.
 
 A version served again (after a restart) is checked against its manifest: re-hashed only
 when its file changed since it was last hashed. ``.verified`` records the file's sha256
-with its size, inode, mtime and ctime when it was hashed; any write to the file or a file
+with its size, inode, mtime and ctime at that moment; any write to the file or a file
 put in its place changes the ctime (which no unprivileged process can set back), so a
 matching stamp means the bytes hashed are the bytes there, and a start does not read
-every model file whole again. As in git's "racily clean" rule, a stamp written within
-2 s of the file's last change is not trusted (file times are coarse)."""
+every model file whole again."""
 
 from __future__ import annotations
 
@@ -34,8 +33,6 @@ MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 #: The model file's sha256 and stat when last hashed (see the module's docstring).
 VERIFIED_FILE = ".verified"
-#: A stamp written less than this after the file last changed is not trusted (racy).
-_RACY_NS = 2_000_000_000
 #: Prefixes of the temp files written before their atomic rename.
 _TEMP_PREFIXES = (".assemble-", ".manifest-")
 
@@ -57,25 +54,23 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _stamp(st: os.stat_result, sha256: str) -> str:
+def _stamp(model: Path, sha256: str) -> str:
+    st = model.stat()
     return f"{sha256} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
-def _record_verified(model: Path, stamp: str) -> None:
-    """Remember that ``model`` hashed to the sha256 in ``stamp`` (taken before it was hashed).
-    Best effort: without the stamp the next check hashes the file again."""
+def _record_verified(model: Path, sha256: str, stamp: str | None = None) -> None:
+    """Remember that ``model`` hashed to ``sha256`` (``stamp``: taken before it was hashed;
+    default: now). Best effort: without the stamp the next check hashes the file again."""
     try:
-        (model.parent / VERIFIED_FILE).write_text(stamp)
+        (model.parent / VERIFIED_FILE).write_text(stamp or _stamp(model, sha256))
     except OSError as exc:
         log.debug("cannot record %s as verified: %s", model, exc)
 
 
-def _verified_unchanged(model: Path, st: os.stat_result, stamp: str) -> bool:
-    """The stamp matches and was written well after the file last changed (file times are
-    coarse: a change in the same tick as the stamp could leave every field equal)."""
-    path = model.parent / VERIFIED_FILE
+def _verified_unchanged(model: Path, stamp: str) -> bool:
     try:
-        return path.read_text() == stamp and path.stat().st_mtime_ns - st.st_ctime_ns > _RACY_NS
+        return (model.parent / VERIFIED_FILE).read_text() == stamp
     except OSError:
         return False
 
@@ -123,12 +118,11 @@ class VersionFiles:
                 return False
         except ValueError:
             return False
-        st = model.stat()  # before hashing: a write while it is read changes the stamp
-        stamp = _stamp(st, manifest.sha256)
-        if _verified_unchanged(model, st, stamp):
+        stamp = _stamp(model, manifest.sha256)  # before hashing: a write while it is read changes it
+        if _verified_unchanged(model, stamp):
             return True
-        if st.st_size == manifest.size and _file_sha256(model) == manifest.sha256:
-            _record_verified(model, stamp)
+        if model.stat().st_size == manifest.size and _file_sha256(model) == manifest.sha256:
+            _record_verified(model, manifest.sha256, stamp)
             return True
         log.warning("%s:%s on disk does not match its manifest; assembling it again", manifest.name, manifest.version)
         return False
@@ -167,13 +161,14 @@ class VersionFiles:
             os.replace(tmp, final)
             self._write_marker(directory, manifest)
             _fsync_dir(directory)
-            return final
         except OSError as exc:
             if not (directory / MANIFEST_FILE).is_file():  # not complete: give its room back
                 final.unlink(missing_ok=True)
             raise _write_error(exc, what, directory) from exc
         finally:
             tmp.unlink(missing_ok=True)
+        _record_verified(final, manifest.sha256)  # hashed above, while it was written
+        return final
 
     @staticmethod
     def _write_chunks(fd: int, manifest: Manifest, read: Callable[[str], bytes | None]) -> str:
