@@ -5,14 +5,7 @@ sha256 and renamed; ``manifest.json`` is written last and marks the version
 complete. A crash at any point leaves no file that looks complete but is not; the temp
 files a killed process leaves behind are removed when the next one opens the directory.
 A write that fails (a full disk) removes what it wrote and raises ``VersionWriteError``
-naming the directory.
-
-A version served again (after a restart) is checked against its manifest: re-hashed only
-when its file changed since it was last hashed. ``.verified`` records the file's sha256
-with its size, inode, mtime and ctime at that moment; any write to the file or a file
-put in its place changes the ctime (which no unprivileged process can set back), so a
-matching stamp means the bytes hashed are the bytes there, and a start does not read
-every model file whole again."""
+naming the directory."""
 
 from __future__ import annotations
 
@@ -31,8 +24,6 @@ log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
-#: The model file's sha256 and stat when last hashed (see the module's docstring).
-VERIFIED_FILE = ".verified"
 #: Prefixes of the temp files written before their atomic rename.
 _TEMP_PREFIXES = (".assemble-", ".manifest-")
 
@@ -52,27 +43,6 @@ def _write_error(exc: OSError, what: str, directory: Path) -> VersionWriteError:
 def _file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _stamp(model: Path, sha256: str) -> str:
-    st = model.stat()
-    return f"{sha256} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
-
-
-def _record_verified(model: Path, sha256: str, stamp: str | None = None) -> None:
-    """Remember that ``model`` hashed to ``sha256`` (``stamp``: taken before it was hashed;
-    default: now). Best effort: without the stamp the next check hashes the file again."""
-    try:
-        (model.parent / VERIFIED_FILE).write_text(stamp or _stamp(model, sha256))
-    except OSError as exc:
-        log.debug("cannot record %s as verified: %s", model, exc)
-
-
-def _verified_unchanged(model: Path, stamp: str) -> bool:
-    try:
-        return (model.parent / VERIFIED_FILE).read_text() == stamp
-    except OSError:
-        return False
 
 
 def _fsync_dir(path: Path) -> None:
@@ -107,8 +77,7 @@ class VersionFiles:
 
     def is_complete(self, manifest: Manifest) -> bool:
         """True when the version was assembled before and its file still has the manifest's
-        size and sha256 (re-hashed when it changed since it was last hashed: a file changed
-        on disk is assembled again)."""
+        size and sha256 (re-hashed: a file changed on disk since is assembled again)."""
         marker = self.directory(manifest.name, manifest.version) / MANIFEST_FILE
         model = self.model_path(manifest.name, manifest.version)
         if not marker.is_file() or not model.is_file():
@@ -118,18 +87,14 @@ class VersionFiles:
                 return False
         except ValueError:
             return False
-        stamp = _stamp(model, manifest.sha256)  # before hashing: a write while it is read changes it
-        if _verified_unchanged(model, stamp):
-            return True
         if model.stat().st_size == manifest.size and _file_sha256(model) == manifest.sha256:
-            _record_verified(model, manifest.sha256, stamp)
             return True
         log.warning("%s:%s on disk does not match its manifest; assembling it again", manifest.name, manifest.version)
         return False
 
     def latest_complete(self, name: str, exclude: str) -> Manifest | None:
         """The most recently completed version of ``name`` on disk other than ``exclude`` whose
-        file still matches its manifest (``is_complete``)."""
+        file still matches its manifest (``is_complete``: re-hashed)."""
         found: list[tuple[float, Manifest]] = []
         for marker in (self.root / name).glob(f"*/{MANIFEST_FILE}"):
             if marker.parent.name == exclude or not (marker.parent / MODEL_FILE).is_file():
@@ -161,14 +126,13 @@ class VersionFiles:
             os.replace(tmp, final)
             self._write_marker(directory, manifest)
             _fsync_dir(directory)
+            return final
         except OSError as exc:
             if not (directory / MANIFEST_FILE).is_file():  # not complete: give its room back
                 final.unlink(missing_ok=True)
             raise _write_error(exc, what, directory) from exc
         finally:
             tmp.unlink(missing_ok=True)
-        _record_verified(final, manifest.sha256)  # hashed above, while it was written
-        return final
 
     @staticmethod
     def _write_chunks(fd: int, manifest: Manifest, read: Callable[[str], bytes | None]) -> str:
