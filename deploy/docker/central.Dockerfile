@@ -12,7 +12,8 @@ COPY fleetwire ./fleetwire
 COPY central ./central
 COPY edge_node ./edge_node
 COPY modelfleet ./modelfleet
-RUN /opt/modelfleet/bin/pip install .
+# the core and [central] (sympy, for quantization pre-processing); not the demo stack
+RUN /opt/modelfleet/bin/pip install '.[central]'
 
 # --- runtime: the virtualenv only, run as an unprivileged user ----------------------
 FROM python:3.11-slim AS runtime

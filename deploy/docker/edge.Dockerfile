@@ -12,6 +12,7 @@ COPY fleetwire ./fleetwire
 COPY central ./central
 COPY edge_node ./edge_node
 COPY modelfleet ./modelfleet
+# the core only: an edge never quantizes or trains (no sympy, no scikit-learn)
 RUN /opt/modelfleet/bin/pip install .
 
 # --- runtime: the virtualenv only, run as an unprivileged user ----------------------

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from modelfleet.cli.client import CliError, UsageError
 from modelfleet.cli.config import ConfigError
+from modelfleet.extras import MissingExtra
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,6 +62,8 @@ def reported(command: Callable[P, R]) -> Callable[P, R]:
             usage(str(exc) if isinstance(exc, ConfigError) else exc.message)
         except CliError as exc:
             fail(exc.message)
+        except MissingExtra as exc:  # e.g. ``zoo digits`` on a core install
+            fail(str(exc))
         except OSError as exc:  # a local file that cannot be read (permissions, vanished mid-upload)
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"{where}{exc.strerror or exc}")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from rich.markup import escape
 
+from modelfleet.extras import DEMO, MissingExtra, require_extra
 from modelfleet.up.broker import BrokerChoice, RunningBroker, start_broker
 from modelfleet.up.children import ChildGroup
 from modelfleet.up.datadir import DataDir
@@ -75,6 +76,8 @@ def run_up(options: UpOptions, steps: Steps) -> int:
     console = steps.console
     up = False
     try:
+        # before anything starts (the model is built once the broker and central are starting)
+        require_extra("demo", "modelfleet up's demo", DEMO)
         with _sigterm_interrupts(), DataDir(options.data_dir) as data:
             group = ChildGroup(data.logs)
             try:
@@ -90,7 +93,7 @@ def run_up(options: UpOptions, steps: Steps) -> int:
                 _stop(group, steps)
     except KeyboardInterrupt:
         return 0 if up else 130
-    except UpError as exc:
+    except (UpError, MissingExtra) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
     return 0

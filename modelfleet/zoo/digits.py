@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from modelfleet.extras import DIGITS_TRAINING, require_extra
 from modelfleet.zoo.cache import cached_entry, write_atomic
 
 #: Bump when the recipe below changes; library versions are added to the key too.
@@ -109,7 +110,10 @@ def _version() -> str:
 
 
 def build_digits(cache_dir: Path | None = None) -> DigitsModel:
-    """The digits classifier, built on first use and read from the cache afterwards."""
+    """The digits classifier, built on first use and read from the cache afterwards.
+
+    Building it (and the cache key) needs scikit-learn and skl2onnx: the demo extra."""
+    require_extra("demo", "the digits model", DIGITS_TRAINING)
     entry = cached_entry("digits-mlp", _version(), _build, cache_dir)
     meta = json.loads((entry / "meta.json").read_text())
     with np.load(entry / "test.npz") as test:
