@@ -2,15 +2,19 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# One stamp per extra installed into .venv: `up` needs [demo], the rest [dev] (which
+# includes [demo]: after `make up`, `make test` adds the dev tools; after `make test`,
+# `make up` finds [demo] installed and only re-links the package).
+STAMP  := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: install proto proto-check lint test bench up clean
 
-$(STAMP): pyproject.toml
+$(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e '.[$*]'
+	touch $@
 
 install: $(STAMP)  ## create .venv and install modelfleet with its dev extras
 
@@ -46,7 +50,7 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
-up: $(STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once" etc.
+up: $(DEMO_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once" etc.
 	$(PY) -m modelfleet up $(UP_ARGS)
 
 clean:
