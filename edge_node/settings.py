@@ -28,7 +28,9 @@ class FetchSettings(BaseModel):
         120.0, gt=0, description="Deadline for one chunk from central (its egress may be capped)."
     )
     attempts: int = Field(6, ge=1, description="Rounds over owners and origin before a chunk fetch gives up.")
-    backoff_s: float = Field(0.2, gt=0, description="First retry delay; doubles per round.")
+    backoff_s: float = Field(
+        0.2, gt=0, description="First retry delay; doubles per round, each wait jittered down to half of it."
+    )
     backoff_max_s: float = Field(5.0, gt=0, description="Longest retry delay.")
     hot_cache_bytes: int = Field(
         128 * 1024 * 1024, ge=0, description="Recently verified chunks kept in memory for peers and assembly."

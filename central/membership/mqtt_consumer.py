@@ -80,7 +80,8 @@ class MqttSettings(BaseModel):
     """Events kept by central's event log (memory and ``events.sqlite3``) for the API and
     dashboard, unless ``events.kept`` is set (the newer name)."""
     reconnect_min_s: float = Field(0.5, gt=0)
-    """First reconnect delay after losing the broker; doubles per failed attempt."""
+    """First reconnect delay after losing the broker; doubles per failed attempt (each wait is
+    jittered down to half of it, ``fleetwire.backoff``)."""
     reconnect_max_s: float = Field(10.0, gt=0)
     """Cap on the reconnect delay."""
     max_payload_bytes: int = Field(MAX_PAYLOAD_BYTES, ge=1024, le=256 * 1024 * 1024)

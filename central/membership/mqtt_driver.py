@@ -15,9 +15,10 @@ still pending schedules another read itself instead of waiting on ``add_reader``
 
 This is paho's documented "external event loop" mode (``loop_read`` / ``loop_write`` /
 ``loop_misc`` with the ``on_socket_*`` callbacks). What ``loop_forever`` would otherwise
-do — reconnecting with exponential backoff — is ``MqttLoopDriver._maintain``. The TCP
-connect runs in a worker thread (a broker that is down must not stall the loop), so the
-socket callbacks may arrive from that thread; they are marshalled onto the loop in order.
+do — reconnecting with exponential backoff, here jittered (``fleetwire.backoff``) — is
+``MqttLoopDriver._maintain``. The TCP connect runs in a worker thread (a broker that is
+down must not stall the loop), so the socket callbacks may arrive from that thread; they
+are marshalled onto the loop in order.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as mqtt
+from tenacity import RetryCallState, retry_if_result
+
+from fleetwire.backoff import retrying
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,10 @@ _READS_PER_WAKE = 4
 _PACKETS_PER_WAKE = 64
 #: How often keep-alive pings and ping timeouts are checked (``loop_misc``).
 _MISC_EVERY_S = 1.0
+
+
+def _log_reconnect(state: RetryCallState) -> None:
+    log.debug("MQTT: connecting again in %.3fs", state.upcoming_sleep)
 
 
 class BufferedSocket:
@@ -206,21 +214,31 @@ class MqttLoopDriver:
     # ----------------------------------------------------------------- connecting
 
     async def _maintain(self) -> None:
-        delay = self._min_delay
-        while not self._stopping:
-            self._lost.clear()
-            self.connack_seen = False
-            try:
-                await self._loop.run_in_executor(None, self._client.reconnect)
-            except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad host
-                if self._on_connect_failed is not None:
-                    self._on_connect_failed(exc)
-            else:
-                await self._lost.wait()
-            if self._stopping:
-                return
-            delay = self._min_delay if self.connack_seen else min(delay * 2, self._max_delay)
-            await asyncio.sleep(delay)
+        """Connect, and connect again whenever the connection is lost, until stopped. The
+        waits grow while no attempt gets a CONNACK; after a session that got one they start over."""
+        again = retry_if_result(lambda _: not self._stopping)
+        sessions = retrying(
+            self._min_delay, self._max_delay, retry=again, after=self._restart_backoff, before_sleep=_log_reconnect
+        )
+        await sessions(self._session)
+
+    async def _session(self) -> None:
+        """One connection: connect, then wait until it is lost."""
+        self._lost.clear()
+        self.connack_seen = False
+        try:
+            await self._loop.run_in_executor(None, self._client.reconnect)
+        except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad host
+            if self._on_connect_failed is not None:
+                self._on_connect_failed(exc)
+        else:
+            await self._lost.wait()
+
+    def _restart_backoff(self, state: RetryCallState) -> None:
+        """Runs before tenacity picks the wait: a session that got a CONNACK counts as the
+        run's first attempt, so the wait after it is the shortest and the next ones grow again."""
+        if self.connack_seen:
+            state.attempt_number = 1
 
     # ----------------------------------------------------------------- socket callbacks
 

@@ -16,11 +16,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import grpc
+from tenacity import RetryCallState, retry_if_result
 
 from edge_node.cache import ChunkStore, CorruptChunk, HotChunks
 from edge_node.fetch.placement_view import PlacementView
 from edge_node.fetch.sources import OriginClient, OversizedChunk, PeerClient
 from edge_node.settings import FetchSettings
+from fleetwire.backoff import retrying
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +130,19 @@ class ChunkFetcher:
 
     async def _fetch(self, digest: str, size: int, hinted_owners: list[str]) -> None:
         owned = self.node_id in (self.view.owners(digest) or hinted_owners)
+        s = self._settings
+
+        def log_retry(state: RetryCallState) -> None:
+            log.info(
+                "chunk %s: round %d failed, retrying in %.1fs", digest[:12], state.attempt_number, state.upcoming_sleep
+            )
+
+        # Each round re-reads the placement view, so a retry goes to the owners of now.
+        failed = retry_if_result(lambda delivered: not delivered)
+        rounds = retrying(s.backoff_s, s.backoff_max_s, attempts=s.attempts, retry=failed, before_sleep=log_retry)
         async with self._owned if owned else self._general:
-            delay = self._settings.backoff_s
-            for attempt in range(self._settings.attempts):
-                if await self._one_round(digest, size, hinted_owners):
-                    return
-                log.info("chunk %s: round %d failed, retrying in %.1fs", digest[:12], attempt + 1, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._settings.backoff_max_s)
+            if await rounds(self._one_round, digest, size, hinted_owners):
+                return
         self.stats.failures += 1
         raise FetchFailed(f"chunk {digest[:12]}: no owner and not the origin could deliver it")
 

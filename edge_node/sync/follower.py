@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 import grpc
+from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
 from edge_node.auth import NodeCredential
 from edge_node.fetch import PlacementView
@@ -15,6 +16,7 @@ from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.materializer import Materializer
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
+from fleetwire.backoff import retrying
 from fleetwire.convert import endorsements_from_pb
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: Central knows this node's credential is wrong: retrying will not help until an operator acts.
 _REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+#: The wait before the first reconnect; it doubles per reconnect up to ``backoff_max_s``, jittered.
+_FIRST_BACKOFF_S = 0.2
 
 
 class DesiredStateFollower:
@@ -70,15 +74,16 @@ class DesiredStateFollower:
                 log.info("could not unregister: %s", exc.code())
 
     async def _run(self) -> None:
-        delay = 0.2
-        while True:
-            try:
-                await self._follow_once()
-            except grpc.aio.AioRpcError as exc:
-                self._log_failure(exc, delay)
-            self.connected.clear()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._backoff_max_s)
+        """Follow for ever: a stream that fails or ends is opened again after a backoff
+        (it does not start over: a link that keeps dropping is retried at the cap)."""
+        lost = retry_if_exception_type(grpc.aio.AioRpcError) | retry_if_result(lambda _: True)
+        await retrying(_FIRST_BACKOFF_S, self._backoff_max_s, retry=lost, before_sleep=self._lost)(self._follow_once)
+
+    def _lost(self, state: RetryCallState) -> None:
+        self.connected.clear()
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, grpc.aio.AioRpcError):
+            self._log_failure(exc, state.upcoming_sleep)
 
     def _log_failure(self, exc: grpc.aio.AioRpcError, delay: float) -> None:
         if exc.code() not in _REFUSED:

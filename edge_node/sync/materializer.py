@@ -21,15 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenacity import RetryCallState, retry_if_exception_type
+
 from edge_node.fetch import ChunkFetcher, FetchFailed
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.sync.trust import ManifestTrust
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import AssemblyError
+from fleetwire.backoff import retrying
 from fleetwire.manifest import Manifest
 from fleetwire.signing import SignatureError
 
 log = logging.getLogger(__name__)
+
+#: The wait before a version's first retry; it doubles per retry up to ``retry_max_s``, jittered.
+_FIRST_RETRY_S = 0.5
 
 
 @dataclass
@@ -185,16 +191,23 @@ class Materializer:
             )
             await self._completed(m)  # assembled before a restart: serve it again
             return
-        delay = 0.5
-        disk_error: str | None = None  # the first write error, logged once
-        while True:
-            try:
-                await self._fetch_all(version, progress, keep_failed=disk_error is not None)
-                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read)
-            except (FetchFailed, AssemblyError) as exc:
-                progress.state, progress.error = "failed", str(exc)
-                log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, delay)
-            except OSError as exc:  # a full disk: nothing half-written is kept, what is served stays
+        disk_error = await self._fetch_and_assemble(version, progress)
+        progress.state, progress.error, progress.completed_at = "complete", None, time.time()
+        if disk_error is not None:
+            log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
+        log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
+        await self._completed(m)
+
+    async def _fetch_and_assemble(self, version: DesiredVersion, progress: VersionProgress) -> str | None:
+        """Fetch and assemble ``version``, retrying with backoff until it is done; returns the
+        first write error met on the way (logged once, the retries after it quietly), or None."""
+        m = version.manifest
+        disk_error: str | None = None
+
+        def failed(state: RetryCallState) -> None:
+            nonlocal disk_error
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(exc, OSError):  # a full disk: nothing half-written is kept, what is served stays
                 progress.state, progress.error = "failed", f"{exc.strerror or exc}; keeping the version served now"
                 if disk_error is None:
                     log.error("%s:%s failed: %s; retrying until there is room", m.name, m.version, progress.error)
@@ -203,14 +216,15 @@ class Materializer:
                     log.debug("%s:%s failed again: %s", m.name, m.version, exc)
                 disk_error = progress.error
             else:
-                progress.state, progress.error, progress.completed_at = "complete", None, time.time()
-                if disk_error is not None:
-                    log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
-                log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
-                await self._completed(m)
-                return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._retry_max_s)
+                progress.state, progress.error = "failed", str(exc)
+                log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, state.upcoming_sleep)
+
+        retry = retry_if_exception_type((FetchFailed, AssemblyError, OSError))
+        async for attempt in retrying(_FIRST_RETRY_S, self._retry_max_s, retry=retry, before_sleep=failed):
+            with attempt:
+                await self._fetch_all(version, progress, keep_failed=disk_error is not None)
+                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read)
+        return disk_error
 
     async def _completed(self, manifest: Manifest) -> None:
         if self._on_complete is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from brokers import MosquittoBroker
 from central.membership.mqtt_driver import BufferedClient, BufferedSocket, MqttLoopDriver
+from conftest import wait_for
 
 
 @pytest.fixture
@@ -85,6 +87,38 @@ async def test_the_driver_delivers_messages_and_reconnects_after_a_broker_restar
     finally:
         await driver.stop()
     assert client.socket() is None
+
+
+async def test_reconnect_waits_grow_jittered_while_the_broker_is_away_and_start_over_after_a_connack(
+    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="central.membership.mqtt_driver")
+
+    def waits() -> list[float]:
+        return [float(r.args[0]) for r in caplog.records if "connecting again" in r.msg]  # type: ignore[index,arg-type]
+
+    await asyncio.to_thread(mosquitto.stop)
+    loop = asyncio.get_running_loop()
+    client = BufferedClient(CallbackAPIVersion.VERSION2, client_id="driver-backoff", protocol=mqtt.MQTTv311)
+    client.on_connect = lambda *_: setattr(driver, "connack_seen", True)
+    client.connect_async(mosquitto.host, mosquitto.port, keepalive=5)
+    driver = MqttLoopDriver(client, loop, min_delay_s=0.02, max_delay_s=0.16)
+    driver.start()
+    try:
+        await wait_for(lambda: len(waits()) >= 5, 30, "five refused connects")
+        await asyncio.to_thread(mosquitto.start)
+        await wait_for(lambda: driver.connack_seen, 30, "a CONNACK")
+        connected_after = len(waits())
+        await asyncio.to_thread(mosquitto.kill)
+        await wait_for(lambda: len(waits()) > connected_after, 30, "a wait after the lost connection")
+    finally:
+        await driver.stop()
+    refused, after_connack = waits()[:5], waits()[connected_after]
+    for n, wait in enumerate(refused):  # windows of 20, 40, 80, 160, 160 ms, each wait in the upper half
+        window = min(0.16, 0.02 * 2**n)
+        assert window / 2 <= wait <= window, (n, wait)
+    assert len(set(refused[3:])) == 2  # at the cap too, not 160 ms each
+    assert 0.01 <= after_connack <= 0.02  # the first window again, not the cap's
 
 
 def test_a_spent_read_budget_reads_as_would_block_until_renewed(pair: tuple[BufferedSocket, socket.socket]) -> None:
