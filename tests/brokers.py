@@ -60,7 +60,7 @@ def find_mosquitto() -> str:
             return path
     raise MosquittoNotFound(
         "mosquitto not found (PATH, /usr/sbin): install it with `apt-get install mosquitto`"
-        " or run scripts/ensure_mosquitto.sh"
+        " or run scripts/ensure_apt.sh mosquitto"
     )
 
 

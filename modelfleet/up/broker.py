@@ -130,7 +130,7 @@ def start_broker(
     if security is not None and binary is None:
         raise ChildError(
             "--secure needs Mosquitto (TLS listener, password file, ACL), which the embedded amqtt broker"
-            " does not offer: install it (apt-get install mosquitto, or scripts/ensure_mosquitto.sh)"
+            " does not offer: install it (apt-get install mosquitto, or scripts/ensure_apt.sh mosquitto)"
             + (" and drop --broker amqtt" if choice == "amqtt" else "")
         )
     if choice == "mosquitto" and binary is None:
