@@ -1,175 +1,24 @@
-"""A private Mosquitto for the benchmarks, and a small MQTT recorder.
+"""A small MQTT recorder for the benchmarks, which start their private Mosquitto with
+``modelfleet.up.mosquitto.MosquittoBroker(log=BENCH_LOG)``.
 
-``Broker`` writes its own config into a temp dir (loopback listener on a free port,
-anonymous, no persistence, log in the temp dir) and runs ``mosquitto -c``; it never
-touches a system broker on 1883. ``Recorder`` subscribes to topic filters and keeps
-every message with its arrival time (``time.monotonic()``), so a benchmark can time
-an event by when it reached a subscriber rather than by polling.
+``Recorder`` subscribes to topic filters and keeps every message with its arrival time
+(``time.monotonic()``), so a benchmark can time an event by when it reached a subscriber
+rather than by polling.
 """
 
 from __future__ import annotations
 
-import contextlib
-import getpass
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
-
-_FALLBACK_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto")
-
-
-class BrokerError(RuntimeError):
-    """No mosquitto binary, or it did not come up (the message carries its log tail)."""
-
-
-def find_mosquitto() -> str:
-    """The mosquitto binary: ``$MOSQUITTO``, then PATH, then the usual sbin paths."""
-    env = os.environ.get("MOSQUITTO")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("mosquitto")
-    if found:
-        return found
-    for path in _FALLBACK_PATHS:
-        if os.access(path, os.X_OK):
-            return path
-    raise BrokerError("mosquitto not found (PATH, /usr/sbin): `apt-get install mosquitto`")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-class Broker:
-    """One mosquitto process on ``host:port`` (a free port unless given); ``restart`` keeps it."""
-
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self.port = port or free_port(host)
-        self.binary = find_mosquitto()
-        self.dir = Path(tempfile.mkdtemp(prefix="bench-mosquitto-"))
-        self.log_path = self.dir / "mosquitto.log"
-        self._out_path = self.dir / "mosquitto.out"
-        self._proc: subprocess.Popen[bytes] | None = None
-        conf = [
-            f"listener {self.port} {self.host}",
-            "allow_anonymous true",
-            "persistence false",
-            f"log_dest file {self.log_path}",
-            "log_type error",
-            "log_type warning",
-            "log_type notice",
-            "connection_messages true",
-            "log_timestamp true",
-            f"user {getpass.getuser()}",  # as root it would otherwise drop to user "mosquitto"
-        ]
-        self.conf_path = self.dir / "mosquitto.conf"
-        self.conf_path.write_text("\n".join(conf) + "\n")
-
-    @property
-    def running(self) -> bool:
-        """The process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines of the broker's log and output."""
-        parts = []
-        for path in (self.log_path, self._out_path):
-            if path.is_file():
-                parts.append("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
-        return "\n".join(p for p in parts if p) or "(no broker output)"
-
-    def start(self, timeout: float = 10.0) -> Broker:
-        """Spawn the broker and wait until its port accepts TCP."""
-        if self.running:
-            return self
-        with self._out_path.open("ab") as out:
-            self._proc = subprocess.Popen(
-                [self.binary, "-c", str(self.conf_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                rc, self._proc = self._proc.returncode, None
-                raise BrokerError(f"mosquitto exited with {rc} on {self.host}:{self.port}\n{self.log_tail()}")
-            if _port_open(self.host, self.port):
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise BrokerError(f"mosquitto not listening on {self.host}:{self.port} after {timeout}s\n{self.log_tail()}")
-
-    def _signal(self, sig: signal.Signals, wait: float = 5.0) -> bool:
-        proc = self._proc
-        if proc is None:
-            return True
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-                if sig != signal.SIGKILL:
-                    proc.send_signal(signal.SIGCONT)
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            return False
-        self._proc = None
-        return True
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL (idempotent)."""
-        if not self._signal(signal.SIGTERM, timeout):
-            self._signal(signal.SIGKILL)
-
-    def kill(self) -> None:
-        """SIGKILL: gone without a goodbye."""
-        self._signal(signal.SIGKILL)
-
-    def restart(self, timeout: float = 10.0) -> Broker:
-        """Stop if running, start again on the same port."""
-        self.stop()
-        return self.start(timeout)
-
-    def close(self) -> None:
-        """Stop and remove the temp dir."""
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)
@@ -222,7 +71,7 @@ class Recorder:
         self._started = True
         if not self._subscribed.wait(timeout):
             self.close()
-            raise BrokerError(f"no SUBACK from {self.host}:{self.port} for {self.topics}")
+            raise TimeoutError(f"no SUBACK from {self.host}:{self.port} for {self.topics}")
         return self
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ Usage: ``python -m bench.heartbeat_scale --nodes 10000 --rate 1 --json out.json
 
 What runs (all on loopback, all real processes):
 
-* a private Mosquitto (``bench._broker.Broker``: listener on a free loopback port,
+* a private Mosquitto (``modelfleet.up.mosquitto.MosquittoBroker``: listener on a free loopback port,
   ``allow_anonymous true``, ``persistence false``; this bench appends
   ``max_queued_messages 1000000``, ``max_queued_bytes 0`` and ``max_inflight_messages 0``
   so that the broker queues rather than drops QoS 0 heartbeats for a slow central; it
@@ -63,11 +63,12 @@ from typing import IO, Any
 
 import httpx
 
-from bench._broker import Broker, Recorder
+from bench._broker import Recorder
 from bench._fleet import Fleet, parse_env_pairs, process_cpu_s, sigterm_raises
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
 from modelfleet.up.children import tied_to_parent
+from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 
 #: processed_ratio and the counts are fixed; detect_p99_s is 3.5 × the interval.
 TARGET_PROCESSED_RATIO = 0.99
@@ -582,7 +583,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     if args.work_dir is not None:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hb-scale-", dir=args.work_dir))
-    broker = Broker()
+    broker = MosquittoBroker(log=BENCH_LOG)
     # Heartbeats are QoS 0: let the broker queue them for a slow central rather than drop
     # them (the default is 1000 messages per client); events to the recorder are QoS 1.
     with broker.conf_path.open("a") as conf:
@@ -609,8 +610,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     failed = True
     try:
         broker.start()
-        broker_proc = getattr(broker, "_proc", None)  # for its CPU time
-        broker_pid = broker_proc.pid if broker_proc is not None else None
+        broker_pid = broker.pid  # for its CPU time
         central_env["MODELFLEET_MQTT__PORT"] = str(broker.port)
         recorder = Recorder(broker.host, broker.port, [topics.events, topics.central_status], qos=1).start()
         with Fleet(root=work, central_env=central_env, keep=args.keep, log=_stderr) as fleet:
