@@ -1,9 +1,9 @@
-"""A small MQTT recorder for the benchmarks, which start their private Mosquitto with
-``modelfleet.up.mosquitto.MosquittoBroker(log=BENCH_LOG)``.
+"""A small MQTT recorder for the benchmarks (and, as ``tests/brokers.Subscriber``, the
+tests), which start their private Mosquitto with ``modelfleet.up.mosquitto.MosquittoBroker``.
 
-``Recorder`` subscribes to topic filters and keeps every message with its arrival time
-(``time.monotonic()``), so a benchmark can time an event by when it reached a subscriber
-rather than by polling.
+``RecordingClient`` subscribes to topic filters and keeps every message with its arrival
+time (``time.monotonic()``), so a benchmark can time an event by when it reached a
+subscriber rather than by polling. ``Recorder`` adds the benchmarks' wait.
 """
 
 from __future__ import annotations
@@ -15,10 +15,20 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+
+
+def close_wakeup_pair(client: mqtt.Client) -> None:
+    """Close the socket pair paho opens in ``loop_start`` (it closes it only on the next
+    one, or on GC): call after ``loop_stop`` so a bench or test leaves no open sockets behind."""
+    for name in ("_sockpairR", "_sockpairW"):
+        sock = getattr(client, name, None)
+        if sock is not None:
+            sock.close()
+            setattr(client, name, None)
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class Received:
 
     topic: str
     payload: bytes
+    qos: int
+    retain: bool
     at: float  # time.monotonic()
     wall: float  # time.time()
 
@@ -35,40 +47,65 @@ class Received:
         return json.loads(self.payload)
 
 
-class Recorder:
-    """A paho subscriber recording every message on ``topics``; ``start`` returns after the SUBACK."""
+class RecordingClient:
+    """A paho client that subscribes to ``topics`` and records every message.
 
-    def __init__(self, host: str, port: int, topics: str | Iterable[str], qos: int = 1) -> None:
+    Returns from ``__enter__``/``start()`` only once the broker acknowledged the
+    subscription, so nothing published afterwards is missed (retained ones included).
+    ``resubscribe``: subscribe again on every reconnect, so that it survives a broker
+    restart; else once, on ``start``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        topics: str | Iterable[str],
+        qos: int = 1,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        resubscribe: bool = False,
+        client_id: str = "recorder",
+    ) -> None:
         self.host, self.port = host, port
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.qos = qos
-        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-rec-{uuid.uuid4().hex[:8]}")
+        self.resubscribe = resubscribe
+        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"{client_id}-{uuid.uuid4().hex[:8]}")
+        if username is not None:
+            self._client.username_pw_set(username, password)
         self._client.on_message = self._on_message
-        self._client.on_connect = self._on_connect
         self._client.on_subscribe = self._on_subscribe
-        self._client.reconnect_delay_set(1, 2)
+        if resubscribe:
+            self._client.on_connect = self._on_connect
+            self._client.reconnect_delay_set(1, 2)
         self._subscribed = threading.Event()
         self._cond = threading.Condition()
         self._messages: list[Received] = []
         self._started = False
 
+    def _subscribe(self) -> None:
+        self._client.subscribe([(topic, self.qos) for topic in self.topics])
+
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any) -> None:
-        # (re)subscribe on every connect: the recorder survives a broker restart
-        client.subscribe([(t, self.qos) for t in self.topics])
+        self._subscribe()
 
     def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, codes: Any, properties: Any) -> None:
         self._subscribed.set()
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        arrived = Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain), time.monotonic(), time.time())
         with self._cond:
-            self._messages.append(Received(msg.topic, bytes(msg.payload), time.monotonic(), time.time()))
+            self._messages.append(arrived)
             self._cond.notify_all()
 
-    def start(self, timeout: float = 5.0) -> Recorder:
-        """Connect and subscribe; waits for the SUBACK."""
+    def start(self, timeout: float = 5.0) -> Self:
+        """Connect, subscribe and wait for the SUBACK."""
         self._client.connect(self.host, self.port, keepalive=10)
         self._client.loop_start()
         self._started = True
+        if not self.resubscribe:
+            self._subscribe()
         if not self._subscribed.wait(timeout):
             self.close()
             raise TimeoutError(f"no SUBACK from {self.host}:{self.port} for {self.topics}")
@@ -80,13 +117,9 @@ class Recorder:
             self._started = False
             self._client.disconnect()
             self._client.loop_stop()
-        for name in ("_sockpairR", "_sockpairW"):  # paho closes its wake-up pair only on GC
-            sock = getattr(self._client, name, None)
-            if sock is not None:
-                sock.close()
-                setattr(self._client, name, None)
+        close_wakeup_pair(self._client)
 
-    def __enter__(self) -> Recorder:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -99,6 +132,13 @@ class Recorder:
         """Everything received so far, in order."""
         with self._cond:
             return list(self._messages)
+
+
+class Recorder(RecordingClient):
+    """A ``RecordingClient`` that survives a broker restart, for the benchmarks."""
+
+    def __init__(self, host: str, port: int, topics: str | Iterable[str], qos: int = 1) -> None:
+        super().__init__(host, port, topics, qos, resubscribe=True, client_id="bench-rec")
 
     def wait_for(self, predicate: Callable[[Received], bool], timeout: float, start: int = 0) -> Received | None:
         """The first message from index ``start`` on satisfying ``predicate``; None after ``timeout``."""

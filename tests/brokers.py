@@ -9,49 +9,19 @@ system broker on 1883. No pytest here: the fixture lives in ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-
+from bench._broker import Received, RecordingClient, close_wakeup_pair
 from modelfleet.up.mosquitto import BrokerTls, MosquittoBroker
 from modelfleet.up.ports import free_port
 
-
-def close_wakeup_pair(client: mqtt.Client) -> None:
-    """Close the socket pair paho opens in ``loop_start`` (it closes it only on the next
-    one, or on GC): call after ``loop_stop`` so a test leaves no open sockets behind."""
-    for name in ("_sockpairR", "_sockpairW"):
-        sock = getattr(client, name, None)
-        if sock is not None:
-            sock.close()
-            setattr(client, name, None)
+#: One received message (topic, payload, qos, retain, arrival times).
+Message = Received
 
 
-@dataclass(frozen=True)
-class Message:
-    """One received message."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    at: float  # time.monotonic() on arrival
-
-    def json(self) -> Any:
-        """The payload parsed as JSON."""
-        return json.loads(self.payload)
-
-
-class Subscriber:
-    """A paho client that subscribes to ``topics`` and records every message.
+class Subscriber(RecordingClient):
+    """A paho client that subscribes to ``topics`` on ``broker`` and records every message.
 
     Returns from ``__enter__``/``start()`` only once the broker acknowledged the
     subscription, so nothing published afterwards is missed (retained ones included)."""
@@ -65,60 +35,10 @@ class Subscriber:
         username: str | None = None,
         password: str | None = None,
     ) -> None:
+        super().__init__(
+            broker.host, broker.port, topics, qos, username=username, password=password, client_id="test-sub"
+        )
         self.broker = broker
-        self.topics = [topics] if isinstance(topics, str) else list(topics)
-        self.qos = qos
-        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"test-sub-{uuid.uuid4().hex[:8]}")
-        if username is not None:
-            self._client.username_pw_set(username, password)
-        self._client.on_message = self._on_message
-        self._client.on_subscribe = self._on_subscribe
-        self._subscribed = threading.Event()
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._messages: list[Message] = []
-        self._started = False
-
-    def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
-        with self._cond:
-            self._messages.append(Message(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain), time.monotonic()))
-            self._cond.notify_all()
-
-    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, properties: Any) -> None:
-        self._subscribed.set()
-
-    def start(self, timeout: float = 5.0) -> Subscriber:
-        """Connect, subscribe and wait for the SUBACK."""
-        self._client.connect(self.broker.host, self.broker.port, keepalive=10)
-        self._client.loop_start()
-        self._started = True
-        self._client.subscribe([(topic, self.qos) for topic in self.topics])
-        if not self._subscribed.wait(timeout):
-            self.close()
-            raise TimeoutError(f"no SUBACK from {self.broker} for {self.topics}")
-        return self
-
-    def close(self) -> None:
-        """Disconnect and stop the network thread (idempotent)."""
-        if self._started:
-            self._started = False
-            self._client.disconnect()
-            self._client.loop_stop()
-        close_wakeup_pair(self._client)
-
-    def __enter__(self) -> Subscriber:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    @property
-    def messages(self) -> list[Message]:
-        """Everything received so far, in order."""
-        with self._lock:
-            return list(self._messages)
 
     def on(self, topic: str) -> list[Message]:
         """Messages received on exactly ``topic``."""
