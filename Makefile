@@ -30,22 +30,19 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 	$(VENV)/bin/mypy
 
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
-	bash scripts/ensure_mosquitto.sh
-	bash scripts/ensure_chromium.sh
-	sh bench/ensure_wrk.sh
+	bash scripts/ensure_apt.sh mosquitto chromium --optional wrk
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 
 bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report in docs/benchmarks.md
 	mkdir -p bench/out
+	bash scripts/ensure_apt.sh mosquitto --optional wrk
 	$(PY) -m bench.placement --json bench/out/placement.json
 	$(PY) -m bench.distribution --edges 8 --json bench/out/distribution.json
 	$(PY) -m bench.delta --json bench/out/delta.json
 	$(PY) -m bench.quantization --json bench/out/quantization.json
-	-bash bench/ensure_wrk.sh
 	$(PY) -m bench.serving --clients 64 --json bench/out/serving.json
 	$(PY) -m bench.warm_start --json bench/out/warm_start.json
-	bash scripts/ensure_mosquitto.sh
 	$(PY) -m bench.failover --json bench/out/failover.json
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md

@@ -4,9 +4,13 @@
 (``sys.executable -m modelfleet ...``) with their own data and cache dirs under one
 temp dir, stdout/stderr in log files there. Leaving the ``with`` block, normally or
 by an exception or KeyboardInterrupt, stops every process (SIGTERM, then SIGKILL)
-and, unless something failed or ``keep`` is set, removes the temp dir. Children
-also get PR_SET_PDEATHSIG on Linux, so a benchmark killed with SIGKILL does not
-leave them behind.
+and, unless something failed or ``keep`` is set, removes the temp dir.
+
+The processes are ``modelfleet up``'s (``modelfleet.up.children.Child``: PR_SET_PDEATHSIG
+on Linux, so a benchmark killed with SIGKILL does not leave them behind; their own
+session), with ``up``'s command lines and ready lines (``modelfleet.up.services``); this
+module adds what only benchmarks and fault tests want: restarts on the same data, log
+files per run, a command prefix, CPU times, and the HTTP calls they measure with.
 
 Typical use::
 
@@ -23,21 +27,20 @@ import hashlib
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import IO, Any, Self
+from types import TracebackType
+from typing import Any, Self
 
 import httpx
 
-_CENTRAL_READY = re.compile(r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
-_EDGE_READY = re.compile(r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+from modelfleet.up.children import Child, ChildError, modelfleet_command, raising_on_sigterm, stop_all, wait_ready
+from modelfleet.up.services import CENTRAL_READY, EDGE_READY, central_args, edge_args, port_of
+
 _POLL_S = 0.05  # ~20 Hz
 _PUSH_BLOCK = 1024 * 1024
 _TAIL_LINES = 40
@@ -56,61 +59,47 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime of a process (all its threads) so far; None when it is gone (or off Linux)."""
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGTERM this child when the benchmark process dies."""
-    try:
-        import ctypes
+class Proc(Child):
+    """One started central or edge: its data dir, and its addresses once it printed its ready line."""
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        logs: tuple[Path, Path],
+        env: Mapping[str, str],
+        data_dir: Path,
+        args: Sequence[str],
+    ) -> None:
+        super().__init__(name, argv, logs[0], env, stderr_path=logs[1])
+        self.data_dir = data_dir
+        #: The command-line arguments after ``-m modelfleet`` and the env overrides it got.
+        self.args = list(args)
+        self.env = dict(env)
+        self.http_url = ""
+        self.grpc_address = ""
 
-
-@dataclass
-class Proc:
-    """One started process and where its output goes."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    stdout_path: Path
-    stderr_path: Path
-    data_dir: Path
-    http_url: str = ""
-    grpc_address: str = ""
-    _files: list[IO[bytes]] = field(default_factory=list)
-    #: The command-line arguments after ``-m modelfleet`` and the env overrides it got.
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    #: ``time.monotonic()`` and ``time.time()`` just before the process was spawned.
-    started_at: float = 0.0
-    started_wall: float = 0.0
-
-    def alive(self) -> bool:
-        """True while the process runs."""
-        return self.popen.poll() is None
+    @property
+    def stdout_path(self) -> Path:
+        """Where its stdout goes (its ready line)."""
+        return self.log_path
 
     def tails(self) -> str:
         """The last lines of stdout and stderr, for error messages."""
         return (
-            f"--- {self.name} (pid {self.popen.pid}, rc {self.popen.returncode}) stdout {self.stdout_path}:\n"
-            f"{_tail(self.stdout_path)}\n--- {self.name} stderr {self.stderr_path}:\n{_tail(self.stderr_path)}"
+            f"--- {self.name} (pid {self.pid}, rc {self.popen.returncode}) stdout {self.log_path}:\n"
+            f"{self.tail(_TAIL_LINES) or '(empty)'}\n--- {self.name} stderr {self.stderr_path}:\n"
+            f"{self.tail(_TAIL_LINES, stderr=True) or '(empty)'}"
         )
-
-    def close_logs(self) -> None:
-        """Close the parent's handles on the log files."""
-        for f in self._files:
-            f.close()
-        self._files.clear()
 
 
 @dataclass(frozen=True)
@@ -195,11 +184,8 @@ class Fleet:
                 self._terminate([self.central])
         finally:
             for p in self._procs():
-                if p.alive():  # only if SIGKILL was ignored (cannot be) or wait was interrupted
-                    p.popen.kill()
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.popen.wait(timeout=5)
-                p.close_logs()
+                if p.alive():  # only if the wait was interrupted
+                    p.kill()
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -210,30 +196,15 @@ class Fleet:
                     shutil.rmtree(self.dir, ignore_errors=True)
 
     def _terminate(self, procs: list[Proc]) -> None:
-        for p in procs:
-            if p.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    p.popen.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout_s
-        for p in procs:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self._log(f"{p.name} did not stop within {self.stop_timeout_s}s; killing it")
-                p.popen.kill()
-                p.popen.wait(timeout=5)
+        def killing(child: Child) -> None:
+            self._log(f"{child.name} did not stop within {self.stop_timeout_s}s; killing it")
+
+        stop_all(procs, self.stop_timeout_s, killing)
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) used so far by each live process; {} off Linux."""
-        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        result = {}
-        for p in self._procs():
-            try:
-                fields = Path(f"/proc/{p.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            result[p.name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        return result
+        used = {p.name: process_cpu_s(p.pid) for p in self._procs()}
+        return {name: seconds for name, seconds in used.items() if seconds is not None}
 
     def tails(self) -> str:
         """Log tails of every process."""
@@ -254,35 +225,15 @@ class Fleet:
             raise RuntimeError("use Fleet inside a with block")
         return self._client
 
-    def _spawn(
-        self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path, log_name: str | None = None
-    ) -> Proc:
+    def _spawn(self, name: str, args: list[str], env_overrides: Mapping[str, str], data_dir: Path) -> Proc:
+        """Start ``python -m modelfleet ARGS`` as ``name``; its output in ``logs/NAME.out``/``.err``,
+        ``NAME.2.out``/``.err`` for its second run and so on."""
         assert self.dir is not None, "use Fleet inside a with block"
         logs = self.dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}
-        log_name = log_name or name
-        stdout_path, stderr_path = logs / f"{log_name}.out", logs / f"{log_name}.err"
-        out = stdout_path.open("wb")
-        err = stderr_path.open("wb")
-        started_at, started_wall = time.monotonic(), time.time()
-        try:
-            popen = subprocess.Popen(
-                [*self._command_prefix(name), sys.executable, "-m", "modelfleet", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
-            )
-        except BaseException:
-            out.close()
-            err.close()
-            raise
-        return Proc(
-            name, popen, stdout_path, stderr_path, data_dir, _files=[out, err], args=list(args),
-            env=dict(env_overrides), started_at=started_at, started_wall=started_wall,
-        )  # fmt: skip
+        runs = 1 + sum(1 for _ in logs.glob(f"{name}.*out"))
+        log_name = name if runs == 1 else f"{name}.{runs}"
+        argv = [*self._command_prefix(name), *modelfleet_command(args)]
+        return Proc(name, argv, (logs / f"{log_name}.out", logs / f"{log_name}.err"), env_overrides, data_dir, args)
 
     def _command_prefix(self, name: str) -> list[str]:
         """What process ``name`` is started under (a subclass's ``nsenter …``); nothing here."""
@@ -290,69 +241,41 @@ class Fleet:
 
     def _wait_ready(self, procs: list[Proc], pattern: re.Pattern[str]) -> None:
         """Wait for every process's ready line; fill in its addresses."""
-        pending = {p.name: p for p in procs}
-        deadline = time.monotonic() + self.startup_timeout_s
-        while pending:
-            for name, p in list(pending.items()):
-                match = pattern.search(p.stdout_path.read_text(errors="replace"))
-                if match:
-                    p.http_url, p.grpc_address = match["http"], match["grpc"]
-                    del pending[name]
-                elif not p.alive():
-                    raise self.fail(f"{name} exited with {p.popen.returncode} before it was ready", [p])
-            if pending and time.monotonic() > deadline:
-                raise self.fail(
-                    f"not ready after {self.startup_timeout_s}s: {', '.join(sorted(pending))}", list(pending.values())
-                )
-            if pending:
-                time.sleep(0.02)
+        try:
+            lines = wait_ready(procs, pattern, self.startup_timeout_s)
+        except ChildError as exc:
+            raise self.fail(str(exc), [p for p in procs if p is exc.child] or procs) from None
+        for p, line in zip(procs, lines, strict=True):
+            p.http_url, p.grpc_address = line["http"], line["grpc"]
 
     def start_central(self, *, http_port: int = 0, grpc_port: int = 0) -> Proc:
         """Start central (free ports unless given) with ``central_env``; returns once it printed
         its ready line. Started again (after ``kill_central``), it runs on the same data dir
         and its logs go to ``central.N.out``/``.err``."""
         assert self.dir is not None, "use Fleet inside a with block"
-        old = self.central
-        if old is not None and old.alive():
+        if self.central is not None and self.central.alive():
             raise RuntimeError("central is running")
         data_dir = self.dir / "central"
-        args = ["central", "--data-dir", str(data_dir), "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
-        runs = 1 + sum(1 for _ in (self.dir / "logs").glob("central.*out")) if (self.dir / "logs").is_dir() else 1
-        if old is not None:
-            old.close_logs()
-        self.central = self._spawn(
-            "central", args, self.central_env, data_dir, log_name=None if runs == 1 else f"central.{runs}"
-        )
-        self._wait_ready([self.central], _CENTRAL_READY)
+        self.central = self._spawn("central", central_args(data_dir, http_port, grpc_port), self.central_env, data_dir)
+        self._wait_ready([self.central], CENTRAL_READY)
         return self.central
 
     def kill_central(self) -> None:
         """SIGKILL central and reap it (for restart tests); a later ``start_central`` reuses its data dir."""
-        if self.central is not None and self.central.alive():
-            self.central.popen.kill()
-            self.central.popen.wait(timeout=10)
+        if self.central is not None:
+            self.central.kill()
 
     def central_ports(self) -> tuple[int, int]:
         """(http port, grpc port) of the current central, to start it again on the same ones."""
         assert self.central is not None, "start central first"
-        return int(self.central.http_url.rsplit(":", 1)[1]), int(self.central.grpc_address.rsplit(":", 1)[1])
+        return port_of(self.central.http_url), port_of(self.central.grpc_address)
 
     def start_edges(self, count: int, prefix: str = "e") -> list[Proc]:
         """Start ``count`` edges at once (own data and cache dirs), wait for all ready lines."""
-        assert self.dir is not None and self.central is not None, "start central first"
-        started = []
-        for i in range(len(self.edges), len(self.edges) + count):
-            node_id = f"{prefix}{i}"
-            data_dir = self.dir / "edges" / node_id
-            args = [
-                "edge", "--node-id", node_id, "--central", self.central.grpc_address,
-                "--data-dir", str(data_dir), "--cache-dir", str(data_dir / "cache"),
-                "--http-port", "0", "--grpc-port", "0",
-            ]  # fmt: skip
-            proc = self._spawn(node_id, args, self.edge_env, data_dir)
-            self.edges[node_id] = proc
-            started.append(proc)
-        self._wait_ready(started, _EDGE_READY)
+        started = [
+            self.start_edge(f"{prefix}{i}", wait_ready=False) for i in range(len(self.edges), len(self.edges) + count)
+        ]
+        self._wait_ready(started, EDGE_READY)
         return started
 
     def start(self, edges: int, registered_timeout_s: float = 30.0) -> None:
@@ -502,16 +425,8 @@ class Fleet:
         if old is not None and old.alive():
             raise RuntimeError(f"edge {node_id} is running; stop_edge it first")
         data_dir = self.dir / "edges" / node_id
-        args = [
-            "edge", "--node-id", node_id, "--central", self.central.grpc_address,
-            "--data-dir", str(data_dir), "--cache-dir", str(data_dir / "cache"),
-            "--http-port", str(http_port), "--grpc-port", "0",
-        ]  # fmt: skip
-        runs = 1 + sum(1 for _ in (self.dir / "logs").glob(f"{node_id}.*out"))
-        log_name = node_id if runs == 1 else f"{node_id}.{runs}"
-        if old is not None:
-            old.close_logs()
-        proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir, log_name=log_name)
+        args = edge_args(node_id, self.central.grpc_address, data_dir, http_port, 0)
+        proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir)
         self.edges[node_id] = proc
         if wait_ready:
             self.wait_ready_line(proc)
@@ -519,13 +434,12 @@ class Fleet:
 
     def wait_ready_line(self, proc: Proc) -> None:
         """Wait for an edge's ready line (fills in ``http_url`` and ``grpc_address``)."""
-        self._wait_ready([proc], _EDGE_READY)
+        self._wait_ready([proc], EDGE_READY)
 
     def stop_edge(self, node_id: str) -> int | None:
         """SIGTERM one edge (SIGKILL after ``stop_timeout_s``); returns its exit code."""
         proc = self.edges[node_id]
         self._terminate([proc])
-        proc.close_logs()
         return proc.popen.returncode
 
     def push_files(
@@ -601,25 +515,9 @@ class Fleet:
         return result
 
 
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit while inside, so ``finally`` blocks stop the fleet.
-
-    Only in the main thread (signal handlers cannot be set elsewhere); restores the old handler."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+def sigterm_raises() -> contextlib.AbstractContextManager[None]:
+    """Turn SIGTERM into SystemExit while inside, so ``finally`` blocks stop the fleet (main thread only)."""
+    return raising_on_sigterm(lambda signum: SystemExit(128 + signum))
 
 
 # -- models ------------------------------------------------------------------

@@ -52,8 +52,9 @@ from typing import Any
 
 import httpx
 
-from bench._broker import Broker, Received, Recorder
+from bench._broker import Received, Recorder
 from bench._fleet import Fleet, parse_env_pairs, sigterm_raises
+from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo import build_digits
 
 TARGETS: dict[str, float] = {"kill_detect_s": 1.0, "freeze_detect_s": 3.5, "gateway_errors": 0}
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.gettempdir())
     detect_timeout = max(15.0, 10 * args.interval)
     errors: list[str] = []
-    with Broker() as broker:
+    with MosquittoBroker(log=BENCH_LOG) as broker:
         central_env = {
             "MODELFLEET_MQTT__ENABLED": "true",
             "MODELFLEET_MQTT__HOST": broker.host,

@@ -7,7 +7,7 @@ Usage: ``python -m bench.heartbeat_scale --nodes 10000 --rate 1 --json out.json
 
 What runs (all on loopback, all real processes):
 
-* a private Mosquitto (``bench._broker.Broker``: listener on a free loopback port,
+* a private Mosquitto (``modelfleet.up.mosquitto.MosquittoBroker``: listener on a free loopback port,
   ``allow_anonymous true``, ``persistence false``; this bench appends
   ``max_queued_messages 1000000``, ``max_queued_bytes 0`` and ``max_inflight_messages 0``
   so that the broker queues rather than drops QoS 0 heartbeats for a slow central; it
@@ -63,10 +63,12 @@ from typing import IO, Any
 
 import httpx
 
-from bench._broker import Broker, Recorder
-from bench._fleet import Fleet, _pdeathsig, parse_env_pairs, sigterm_raises
+from bench._broker import Recorder
+from bench._fleet import Fleet, parse_env_pairs, process_cpu_s, sigterm_raises
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
+from modelfleet.up.children import tied_to_parent
+from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 
 #: processed_ratio and the counts are fixed; detect_p99_s is 3.5 × the interval.
 TARGET_PROCESSED_RATIO = 0.99
@@ -92,15 +94,6 @@ def targets_for(interval_s: float) -> dict[str, float]:
         "missed_deaths": 0,
         "detect_p99_s": round(DETECT_FACTOR * interval_s, 6),
     }
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -407,7 +400,7 @@ class SimProc:
             stderr=self._stderr,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
+            preexec_fn=tied_to_parent(),
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         #: (heartbeats sent so far, wall time) as last reported.
@@ -590,7 +583,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     if args.work_dir is not None:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hb-scale-", dir=args.work_dir))
-    broker = Broker()
+    broker = MosquittoBroker(log=BENCH_LOG)
     # Heartbeats are QoS 0: let the broker queue them for a slow central rather than drop
     # them (the default is 1000 messages per client); events to the recorder are QoS 1.
     with broker.conf_path.open("a") as conf:
@@ -617,8 +610,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     failed = True
     try:
         broker.start()
-        broker_proc = getattr(broker, "_proc", None)  # for its CPU time
-        broker_pid = broker_proc.pid if broker_proc is not None else None
+        broker_pid = broker.pid  # for its CPU time
         central_env["MODELFLEET_MQTT__PORT"] = str(broker.port)
         recorder = Recorder(broker.host, broker.port, [topics.events, topics.central_status], qos=1).start()
         with Fleet(root=work, central_env=central_env, keep=args.keep, log=_stderr) as fleet:
@@ -683,15 +675,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                 s.send(f"go {t_start!r} {silence_at!r} {t_end!r}")
             _sleep_until(t_start)
             c0_t, body0 = api.membership()
-            cpu0 = cpu_seconds(central_pid)
-            bcpu0 = cpu_seconds(broker_pid) if broker_pid else None
+            cpu0 = process_cpu_s(central_pid)
+            bcpu0 = process_cpu_s(broker_pid) if broker_pid else None
             c0 = body0["counters"]["heartbeats_processed"]
             log(f"measuring {args.duration_s:g}s: {n} nodes at {args.rate:g}/s, {len(silent)} go silent at the middle")
             with _py_spy(central_pid, args.duration_s - 1, args.py_spy, log) as profile:
                 _sleep_until(t_end)
                 c1_t, body1 = api.membership()
-                cpu1 = cpu_seconds(central_pid)
-                bcpu1 = cpu_seconds(broker_pid) if broker_pid else None
+                cpu1 = process_cpu_s(central_pid)
+                bcpu1 = process_cpu_s(broker_pid) if broker_pid else None
             c1 = body1["counters"]["heartbeats_processed"]
 
             _sleep_until(t_end + grace)

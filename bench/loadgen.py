@@ -3,7 +3,7 @@
 The server under test must never share an event loop (or a core's worth of GIL)
 with the client that loads it, so ``run_load`` starts a separate process:
 
-* ``wrk`` (Debian's package; ``bench/ensure_wrk.sh`` installs it) when it is on PATH:
+* ``wrk`` (Debian's package; ``scripts/ensure_apt.sh --optional wrk`` installs it) when it is on PATH:
   a generated Lua script sets the POST body and headers, counts responses with a
   status >= 400 in a ``response()`` hook (per thread, collected in ``done()`` with
   ``thread:get``) and prints one JSON line with the request count, errors and the

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -41,19 +40,12 @@ from typing import Any
 import httpx
 
 from bench._fleet import Fleet, Proc, parse_env_pairs, sigterm_raises
+from modelfleet.up.ports import free_port
 from modelfleet.zoo import build_bench_model, build_digits
 
 TARGETS = {"ratio": 0.2}
 VERSION = "v1"
 _POLL_S = 0.005
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now (bound and released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _get_ok(client: httpx.Client, url: str) -> bool:

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import httpx
 from pydantic import BaseModel, Field, field_validator
@@ -21,7 +20,7 @@ from rich.markup import escape
 
 from modelfleet.extras import DEMO, MissingExtra, require_extra
 from modelfleet.up.broker import BrokerChoice, RunningBroker, start_broker
-from modelfleet.up.children import ChildGroup
+from modelfleet.up.children import ChildGroup, raising_on_sigterm
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, DemoClient, Published, alive, serves
 from modelfleet.up.errors import UpError
@@ -76,9 +75,10 @@ def run_up(options: UpOptions, steps: Steps) -> int:
     console = steps.console
     up = False
     try:
-        # before anything starts (the model is built once the broker and central are starting)
+        # before anything starts (the model is built once the broker and central are starting);
+        # SIGTERM ends ``up`` the way Ctrl-C does (children stopped first)
         require_extra("demo", "modelfleet up's demo", DEMO)
-        with _sigterm_interrupts(), DataDir(options.data_dir) as data:
+        with raising_on_sigterm(lambda _: KeyboardInterrupt()), DataDir(options.data_dir) as data:
             group = ChildGroup(data.logs)
             try:
                 fleet = _bring_up(options, data, group, steps)
@@ -231,20 +231,3 @@ def _ignoring_interrupts() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM ends ``up`` the way Ctrl-C does (children stopped first)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)

@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench._fleet import Fleet, _pdeathsig, sha256_of
+from bench._fleet import Fleet, sha256_of
 from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
+from modelfleet.up.children import tied_to_parent
 
 #: Central as a subprocess: 64 KiB chunks, no INT8 (random MLPs fail its guard).
 CENTRAL_ENV = {
@@ -61,10 +62,7 @@ def version(fleet: Fleet, node: str, name: str, ver: str) -> dict[str, Any]:
 
 def sigkill_edge(fleet: Fleet, node: str) -> None:
     """SIGKILL one edge and reap it; ``fleet.start_edge(node)`` restarts it on the same dirs."""
-    proc = fleet.edges[node]
-    proc.popen.kill()
-    proc.popen.wait(timeout=10)
-    proc.close_logs()
+    fleet.edges[node].kill()
 
 
 def sigkill_edge_when(fleet: Fleet, node: str, found: Callable[[], Path | None], timeout: float, what: str) -> Path:
@@ -115,7 +113,7 @@ class SmallDisk:
         )
         self._holder = subprocess.Popen(  # util-linux unshare makes the new namespace's mounts private
             ["unshare", "-m", "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            preexec_fn=_pdeathsig,  # gone with the test process, even when it is SIGKILLed
+            preexec_fn=tied_to_parent(),  # gone with the test process, even when it is SIGKILLed
         )  # fmt: skip
         assert self._holder.stdout is not None and self._holder.stderr is not None
         line = self._holder.stdout.readline()

@@ -6,7 +6,6 @@ The CLI is synchronous (httpx.Client); it runs in a worker thread through
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 from typer.testing import CliRunner, Result
@@ -30,13 +29,6 @@ class Cli:
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return result
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def one_error_line(result: Result) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_harness import Cli, closed_port
+from cli_harness import Cli
 
-from brokers import MosquittoBroker
+from brokers import MosquittoBroker, free_port
 from central.server import CentralServer
 from modelfleet.cli.gpu_libs import LIBRARIES, candidates, cpu_flags, find
 
@@ -40,7 +40,7 @@ async def test_doctor_reports_providers_and_reachable_services(
 
 
 async def test_doctor_fails_with_a_fix_when_broker_and_central_are_down(tmp_path: Path) -> None:
-    port = closed_port()
+    port = free_port()
     result = await Cli(tmp_path)("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from cli_harness import Cli, closed_port, one_error_line
+from cli_harness import Cli, one_error_line
 
-from brokers import MosquittoBroker
+from brokers import MosquittoBroker, free_port
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, wait_for
 from modelfleet.cli.client import CentralClient, PushRequest
@@ -94,7 +94,7 @@ async def test_errors_are_one_line_with_exit_codes(tmp_path: Path, central: Cent
     assert one_error_line(refused).endswith("(HTTP 400)")
     assert json.loads((await cli("models", "--json")).stdout) == []  # nothing half-stored
 
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     gone = await cli("nodes", "--central", url)
     assert gone.exit_code == 1
     assert one_error_line(gone) == f"error: central at {url} is unreachable (connection refused)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from central.gateway import (
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import Edge
+from modelfleet.up.ports import free_port
 
 MODEL = "tiny"
 
@@ -56,12 +56,6 @@ def _binary_request(rows: int = 4) -> tuple[bytes, dict[str, str]]:
 
 def _candidate(edge: Edge) -> Candidate:
     return Candidate(edge.node_id, f"127.0.0.1:{edge.http_port}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -248,7 +242,7 @@ async def test_half_open_breaker_closes_once_the_node_answers_again(
 ) -> None:
     """edge-late is listed before it listens: its breaker opens; once a real edge starts
     on that port and serves the model, the half-open trial succeeds and it closes."""
-    port = _free_port()
+    port = free_port()
     (first,) = await _fleet(central, api, make_edge, small_model_file, 1)
     late_candidate = Candidate("edge-late", f"127.0.0.1:{port}")
     proxy, _ = _gateway([_candidate(first), late_candidate], failure_threshold=2, open_s=0.3)
@@ -281,7 +275,7 @@ async def test_no_node_can_serve_and_body_limit() -> None:
         r = await gw.post("/v2/models/ghost/versions/7/infer", json=_json_request(1, 4))
         assert r.status_code == 503 and r.json()["error"].startswith("no node can serve model 'ghost' (version '7')")
 
-        source.set([Candidate("down-0", f"127.0.0.1:{_free_port()}"), Candidate("down-1", f"127.0.0.1:{_free_port()}")])
+        source.set([Candidate("down-0", f"127.0.0.1:{free_port()}"), Candidate("down-1", f"127.0.0.1:{free_port()}")])
         r = await gw.post("/v2/models/ghost/infer", json=_json_request(1, 4))
         assert r.status_code == 503 and "cannot connect" in r.json()["error"], r.text
         assert proxy.stats.attempts == 2
