@@ -97,8 +97,10 @@ def _handshakes(port: int, security: BrokerSecurity) -> bool:
     context = ssl.create_default_context(cafile=str(security.tls.ca_file))
     context.load_cert_chain(security.tls.cert_file, security.tls.key_file)
     try:
-        with socket.create_connection((HOST, port), timeout=0.5) as raw:
-            tls = context.wrap_socket(raw, server_hostname=HOST)
+        with (
+            socket.create_connection((HOST, port), timeout=0.5) as raw,
+            context.wrap_socket(raw, server_hostname=HOST) as tls,  # its own socket object: close it too
+        ):
             with contextlib.suppress(OSError):
                 tls.unwrap()
             return True
