@@ -171,6 +171,36 @@ class MosquittoBroker:
             f"require_certificate {'true' if tls.require_certificate else 'false'}",
         ]
 
+    def use_config(self, text: str) -> MosquittoBroker:
+        """Restart with ``text`` as the whole configuration (plus the ``user`` line that
+        keeps the current user), e.g. a shipped file made local by ``localized``."""
+        self.stop()
+        self.conf_path.write_text(text + f"\nuser {getpass.getuser()}\n")
+        return self.start()
+
+    def localized(self, conf: str) -> str:
+        """A deployment's broker config (``deploy/mosquitto/mosquitto.conf``, the Kubernetes
+        ConfigMap) as this broker can run it: its fleet listener on ``tls_port`` with this
+        broker's certificate, its loopback one on ``port``, this broker's password file and
+        ACL. Nothing else changes; a container path left over fails."""
+        tls = self.tls
+        assert tls is not None and self.users is not None and self.acl is not None, "needs users, an ACL and TLS"
+        swaps = {
+            "listener 8883 0.0.0.0": f"listener {self.tls_port} {self.host}",
+            "listener 1883 127.0.0.1": f"listener {self.port} {self.host}",
+            "/mosquitto/auth/passwd": str(self.dir / "passwd"),
+            "/mosquitto/config/acl": str(self.dir / "acl"),
+            "/mosquitto/certs/ca.pem": str(tls.ca_file),
+            "/mosquitto/certs/cert.pem": str(tls.cert_file),
+            "/mosquitto/certs/key.pem": str(tls.key_file),
+        }
+        for old, new in swaps.items():
+            assert old in conf, f"{old!r} not in the config"
+            conf = conf.replace(old, new)
+        active = [line for line in conf.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        assert not [line for line in active if " /mosquitto/" in line], f"a container path is left: {active}"
+        return conf
+
     @property
     def url(self) -> str:
         """``mqtt://host:port``."""
@@ -315,13 +345,19 @@ class Subscriber:
         *,
         username: str | None = None,
         password: str | None = None,
+        port: int | None = None,
+        context: ssl.SSLContext | None = None,
     ) -> None:
+        """``port`` and ``context``: another listener of the broker (its TLS one)."""
         self.broker = broker
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.qos = qos
+        self.port = broker.port if port is None else port
         self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"test-sub-{uuid.uuid4().hex[:8]}")
         if username is not None:
             self._client.username_pw_set(username, password)
+        if context is not None:
+            self._client.tls_set_context(context)
         self._client.on_message = self._on_message
         self._client.on_subscribe = self._on_subscribe
         self._subscribed = threading.Event()
@@ -340,7 +376,7 @@ class Subscriber:
 
     def start(self, timeout: float = 5.0) -> Subscriber:
         """Connect, subscribe and wait for the SUBACK."""
-        self._client.connect(self.broker.host, self.broker.port, keepalive=10)
+        self._client.connect(self.broker.host, self.port, keepalive=10)
         self._client.loop_start()
         self._started = True
         self._client.subscribe([(topic, self.qos) for topic in self.topics])

@@ -43,6 +43,7 @@ ACL_RULES = (
     f"topic write {DEFAULT_PREFIX}/central/#",
     f"topic write {DEFAULT_PREFIX}/events",
     f"topic read {DEFAULT_PREFIX}/#",
+    "user healthcheck",
     "topic read $SYS/broker/uptime",
 )
 

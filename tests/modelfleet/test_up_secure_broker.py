@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +39,22 @@ def broker(secure: SecureFleet, tmp_path: Path) -> Iterator[RunningBroker]:
         group.stop()
 
 
-def login(secure: SecureFleet, user: str) -> Login:
+def credentials(secure: SecureFleet, user: str) -> dict[str, Any]:
+    """The MQTT login and TLS settings ``up --secure`` gives ``user``, and quick reconnects."""
     leaf = secure.central_tls if user == "central" else secure.edge_tls[user]
-    context = MqttTlsSettings.model_validate(leaf.tls()).ssl_context()
-    return Login(user, secure.mqtt_passwords[user], context)
+    return {
+        "username": user,
+        "password": secure.mqtt_passwords[user],
+        "tls": leaf.tls(),
+        "reconnect_min_s": 0.1,
+        "reconnect_max_s": 0.3,
+    }
+
+
+def login(secure: SecureFleet, user: str) -> Login:
+    found = credentials(secure, user)
+    context = MqttTlsSettings.model_validate(found["tls"]).ssl_context()
+    return Login(user, found["password"], context)
 
 
 async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -59,27 +72,11 @@ async def more_heartbeats(tracker: MembershipTracker, count: int) -> None:
 async def test_one_edges_login_cannot_close_another_edges_session(
     secure: SecureFleet, broker: RunningBroker, tmp_path: Path
 ) -> None:
-    settings = MqttSettings(
-        host=broker.host,
-        port=broker.port,
-        keepalive_s=5,
-        reconnect_min_s=0.1,
-        reconnect_max_s=0.3,
-        username="central",
-        password=secure.mqtt_passwords["central"],
-        tls=secure.central_tls.tls(),
-    )
+    settings = MqttSettings(host=broker.host, port=broker.port, keepalive_s=5, **credentials(secure, "central"))
     tracker = settings.make_tracker()
     consumer = MembershipConsumer(settings, tracker, central_id="secure-central")
     edge_settings = HeartbeatSettings(
-        broker_host=broker.host,
-        broker_port=broker.port,
-        interval_s=0.2,
-        reconnect_min_s=0.1,
-        reconnect_max_s=0.3,
-        username="edge-2",
-        password=secure.mqtt_passwords["edge-2"],
-        tls=secure.edge_tls["edge-2"].tls(),
+        broker_host=broker.host, broker_port=broker.port, interval_s=0.2, **credentials(secure, "edge-2")
     )
     edge = HeartbeatPublisher("edge-2", edge_settings, lambda: HeartbeatBody(), tmp_path / "edge-2")
     await consumer.start()
