@@ -9,6 +9,7 @@ subscriber rather than by polling. ``Recorder`` adds the benchmarks' wait.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import uuid
@@ -66,7 +67,9 @@ class RecordingClient:
         password: str | None = None,
         resubscribe: bool = False,
         client_id: str = "recorder",
+        context: ssl.SSLContext | None = None,
     ) -> None:
+        """``context``: connect with TLS (to the broker's TLS listener on ``port``)."""
         self.host, self.port = host, port
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.qos = qos
@@ -74,6 +77,8 @@ class RecordingClient:
         self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"{client_id}-{uuid.uuid4().hex[:8]}")
         if username is not None:
             self._client.username_pw_set(username, password)
+        if context is not None:
+            self._client.tls_set_context(context)
         self._client.on_message = self._on_message
         self._client.on_subscribe = self._on_subscribe
         if resubscribe:

@@ -2,7 +2,8 @@
 certificates it signs, written as PEM files into one directory.
 
 Used by ``modelfleet up --secure`` (certificates for central, each edge, the broker and
-an operator) and by the tests. EC P-256 keys, so a CA and a few leaves take
+an operator), by ``modelfleet pki issue`` (the deployment files' certificates) and by the
+tests. EC P-256 keys, so a CA and a few leaves take
 milliseconds. Leaves carry both serverAuth and clientAuth, and subject alternative names
 for ``localhost`` and ``127.0.0.1`` unless told otherwise, so one file pair serves as a
 process's server and client certificate, as the fleet's TLS settings expect
@@ -113,6 +114,24 @@ class CertAuthority:
         self.ca_key_file = directory / f"{name}-ca-key.pem"
         _write_key(self._key, self.ca_key_file)
 
+    @classmethod
+    def load_or_create(
+        cls, directory: Path, name: str = "fleet", *, common_name: str | None = None, valid_days: float = 1.0
+    ) -> CertAuthority:
+        """The CA kept in ``directory`` (``<name>-ca.pem`` and its key), made there first if
+        there is none: a fleet's later certificates must chain to the one its members trust."""
+        ca_file, key_file = directory / f"{name}-ca.pem", directory / f"{name}-ca-key.pem"
+        if not (ca_file.is_file() and key_file.is_file()):
+            return cls(directory, name, common_name=common_name, valid_days=valid_days)
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_file}: not the EC key of a modelfleet CA")
+        ca = cls.__new__(cls)
+        ca.directory, ca.ca_file, ca.ca_key_file = directory, ca_file, key_file
+        ca._key, ca.cert = key, x509.load_pem_x509_certificate(ca_file.read_bytes())
+        ca._name = ca.cert.subject
+        return ca
+
     def issue(
         self,
         name: str,
@@ -120,9 +139,12 @@ class CertAuthority:
         *,
         valid_days: float = 1.0,
         expired: bool = False,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
     ) -> LeafFiles:
-        """A leaf certificate for ``name`` (``<name>.pem`` and ``<name>-key.pem``), for both
-        server and client use; ``expired`` makes one whose validity ended yesterday."""
+        """A leaf certificate for ``name`` (``<name>.pem`` and ``<name>-key.pem`` in the CA's
+        directory, unless ``cert_file`` / ``key_file`` say where), for both server and
+        client use; ``expired`` makes one whose validity ended yesterday."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         start = now - dt.timedelta(days=2) if expired else now - _BACKDATE
@@ -143,8 +165,8 @@ class CertAuthority:
             )
             .sign(self._key, hashes.SHA256())
         )
-        cert_file = self.directory / f"{name}.pem"
-        key_file = self.directory / f"{name}-key.pem"
+        cert_file = cert_file or self.directory / f"{name}.pem"
+        key_file = key_file or self.directory / f"{name}-key.pem"
         cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_file)
         return LeafFiles(cert_file, key_file, self.ca_file)

@@ -88,6 +88,8 @@ class TrackerCounters:
     stale_heartbeats_ignored: int = 0
     stale_births_ignored: int = 0
     bdseq_resets: int = 0
+    #: Births and heartbeats whose bdseq was too far ahead of a live node's session.
+    bdseq_ahead_ignored: int = 0
     transitions: int = 0
 
     def as_dict(self) -> dict[str, int]:

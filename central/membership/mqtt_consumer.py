@@ -62,7 +62,10 @@ class MqttSettings(BaseModel):
     keepalive_s: int = Field(10, ge=1, le=3600)
     """MQTT keepalive; the broker publishes central's Last Will about 1.5 × this after losing it."""
     client_id: str | None = None
-    """MQTT client id; None picks ``modelfleet-central-<random>``."""
+    """MQTT client id of an anonymous connection; None picks ``modelfleet-central-<random>``.
+    With a ``username`` the client id is the user name: the shipped brokers bind client ids
+    to logins (``use_username_as_clientid true``), so nobody else can close central's
+    session by connecting under its id."""
     username: str | None = None
     """Broker user name (None: anonymous). The shipped Mosquitto ACL lets only the user
     ``central`` publish ``…/central/#`` and ``…/events``."""
@@ -132,7 +135,7 @@ class MembershipConsumer:
         self.tracker = tracker
         self.topics = Topics(settings.topic_prefix)
         self.central_id = central_id or f"central-{os.getpid()}"
-        self.client_id = settings.client_id or f"modelfleet-central-{uuid.uuid4().hex[:12]}"
+        self.client_id = settings.username or settings.client_id or f"modelfleet-central-{uuid.uuid4().hex[:12]}"
         self._loop = loop
         self._publish_events = publish_events
         self._client: mqtt.Client | None = None

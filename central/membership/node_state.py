@@ -27,6 +27,7 @@ class TrackedNode:
         "last_heartbeat_at",
         "node_id",
         "ready_keys",
+        "revive_from",
         "seen_at",
         "since",
         "state",
@@ -41,6 +42,9 @@ class TrackedNode:
         self.bdseq = bdseq
         #: bdseq of the session an offline status ended; None when it died by timeout.
         self.dead_bdseq: int | None = None
+        #: (bdseq, seq) of the last heartbeat that arrived while the node was dead and did
+        #: not bring it back by itself; the next one of that session in order does.
+        self.revive_from: tuple[int, int] | None = None
         self.birth_ts = 0
         self.interval_s = interval_s
         #: Last sign of life (heartbeat or fresh birth), loop time.

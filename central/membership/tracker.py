@@ -6,8 +6,9 @@ unit-testable with a real loop and small intervals.
 
 States: ``alive`` → ``suspect`` (nothing heard for ``suspect_after`` × the node's declared
 ``interval_s``) → ``dead`` (``dead_after`` ×, or an ``offline`` status whose ``bdseq`` is
-the one of the latest birth). An ``offline`` with an older ``bdseq`` is the Last Will of a
-session that has already been superseded, and is ignored.
+the one of the node's current session). An ``offline`` with any other ``bdseq`` is the
+Last Will of a session that has already been superseded, or not the node's own, and is
+ignored; a dead node's own heartbeats bring it back (see ``sessions``).
 
 The pieces: value types in ``liveness``, the per-node record in ``node_state``, the
 ready-model index in ``ready_index``, the bdseq session rules in ``sessions``, events in
@@ -39,7 +40,16 @@ from central.membership.liveness import (
 )
 from central.membership.node_state import NO_KEYS, TrackedNode
 from central.membership.ready_index import ReadyIndex, ready_ids, ready_keys, reindex
-from central.membership.sessions import Birth, classify_birth, death_is_stale, death_reason, heartbeat_is_stale
+from central.membership.sessions import (
+    Birth,
+    classify_birth,
+    death_ends_session,
+    death_reason,
+    heartbeat_is_stale,
+    opens_later_session,
+    revives_after_death,
+    too_far_ahead,
+)
 from central.membership.timers import NodeTimers
 from fleetwire.mqtt.fast import AnyHeartbeat
 from fleetwire.mqtt.payloads import Event, NodeStatus
@@ -189,16 +199,20 @@ class MembershipTracker:
             self._store_heartbeat(node, hb, now)
             self._first_seen(node, REASON_HEARTBEAT)
             return
-        if heartbeat_is_stale(node, hb):
-            self.counters.stale_heartbeats_ignored += 1
+        state = node.state
+        if state is NodeLiveness.DEAD:
+            if not self._revives(node, hb):
+                self.counters.stale_heartbeats_ignored += 1
+                return
+        elif hb.bdseq != node.bdseq and not self._moves_session(node, hb):
             return
         node.bdseq = hb.bdseq
         shorter = hb.interval_s < node.interval_s
         addresses = hb.grpc_address != node.grpc_address or hb.http_address != node.http_address
         self._store_heartbeat(node, hb, now)
-        state = node.state
         if state is not NodeLiveness.ALIVE:
             node.dead_bdseq = None
+            node.revive_from = None
             self._transition(node, state, NodeLiveness.ALIVE, REASON_HEARTBEAT)
             self._timers.schedule(node)
             return
@@ -206,6 +220,25 @@ class MembershipTracker:
             self._timers.schedule(node)
         if addresses:
             self._notify_same(node, REASON_ADDRESSES)
+
+    def _moves_session(self, node: TrackedNode, hb: AnyHeartbeat) -> bool:
+        """Whether a heartbeat of another session moves a live node on to it; when not
+        (stale, or too far ahead), it is counted."""
+        if heartbeat_is_stale(node, hb):
+            self.counters.stale_heartbeats_ignored += 1
+            return False
+        if too_far_ahead(node, hb.bdseq):
+            self.counters.bdseq_ahead_ignored += 1
+            return False
+        return True
+
+    def _revives(self, node: TrackedNode, hb: AnyHeartbeat) -> bool:
+        """Whether ``hb`` brings the dead ``node`` back; if not, it is remembered so that
+        the next heartbeat of its session, in order, does."""
+        if opens_later_session(node, hb) or revives_after_death(node, hb):
+            return True
+        node.revive_from = (hb.bdseq, hb.seq)
+        return False
 
     def on_status(self, node_id: str, status: NodeStatus, retained: bool = False) -> None:
         """A birth (``online``) or death (``offline``) on ``node_id``'s status topic."""
@@ -230,6 +263,9 @@ class MembershipTracker:
         if kind is Birth.STALE:
             self.counters.stale_births_ignored += 1
             return
+        if kind is Birth.AHEAD:
+            self.counters.bdseq_ahead_ignored += 1
+            return
         if kind is Birth.RESET:
             self.counters.bdseq_resets += 1
         self._rebirth(node, status, now, retained)
@@ -239,6 +275,7 @@ class MembershipTracker:
         node.bdseq = status.bdseq
         node.birth_ts = status.ts
         node.dead_bdseq = None
+        node.revive_from = None
         node.seen_at = now
         old = node.state
         if old is not NodeLiveness.ALIVE:
@@ -253,11 +290,11 @@ class MembershipTracker:
             node.state = NodeLiveness.DEAD
             node.dead_bdseq = status.bdseq
             return
-        if death_is_stale(node, status):
+        if not death_ends_session(node, status):
             self.counters.stale_deaths_ignored += 1
             return
-        node.bdseq = status.bdseq
         node.dead_bdseq = status.bdseq
+        node.revive_from = None
         if node.state is NodeLiveness.DEAD:
             return
         reason = death_reason(node, status)

@@ -22,7 +22,15 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm 
  && groupadd --system --gid 10001 modelfleet \
  && useradd --system --uid 10001 --gid modelfleet --home-dir /var/lib/modelfleet --create-home modelfleet
 COPY --from=build /opt/modelfleet /opt/modelfleet
-# MODELFLEET_NODE_ID and MODELFLEET_ADVERTISE_HOST differ per edge: set them where it runs.
+# MODELFLEET_NODE_ID and MODELFLEET_ADVERTISE_HOST differ per edge: set them where it runs,
+# and the broker login (MODELFLEET_HEARTBEAT__USERNAME = the node id, __PASSWORD).
+# Secure by default: it listens on every interface, so its HTTP API and the Peer service
+# take only clients with a fleet certificate, and it calls central (gRPC), its peers and
+# the broker over TLS with the certificate, key and fleet CA mounted at
+# /run/modelfleet/secrets/tls/ (cert.pem, key.pem, ca.pem; the certificate must name
+# MODELFLEET_ADVERTISE_HOST), showing the node token in /run/modelfleet/secrets/node/node-token
+# (`modelfleet node-token create --node ID` on central's side). Without them it does not
+# start; turning TLS off takes MODELFLEET_TLS__ENABLED=false (see docs/security.md).
 ENV PATH=/opt/modelfleet/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     MODELFLEET_DATA_DIR=/var/lib/modelfleet/edge \
@@ -30,12 +38,24 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
     MODELFLEET_HTTP_HOST=0.0.0.0 \
     MODELFLEET_HTTP_PORT=8081 \
     MODELFLEET_GRPC_HOST=0.0.0.0 \
-    MODELFLEET_GRPC_PORT=50052
+    MODELFLEET_GRPC_PORT=50052 \
+    MODELFLEET_NODE_TOKEN_FILE=/run/modelfleet/secrets/node/node-token \
+    MODELFLEET_TLS__ENABLED=true \
+    MODELFLEET_TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
+    MODELFLEET_TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
+    MODELFLEET_TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem \
+    MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true \
+    MODELFLEET_HEARTBEAT__BROKER_PORT=8883 \
+    MODELFLEET_HEARTBEAT__TLS__ENABLED=true \
+    MODELFLEET_HEARTBEAT__TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
+    MODELFLEET_HEARTBEAT__TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
+    MODELFLEET_HEARTBEAT__TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem
 RUN mkdir -p /var/cache/modelfleet && chown 10001:10001 /var/cache/modelfleet
 USER 10001:10001
 WORKDIR /var/lib/modelfleet
 VOLUME ["/var/lib/modelfleet", "/var/cache/modelfleet"]
 EXPOSE 8081 50052
+# /healthz over HTTPS with the edge's own certificate (its API requires one); plain HTTP when TLS is off
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2)"]
+  CMD ["python", "-m", "modelfleet.healthcheck"]
 ENTRYPOINT ["modelfleet", "edge"]

@@ -92,8 +92,15 @@ class HeartbeatSettings(BaseModel):
     broker publishes the will after 1.5 × this when the node goes silent."""
     enabled: bool = Field(True, description="Publish birth, death and heartbeats at all.")
     """Publish birth, death and heartbeats at all."""
-    client_id: str | None = Field(None, description="MQTT client id; default edge-{node_id}.")
-    """MQTT client id; default ``edge-{node_id}``."""
+    client_id: str | None = Field(
+        None,
+        description="MQTT client id of an anonymous connection; default edge-{node_id}. With a login: the user name.",
+    )
+    """MQTT client id of an anonymous connection; default ``edge-{node_id}``. With a
+    ``username`` the client id is the user name, whatever this says: the shipped brokers
+    (``use_username_as_clientid true``) bind client ids to logins, so that nobody can
+    close another node's session (and have the broker publish its Last Will) by
+    connecting under its client id."""
     reconnect_min_s: float = Field(0.5, gt=0, description="First wait before reconnecting; doubles per failure.")
     """First wait before reconnecting; doubles per failure."""
     reconnect_max_s: float = Field(10.0, gt=0, description="Longest wait between reconnect attempts.")
@@ -129,8 +136,10 @@ class HeartbeatSettings(BaseModel):
         return max(2, math.ceil(2 * self.interval_s))
 
     def effective_client_id(self, node_id: str) -> str:
-        """The MQTT client id for ``node_id``."""
-        return self.client_id or f"edge-{node_id}"
+        """The MQTT client id for ``node_id``: the user name when there is one (what a
+        broker with ``use_username_as_clientid`` makes of it anyway), else ``client_id``,
+        else ``edge-{node_id}``."""
+        return self.username or self.client_id or f"edge-{node_id}"
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ import typer
 # typer carries its own copy of click (pinned in pyproject): its usage errors come from there.
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
-from modelfleet.cli import doctor, keys, node_token, operator, push, rollout, services, token, up, zoo
+from modelfleet.cli import doctor, keys, node_token, operator, pki, push, rollout, services, token, up, zoo
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Distribute ONNX models to a fleet of edges.")
 
-for _module in (services, up, push, operator, rollout, doctor, zoo, token, node_token, keys):
+for _module in (services, up, push, operator, rollout, doctor, zoo, token, node_token, keys, pki):
     _module.register(app)
 
 

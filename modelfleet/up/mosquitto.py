@@ -110,8 +110,10 @@ def _handshakes(host: str, port: int, security: BrokerSecurity) -> bool:
     context = ssl.create_default_context(cafile=str(security.tls.ca_file))
     context.load_cert_chain(security.tls.cert_file, security.tls.key_file)
     try:
-        with socket.create_connection((host, port), timeout=0.5) as raw:
-            tls = context.wrap_socket(raw, server_hostname=host)
+        with (
+            socket.create_connection((host, port), timeout=0.5) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,  # its own socket object: close it too
+        ):
             with contextlib.suppress(OSError):
                 tls.unwrap()
             return True
@@ -209,6 +211,39 @@ class MosquittoBroker:
             f"keyfile {tls.key_file}",
             f"require_certificate {'true' if tls.require_certificate else 'false'}",
         ]
+
+    def use_config(self, text: str) -> MosquittoBroker:
+        """Restart with ``text`` as the whole configuration (plus the ``user`` line that
+        keeps the current user), e.g. a shipped file made local by ``localized``."""
+        self.stop()
+        self.conf_path.write_text(text + f"\nuser {getpass.getuser()}\n")
+        return self.start()
+
+    def localized(self, conf: str) -> str:
+        """A deployment's broker config (``deploy/mosquitto/mosquitto.conf``, the Kubernetes
+        ConfigMap) as this broker can run it: its fleet listener on ``tls_port`` with this
+        broker's certificate, its loopback one on ``port``, this broker's password file and
+        ACL. Nothing else changes; a container path left over fails."""
+        tls = self.tls
+        if tls is None or self.users is None or self.acl is None:
+            raise ValueError("localized needs a broker with users, an ACL and TLS")
+        swaps = {
+            "listener 8883 0.0.0.0": f"listener {self.tls_port} {self.host}",
+            "listener 1883 127.0.0.1": f"listener {self.port} {self.host}",
+            "/mosquitto/auth/passwd": str(self.dir / "passwd"),
+            "/mosquitto/config/acl": str(self.dir / "acl"),
+            "/mosquitto/certs/ca.pem": str(tls.ca_file),
+            "/mosquitto/certs/cert.pem": str(tls.cert_file),
+            "/mosquitto/certs/key.pem": str(tls.key_file),
+        }
+        for old, new in swaps.items():
+            if old not in conf:
+                raise ValueError(f"{old!r} not in the config")
+            conf = conf.replace(old, new)
+        active = [line for line in conf.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if [line for line in active if " /mosquitto/" in line]:
+            raise ValueError(f"a container path is left: {active}")
+        return conf
 
     # -- state -------------------------------------------------------------------
 

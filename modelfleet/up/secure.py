@@ -10,7 +10,8 @@ them to the broker, central and each edge.
   still accepts them, so the CLI lines printed last time keep working.
 - MQTT users ``central`` and one per edge (user name = node id, as the shipped ACL
   expects) with random passwords, new on every run, hashed into a Mosquitto password
-  file; the ACL is the shipped ``deploy/mosquitto/acl``.
+  file; the ACL is the shipped ``deploy/mosquitto/acl``; client ids are the user names
+  (``use_username_as_clientid``), so one login cannot take over another's session.
 
 Settings are handed over as ``MODELFLEET_*`` variables, which win over the caller's own."""
 
@@ -42,6 +43,7 @@ ACL_RULES = (
     f"topic write {DEFAULT_PREFIX}/central/#",
     f"topic write {DEFAULT_PREFIX}/events",
     f"topic read {DEFAULT_PREFIX}/#",
+    "user healthcheck",
     "topic read $SYS/broker/uptime",
 )
 
@@ -80,6 +82,10 @@ class BrokerSecurity:
             f"certfile {self.tls.cert_file}",
             f"keyfile {self.tls.key_file}",
             "require_certificate true",  # central and edges show their fleet certificates
+            # A client's id is its user name, whatever it asks for: with edge-1's login nobody
+            # can connect as edge-2's client id, which would close edge-2's session and
+            # have the broker publish its Last Will (central would see it die).
+            "use_username_as_clientid true",
         ]
         return global_lines, listener_lines
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 import yaml
-from deploy_checks import DEPLOY
+from deploy_checks import DEPLOY, image_env
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,7 +104,10 @@ def test_prometheus_scrapes_the_compose_services_on_their_ports() -> None:
     for target in targets:
         service, port = target.split(":")
         assert service in compose
-        assert f"127.0.0.1:{port}/healthz" in " ".join(compose[service]["healthcheck"]["test"])
+        # the port its healthcheck asks (modelfleet.healthcheck: MODELFLEET_HTTP_PORT of its image)
+        assert "modelfleet.healthcheck" in compose[service]["healthcheck"]["test"]
+        assert image_env(compose[service]["build"]["dockerfile"].rsplit("/", 1)[-1])["MODELFLEET_HTTP_PORT"] == port
+    assert {job["scheme"] for job in config["scrape_configs"]} == {"https"}  # the fleet serves nothing else
     assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
     mounted = [v.split(":")[1] for v in compose["prometheus"]["volumes"]]
     assert "/etc/prometheus/rules.yml" in mounted

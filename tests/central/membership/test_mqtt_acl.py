@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import getpass
 import ssl
 import threading
 import time
@@ -22,7 +21,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from pydantic import ValidationError
 
-from brokers import BrokerTls, MosquittoBroker, Subscriber, close_wakeup_pair
+from brokers import BrokerTls, Login, MosquittoBroker, Subscriber, close_wakeup_pair, takeover_closes_session
 from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.settings import CentralSettings
@@ -359,22 +358,34 @@ def test_tls_and_credential_settings_are_checked_at_start_up(
     assert "s3cret" not in repr(mqtt_settings)
 
 
-def test_the_shipped_broker_config_requires_a_password_and_the_acl() -> None:
-    shipped = (REPO / "deploy" / "mosquitto" / "mosquitto.conf").read_text()
-    with MosquittoBroker(users=USERS, acl=ACL) as reference:
-        # the shipped file as it is, with a free loopback port and the test's paths
-        conf = (
-            shipped.replace("listener 1883 0.0.0.0", f"listener {reference.port} {reference.host}")
-            .replace("/mosquitto/auth/passwd", str(reference.dir / "passwd"))
-            .replace("/mosquitto/config/acl", str(reference.dir / "acl"))
-        )
-        active = [line for line in conf.splitlines() if line.strip() and not line.startswith("#")]
-        assert conf != shipped and not [line for line in active if "/mosquitto/" in line], "a path not rewritten"
-        reference.stop()
-        reference.conf_path.write_text(conf + f"user {getpass.getuser()}\n")
-        reference.start()
-        with RawClient(reference.host, reference.port) as anonymous:
+def test_the_shipped_broker_config_requires_a_password_and_the_acl(pki: dict[str, LeafFiles]) -> None:
+    """deploy/mosquitto/mosquitto.conf as it is (ports and paths made local): logins, TLS
+    with client certificates, and client ids bound to the logins."""
+    leaf = pki["broker"]
+    users = {**USERS, "healthcheck": "health-secret"}
+    tls = BrokerTls(leaf.cert_file, leaf.key_file, leaf.ca_file)
+    with MosquittoBroker(users=users, acl=ACL, tls=tls) as broker:
+        broker.use_config(broker.localized((REPO / "deploy" / "mosquitto" / "mosquitto.conf").read_text()))
+        assert broker.tls_port is not None
+        with RawClient(broker.host, broker.port) as anonymous:
             assert anonymous.wait_connack() is not None
-        # what the Compose healthcheck does: central reads the broker's uptime
-        with Subscriber(reference, "$SYS/broker/uptime", **credentials("central")) as health:
+        # what the Compose healthcheck does: its own login on the loopback listener reads the uptime
+        with Subscriber(broker, "$SYS/broker/uptime", username="healthcheck", password="health-secret") as health:
             health.wait_topic("$SYS/broker/uptime")
+
+        def login(user: str) -> Login:
+            client = pki["central"]  # any certificate of the fleet CA
+            settings = MqttTlsSettings(
+                enabled=True, ca_file=leaf.ca_file, cert_file=client.cert_file, key_file=client.key_file
+            )
+            return Login(user, users[user], settings.ssl_context())
+
+        # edge-a's login under edge-b's client id does not close edge-b's session
+        for client_id in ("edge-edge-b", "edge-b"):
+            assert not takeover_closes_session(
+                broker.host, broker.tls_port, client_id, login("edge-b"), login("edge-a")
+            )
+        # nor does the healthcheck's close central's (it logged in as central before)
+        assert not takeover_closes_session(
+            broker.host, broker.tls_port, "central", login("central"), login("healthcheck")
+        )

@@ -471,6 +471,8 @@ def test_settings_defaults_and_keepalive() -> None:
     assert HeartbeatSettings(interval_s=1.2).effective_keepalive_s == 3
     assert HeartbeatSettings(interval_s=0.2, keepalive_s=7).effective_keepalive_s == 7
     assert HeartbeatSettings(client_id="x").effective_client_id("n1") == "x"
+    # with a login the client id is the user name (the shipped brokers bind them)
+    assert HeartbeatSettings(username="n1", client_id="x").effective_client_id("n1") == "n1"
     for bad in ({"interval_s": 0}, {"keepalive_s": 0}, {"reconnect_min_s": 5, "reconnect_max_s": 1}):
         with pytest.raises(ValidationError):
             HeartbeatSettings(**bad)
