@@ -58,6 +58,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         await self._authorize(context, node.node_id)
         try:
             names.check_name("node id", node.node_id)
+            for key, value in node.labels.items():
+                names.check_label(key, value)
         except names.InvalidName as exc:
             await _abort(context, BadRequest(str(exc)))
         if not node.grpc_address:
