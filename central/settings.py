@@ -70,6 +70,14 @@ class OriginSettings(BaseModel):
             " holds no chunk bytes, only the call)."
         ),
     )
+    replaced_state_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "With auth.nodes_required a node reads only versions and chunks of its desired state; a state"
+            " central replaced still counts this long (a node fetching for it until the new one arrives)."
+        ),
+    )
 
 
 class CentralTlsSettings(TlsSettings):

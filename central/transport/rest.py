@@ -279,6 +279,7 @@ def create_app(central: Central) -> FastAPI:
                 "bytes_sent": o.bytes_sent,
                 "chunks_sent": o.chunks_sent,
                 "refused": o.refused,
+                "denied": o.denied,
                 "bytes_by_node": dict(o.bytes_by_node),
             },
         }
