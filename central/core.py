@@ -86,12 +86,21 @@ class Central:
         )
         self.rollouts = self._rollout_service(settings)
         self.desired = DesiredStateService(
-            self.placement, self.rollouts.active_versions, self.nodes.peers, serving=self.rollouts.serving
+            self.placement,
+            self.rollouts.active_versions,
+            self.nodes.peers,
+            serving=self.rollouts.serving,
+            grace_s=settings.origin.replaced_state_grace_s,
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin
         self.origin = OriginService(
-            self.blobs, self.placement, bucket, origin.max_concurrent_streams, origin.max_waiting_streams
+            self.blobs,
+            self.placement,
+            bucket,
+            origin.max_concurrent_streams,
+            origin.max_waiting_streams,
+            entitled=self.desired.allows_chunk,
         )
         self.dashboard = DashboardService(self)
         self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above

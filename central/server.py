@@ -16,6 +16,7 @@ from central.core import Central
 from central.settings import CentralSettings
 from central.transport.grpc_servicer import RegistryServicer
 from central.transport.rest import create_app
+from fleetwire.exposure import warn_if_wide_open
 from fleetwire.tls import grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import registry_pb2_grpc
 
@@ -84,6 +85,7 @@ class CentralServer:
             await asyncio.sleep(0.01)
         self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
         log.info("central up: REST %s, gRPC %s", self.http_url, self.grpc_address)
+        warn_if_wide_open(log, self.settings.listeners(http_port=self.http_port, grpc_port=self.grpc_port))
 
     async def stop(self) -> None:
         """Close streams and listeners, then the store."""

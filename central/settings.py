@@ -14,6 +14,7 @@ from central.membership.event_journal import EventLogSettings
 from central.membership.mqtt_consumer import MqttSettings
 from central.quantize.step import QuantizeSettings
 from central.rollout.settings import RolloutSettings
+from fleetwire.exposure import Listener
 from fleetwire.tls import TlsSettings
 
 
@@ -67,6 +68,14 @@ class OriginSettings(BaseModel):
             "Chunk streams that may wait for one of the max_concurrent_streams slots; beyond them a stream is"
             " refused at once with RESOURCE_EXHAUSTED and the edge retries after its backoff (a waiting stream"
             " holds no chunk bytes, only the call)."
+        ),
+    )
+    replaced_state_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "With auth.nodes_required a node reads only versions and chunks of its desired state; a state"
+            " central replaced still counts this long (a node fetching for it until the new one arrives)."
         ),
     )
 
@@ -140,6 +149,30 @@ class CentralSettings(BaseSettings):
         default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
     )
     log_level: str = Field("info", description="Python logging level name.")
+
+    def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
+        """Central's two listeners and what guards each (ports: the bound ones, else the settings').
+        REST counts as authenticated with ``auth.enabled`` (writes; ``/v2`` and ``/healthz`` are
+        open by design); gRPC with node tokens, or with fleet client certificates under TLS."""
+        tls, auth = self.tls, self.auth
+        return [
+            Listener(
+                "central REST API",
+                self.http_host,
+                self.http_port if http_port is None else http_port,
+                authenticated=auth.enabled,
+                encrypted=tls.enabled,
+                auth_fix="MODELFLEET_AUTH__ENABLED=true and MODELFLEET_AUTH__PROTECT_READS=true",
+            ),
+            Listener(
+                "central gRPC Registry",
+                self.grpc_host,
+                self.grpc_port if grpc_port is None else grpc_port,
+                authenticated=auth.nodes_required or (tls.enabled and tls.require_client_cert),
+                encrypted=tls.enabled,
+                auth_fix="MODELFLEET_AUTH__NODES_REQUIRED=true (a node token per edge)",
+            ),
+        ]
 
     @property
     def events_kept(self) -> int:

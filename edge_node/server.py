@@ -26,6 +26,7 @@ from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.versions import VersionFiles
+from fleetwire.exposure import warn_if_wide_open
 from fleetwire.tls import (
     grpc_channel_credentials,
     grpc_server_credentials,
@@ -146,6 +147,7 @@ class Edge:
         await self.heartbeat.start()  # after the listeners: heartbeats carry their ports
         await self.follower.start()
         log.info("edge %s up: peer %s:%d, http %d", self.node_id, self.advertise_host, self.grpc_port, self.http_port)
+        warn_if_wide_open(log, self.settings.listeners(http_port=self.http_port, grpc_port=self.grpc_port))
 
     @property
     def http_url(self) -> str:

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from edge_node.auth import CredentialError, NodeCredential
 from edge_node.heartbeat import HeartbeatSettings
 from edge_node.inference.repository import BatchSettings
+from fleetwire.exposure import TLS_FIX, Listener
 from fleetwire.names import InvalidName, check_name
 from fleetwire.tls import TlsSettings
 
@@ -181,6 +182,30 @@ class EdgeSettings(BaseSettings):
         except CredentialError as exc:
             raise ValueError(str(exc)) from exc
         return value
+
+    def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
+        """The edge's two listeners and what guards each (ports: the bound ones, else the
+        settings'). The HTTP API authenticates only by client certificate; the Peer service is
+        mutual TLS whenever TLS is on, so one setting closes both of its gaps."""
+        tls = self.tls
+        return [
+            Listener(
+                f"edge {self.node_id} HTTP API",
+                self.http_host,
+                self.http_port if http_port is None else http_port,
+                authenticated=tls.enabled and tls.require_client_cert,
+                encrypted=tls.enabled,
+                auth_fix="MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true (clients show a fleet certificate)",
+            ),
+            Listener(
+                f"edge {self.node_id} Peer gRPC",
+                self.grpc_host,
+                self.grpc_port if grpc_port is None else grpc_port,
+                authenticated=tls.enabled,
+                encrypted=tls.enabled,
+                auth_fix=TLS_FIX,
+            ),
+        ]
 
     @property
     def resolved_cache_dir(self) -> Path:

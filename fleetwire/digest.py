@@ -13,7 +13,7 @@ CHUNK_PIECE_BYTES = 256 * 1024
 #: overhead in Python gRPC dominates at small sizes, so a ~1 MiB chunk is one or two messages.
 PEER_PIECE_BYTES = 1024 * 1024
 
-_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _READ_BYTES = 1024 * 1024
 
 
@@ -23,8 +23,9 @@ def chunk_digest(data: bytes | bytearray | memoryview) -> str:
 
 
 def is_digest(value: str) -> bool:
-    """True for a well-formed lowercase hex sha256 (64 characters)."""
-    return bool(_DIGEST_RE.match(value))
+    """True for a well-formed lowercase hex sha256 (64 characters, the whole string: a
+    trailing newline is not one)."""
+    return _DIGEST_RE.fullmatch(value) is not None
 
 
 def sha256_file(path: Path) -> str:

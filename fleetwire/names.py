@@ -1,17 +1,32 @@
 """Model names and version labels become directory names on every edge, so they are
-restricted to a portable, path-safe alphabet."""
+restricted to a portable, path-safe alphabet. Node ids follow the same rule (they are
+MQTT topic levels and file names too).
+
+Every check here matches the *whole* string (``re.fullmatch``): with ``re.match`` a
+pattern ending in ``$`` also accepts a trailing newline (``$`` matches just before one),
+which let ``?version=v1%0a`` through."""
 
 from __future__ import annotations
 
 import re
 
+_NAME_BODY = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 #: Letters, digits, ``.``, ``_`` and ``-``; starts with a letter or digit; 1 to 128 characters.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-_NAME_RE = re.compile(NAME_PATTERN)
+#: Anchored for JSON Schema and OpenAPI, where ``$`` is the end of the input; Python code
+#: checks with ``is_name`` / ``check_name`` (a full match), never ``re.match(NAME_PATTERN)``.
+NAME_PATTERN = rf"^{_NAME_BODY}$"
+_NAME_RE = re.compile(_NAME_BODY)
+#: Most characters in a label's key or value.
+MAX_LABEL_CHARS = 256
 
 
 class InvalidName(ValueError):
-    """A model name or version label that cannot be used."""
+    """A model name, version label, node id or label that cannot be used."""
+
+
+def is_name(value: str) -> bool:
+    """Whether ``value`` is a valid name (the whole string, no trailing newline)."""
+    return _NAME_RE.fullmatch(value) is not None and ".." not in value
 
 
 def check_name(kind: str, value: str) -> str:
@@ -27,8 +42,28 @@ def check_name(kind: str, value: str) -> str:
         raise InvalidName(f"{kind} {value!r} must not contain a path separator")
     if ".." in value:
         raise InvalidName(f"{kind} {value!r} must not contain '..'")
-    if not _NAME_RE.match(value):
+    if not is_name(value):
         raise InvalidName(
             f"{kind} {value!r} may only use letters, digits, '.', '_' and '-', and must start with a letter or digit"
         )
     return value
+
+
+def _has_control(text: str) -> bool:
+    # Cc: C0/C1 controls (newline, carriage return, escape…); plus the Unicode line breaks.
+    return any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or ch in "\u2028\u2029" for ch in text)
+
+
+def check_label(key: str, value: str) -> tuple[str, str]:
+    """Return ``(key, value)`` if usable as a label (free text: shown in the dashboard and
+    the CLI, matched by rollout selectors), else raise: the key must not be empty, neither
+    may hold a control character or line break (no forged log or table lines) or exceed
+    ``MAX_LABEL_CHARS``."""
+    if not key:
+        raise InvalidName(f"label key must not be empty (value {value[:40]!r})")
+    for part, text in (("key", key), ("value", value)):
+        if len(text) > MAX_LABEL_CHARS:
+            raise InvalidName(f"label {part} {text[:40]!r}… is {len(text)} characters; the limit is {MAX_LABEL_CHARS}")
+        if _has_control(text):
+            raise InvalidName(f"label {part} {text!r} must not contain a control character or line break")
+    return key, value

@@ -3,7 +3,8 @@
 With auth on, a write (any method but GET/HEAD/OPTIONS) needs an ``admin`` bearer token;
 reads need a token of any role only with ``protect_reads``. The OIP gateway (``/v2``) and
 ``/healthz`` stay open: inference clients and probes carry no operator credential. The
-check runs before the route reads the body, so a refused push stores nothing."""
+check runs before the route reads the body, so a refused push stores nothing. A browser may
+show its token in a cookie instead, for reads only (``central.auth.browser``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from central.auth import browser
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore
 from fleetwire.credentials import parse_bearer
 
@@ -56,18 +58,33 @@ class OperatorAuth:
         self.store = store
         self.protect_reads = protect_reads
 
-    def _caller(self, scope: Scope) -> TokenRecord | None:
-        token = bearer(scope)
+    def _operator(self, token: str | None) -> TokenRecord | None:
         record = self.store.verify(token) if token is not None else None
         # A node credential is no operator, even if one was copied into this store by hand.
         return record if record is not None and record.role in OPERATOR_ROLES else None
 
+    def _caller(self, scope: Scope) -> TokenRecord | None:
+        token = bearer(scope)
+        if token is None and not is_write(scope["method"]):  # a browser's cookie: reads only
+            token = browser.cookie_token(scope)
+        return self._operator(token)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            if scope.get("path") == browser.LOGIN_PATH:
+                await self._login(scope, receive, send)
+                return
+            if scope.get("path") == browser.LOGOUT_PATH:
+                await browser.logged_out(scope.get("scheme") == "https")(scope, receive, send)
+                return
         if scope["type"] != "http" or not protects(scope["method"], scope.get("path", ""), self.protect_reads):
             await self.app(scope, receive, send)
             return
         caller = self._caller(scope)
         if caller is None:
+            if scope.get("path") == browser.DASHBOARD_PATH and scope["method"] == "GET":
+                await browser.login_page()(scope, receive, send)  # a person in a browser: a form
+                return
             headers = {"WWW-Authenticate": "Bearer"}
             await JSONResponse({"error": _UNAUTHORIZED}, status_code=401, headers=headers)(scope, receive, send)
             return
@@ -78,3 +95,11 @@ class OperatorAuth:
             return
         scope.setdefault("state", {})["actor"] = caller.name  # request.state.actor, for the audit trail
         await self.app(scope, receive, send)
+
+    async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /dashboard/login``: a known operator token becomes the browser's cookie."""
+        token = await browser.form_token(scope, receive)
+        if token is None or self._operator(token) is None:
+            await browser.login_page("unknown or revoked token")(scope, receive, send)
+            return
+        await browser.logged_in(token, secure=scope.get("scheme") == "https")(scope, receive, send)

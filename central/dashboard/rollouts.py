@@ -3,11 +3,13 @@
 The rollout service is a separate part of central with its own API
 (``GET /api/v1/rollouts``); asking the application in-process over ASGI keeps the
 dashboard to that contract alone, and a central without the endpoint (404) simply
-shows no rollouts."""
+shows no rollouts. The call carries the page's own credential (its ``Authorization``
+header or cookie): with ``auth.protect_reads`` the rollouts are a read like any other."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -23,9 +25,12 @@ ROLLOUTS_PATH = "/api/v1/rollouts"
 class RestRollouts:
     """Calls ``GET /api/v1/rollouts`` on ``app`` in-process; None when it does not answer 200."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, credentials: Mapping[str, str] | None = None) -> None:
+        """``credentials``: the ``authorization`` / ``cookie`` headers of the page's request."""
         self._client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://central"
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+            base_url="http://central",
+            headers=dict(credentials or {}),
         )
         self._warned = False
 

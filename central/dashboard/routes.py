@@ -57,7 +57,7 @@ def create_dashboard_router(service: DashboardService) -> APIRouter:
 
     @router.get("/api/v1/dashboard")
     async def snapshot(request: Request) -> dict[str, Any]:
-        rollouts = RestRollouts(request.app)
+        rollouts = RestRollouts(request.app, _credentials(request))
         try:
             return await service.snapshot(rollouts)
         finally:
@@ -65,10 +65,15 @@ def create_dashboard_router(service: DashboardService) -> APIRouter:
 
     @router.get("/api/v1/stream")
     async def stream(request: Request) -> StreamingResponse:
-        body = _stream(service, RestRollouts(request.app))
+        body = _stream(service, RestRollouts(request.app, _credentials(request)))
         return StreamingResponse(body, media_type="text/event-stream", headers=_STREAM_HEADERS)
 
     return router
+
+
+def _credentials(request: Request) -> dict[str, str]:
+    """The headers that prove who asked (forwarded to the in-process rollouts read)."""
+    return {k: v for k, v in request.headers.items() if k in ("authorization", "cookie")}
 
 
 async def _stream(service: DashboardService, rollouts: RestRollouts) -> AsyncIterator[bytes]:

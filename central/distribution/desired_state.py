@@ -2,6 +2,9 @@
 
 Every node holds every active version (chunks it owns are seeded); which of them it
 serves comes from ``serving`` (the rollout plan: a stable version, or a rollout's).
+What a node may read from the origin follows from the same state: every chunk of a version
+it serves, the chunks it owns of the others (``allows_chunk``), or what a state sent to it
+just before a change allowed (``central.distribution.grants``).
 
 A change (a version committed or deleted, a node joining or leaving) bumps one
 generation counter and notifies every stream at once, so edges hear of it within
@@ -13,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from central.distribution.grants import SentLog, SentState
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
 
@@ -45,15 +49,20 @@ class DesiredStateService:
         active_versions: Callable[[], list[Manifest]],
         peers: Callable[[], dict[str, str]],
         serving: Callable[[str], set[tuple[str, str]]] | None = None,
+        grace_s: float = 30.0,
     ) -> None:
         """``active_versions``: every version some node needs; ``serving(node_id)``: the
-        ``(name, version)`` pairs that node serves (None: every active version)."""
+        ``(name, version)`` pairs that node serves (None: every active version); ``grace_s``:
+        how long a replaced state still lets its node read (a request racing the change)."""
         self._placement = placement
         self._serving = serving
         self._active_versions = active_versions
         self._peers = peers
         self._generation = 0
         self._manifests: list[Manifest] = []
+        self._keys: frozenset[tuple[str, str]] = frozenset()
+        #: What each watching node was sent lately.
+        self.sent = SentLog(grace_s)
         self._changed = asyncio.Condition()
         self._notifications: set[asyncio.Task[None]] = set()
 
@@ -65,6 +74,7 @@ class DesiredStateService:
     def refresh(self) -> None:
         """Re-read the active versions, re-place them and wake every watcher."""
         self._manifests = self._active_versions()
+        self._keys = frozenset(m.key for m in self._manifests)
         self._placement.set_versions({m.key: [c.digest for c in m.unique_chunks()] for m in self._manifests})
         self._generation += 1
         task = asyncio.get_running_loop().create_task(self._notify())
@@ -92,10 +102,34 @@ class DesiredStateService:
         )
 
     async def watch(self, node_id: str) -> AsyncIterator[DesiredState]:
-        """The current state, then a new one after every change (coalesced)."""
+        """The current state, then a new one after every change (coalesced); each is
+        recorded in ``sent`` until the watch ends."""
         seen = -1
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(lambda seen=seen: self._generation != seen)  # type: ignore[misc]
-                seen = self._generation
-            yield self.state_for(node_id)
+        last: SentState | None = None
+        try:
+            while True:
+                async with self._changed:
+                    await self._changed.wait_for(lambda seen=seen: self._generation != seen)  # type: ignore[misc]
+                    seen = self._generation
+                state = self.state_for(node_id)
+                last = SentState.of(node_id, state.versions)
+                self.sent.record(node_id, last)
+                yield state
+        finally:
+            if last is not None:
+                self.sent.forget(node_id, last)
+
+    def allows_version(self, node_id: str, key: tuple[str, str]) -> bool:
+        """Whether ``key`` is in ``node_id``'s desired state: now (every active version is, served
+        or seeded), or in one it was sent lately."""
+        return key in self._keys or self.sent.allows_version(node_id, key)
+
+    def allows_chunk(self, node_id: str, digest: str) -> bool:
+        """Whether ``node_id``'s desired state lets it read ``digest``: a chunk of a version it
+        serves, or one it owns (seeds) of another, now or in a state it was sent lately."""
+        keys = self._placement.versions_of(digest)
+        if keys:
+            served = self._serving(node_id) if self._serving is not None else None
+            if served is None or any(key in served for key in keys) or self._placement.owns(node_id, digest):
+                return True
+        return self.sent.allows_chunk(node_id, digest)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from central.gateway.candidates import NodeSource
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter, Policy
+from fleetwire.names import InvalidName, check_name
 
 
 class GatewaySettings(BaseModel):
@@ -131,6 +132,12 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     router = APIRouter()
 
     async def forward(name: str, version: str | None, request: Request) -> Response:
+        try:  # a name no model can have gets the rule, not a 503 "no node serves it"
+            check_name("model name", name)
+            if version is not None:
+                check_name("version", version)
+        except InvalidName as exc:
+            return _error(422, str(exc))
         with proxy.holding() as refusal:  # before a byte of the body is read
             if refusal is not None:
                 return _response(refusal)

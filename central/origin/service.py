@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 
-from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded
+from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded, PermissionDenied
 from central.origin.egress import TokenBucket
 from central.placement import PlacementService
 from central.registry.blobs import BlobStore
@@ -27,6 +27,8 @@ class OriginStats:
     bytes_sent: int = 0
     chunks_sent: int = 0
     refused: int = 0
+    denied: int = 0
+    """Requests of an authenticated node for a chunk outside its desired state."""
     overloaded: int = 0
     """Streams refused because every slot was taken and the waiting queue was full."""
     bytes_by_node: Counter[str] = field(default_factory=Counter)
@@ -42,11 +44,15 @@ class OriginService:
         bucket: TokenBucket,
         max_streams: int,
         max_waiting: int = 1024,
+        entitled: Callable[[str, str], bool] | None = None,
     ) -> None:
+        """``entitled(node_id, digest)``: whether a node's desired state lets it read the chunk
+        (asked only for a requester whose identity a node token proved)."""
         if max_streams < 1 or max_waiting < 0:
             raise ValueError("max_streams must be >= 1 and max_waiting >= 0")
         self._blobs = blobs
         self._placement = placement
+        self._entitled = entitled
         self._bucket = bucket
         self._streams = asyncio.Semaphore(max_streams)
         self.max_streams = max_streams
@@ -57,10 +63,15 @@ class OriginService:
         self.active = 0
         self.stats = OriginStats()
 
-    def check(self, digest: str, requester: str, failed_owners: Collection[str]) -> None:
-        """Raise unless ``requester`` may fetch ``digest`` from the origin now."""
+    def check(self, digest: str, requester: str, failed_owners: Collection[str], *, verified: bool = False) -> None:
+        """Raise unless ``requester`` may fetch ``digest`` from the origin now. ``verified``: the
+        requester is a node its token proved, and gets only chunks of its desired state (asked
+        before whether the chunk exists, so a refusal tells nothing about what central stores)."""
         if not is_digest(digest):
             raise BadRequest(f"not a sha256 digest: {digest!r}")
+        if verified and self._entitled is not None and not self._entitled(requester, digest):
+            self.stats.denied += 1
+            raise PermissionDenied(f"chunk {digest[:12]} is in no version of node {requester!r}'s desired state")
         if not self._blobs.has(digest):
             raise NotFound(f"chunk {digest} is not stored")
         allowed, owners = self._placement.origin_allowed(digest, requester, failed_owners)
@@ -68,9 +79,11 @@ class OriginService:
             self.stats.refused += 1
             raise FetchFromOwners(f"fetch chunk {digest[:12]} from its owners first: {', '.join(owners)}")
 
-    async def stream(self, digest: str, requester: str, failed_owners: Collection[str]) -> AsyncIterator[bytes]:
-        """The chunk in pieces, metered by the egress bucket."""
-        self.check(digest, requester, failed_owners)
+    async def stream(
+        self, digest: str, requester: str, failed_owners: Collection[str], *, verified: bool = False
+    ) -> AsyncIterator[bytes]:
+        """The chunk in pieces, metered by the egress bucket (``verified``: see ``check``)."""
+        self.check(digest, requester, failed_owners, verified=verified)
         await self._slot()
         self.active += 1
         try:

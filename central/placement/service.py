@@ -112,6 +112,16 @@ class PlacementService:
             return []
         return self._visible(self._placements[keys[0]][digest])
 
+    def versions_of(self, digest: str) -> list[VersionKey]:
+        """The active versions whose manifests hold ``digest`` (sorted; [] for none)."""
+        return list(self._digest_keys.get(digest, []))
+
+    def owns(self, node_id: str, digest: str) -> bool:
+        """Whether ``node_id`` owns ``digest`` in any active version (never when disabled)."""
+        if not self.enabled:
+            return False
+        return any(node_id in self._placements[key][digest] for key in self._digest_keys.get(digest, []))
+
     def owned_by(self, node_id: str) -> set[str]:
         """Digests ``node_id`` owns in any active version (empty when disabled)."""
         if not self.enabled:

@@ -2,7 +2,8 @@
 
 With ``auth.nodes_required`` every method first asks the ``NodeGuard`` who is calling
 (its node token) and whether it may act for the node id it names; nothing else runs
-before that answer."""
+before that answer. A node then reads manifests and origin chunks of its own desired state
+only (``DesiredStateService.allows_version`` / ``allows_chunk``): PERMISSION_DENIED otherwise."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import grpc
 
 from central.auth import NodeGuard, TokenStore
 from central.core import Central
-from central.errors import BadRequest, CentralError
+from central.errors import BadRequest, CentralError, PermissionDenied
+from central.registry.service import check_name
 from central.transport.converters import desired_state_to_pb, node_from_pb
 from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
@@ -58,6 +60,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         await self._authorize(context, node.node_id)
         try:
             names.check_name("node id", node.node_id)
+            for key, value in node.labels.items():
+                names.check_label(key, value)
         except names.InvalidName as exc:
             await _abort(context, BadRequest(str(exc)))
         if not node.grpc_address:
@@ -81,9 +85,14 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     async def GetManifest(
         self, request: registry_pb2.GetManifestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.Manifest:
-        await self._authorize(context, None)  # any node: manifests are what every node fetches
+        # With credentials: only a version of the caller's desired state, refused before the
+        # lookup so that the answer tells nothing about what else central stores.
+        caller = await self._authorize(context, None)
         try:
-            record = self._central.registry.get(request.name, request.version)
+            key = (check_name("model name", request.name), check_name("version", request.version))
+            if caller is not None and not self._central.desired.allows_version(caller, key):
+                raise PermissionDenied(f"{key[0]}:{key[1]} is not in the desired state of node {caller!r}")
+            record = self._central.registry.get(*key)
         except CentralError as exc:
             await _abort(context, exc)
         return manifest_to_pb(record.manifest)
@@ -95,7 +104,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         caller = await self._authorize(context, request.node_id or None)
         requester = caller if caller is not None else request.node_id
         try:
-            stream = self._central.origin.stream(request.digest, requester, set(request.failed_owners))
+            failed = set(request.failed_owners)
+            stream = self._central.origin.stream(request.digest, requester, failed, verified=caller is not None)
             async for piece in stream:
                 yield common_pb2.ChunkData(data=piece)
         except CentralError as exc:

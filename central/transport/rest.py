@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.auth import OperatorAuth, TokenStore, actor_of
@@ -51,6 +52,22 @@ PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
         "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
     }
 }
+
+
+class _AnyNameConvertor(Convertor[str]):
+    """Any text, slashes and line breaks included (``path`` stops at a newline): a pushed name
+    reaches the name check and its 422, not a bare 405 from a route that did not match."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anyname", _AnyNameConvertor())
 
 
 def _version_summary(r: VersionRecord) -> dict[str, Any]:
@@ -167,7 +184,7 @@ def create_app(central: Central) -> FastAPI:
     async def list_versions(name: str) -> list[dict[str, Any]]:
         return [_version_summary(r) for r in registry.list_versions(name)]
 
-    @app.post("/api/v1/models/{name:path}/versions", status_code=201, response_model=None, responses=PUSH_RESPONSES)
+    @app.post("/api/v1/models/{name:anyname}/versions", status_code=201, response_model=None, responses=PUSH_RESPONSES)
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
@@ -262,6 +279,7 @@ def create_app(central: Central) -> FastAPI:
                 "bytes_sent": o.bytes_sent,
                 "chunks_sent": o.chunks_sent,
                 "refused": o.refused,
+                "denied": o.denied,
                 "bytes_by_node": dict(o.bytes_by_node),
             },
         }

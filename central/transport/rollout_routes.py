@@ -28,14 +28,17 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
 
     @router.get("/models/{name}/rollout")
     async def current(name: str) -> dict[str, Any]:
+        check_name("model name", name)
         return rollouts.get(name).public()
 
     @router.post("/models/{name}/rollout/promote")
     async def promote(name: str, request: Request) -> dict[str, Any]:
+        check_name("model name", name)
         return rollouts.promote(name, actor_of(request)).public()
 
     @router.post("/models/{name}/rollback")
     async def rollback(name: str, request: Request) -> dict[str, Any]:
+        check_name("model name", name)
         return rollouts.rollback(name, actor=actor_of(request)).public()
 
     return router

@@ -12,6 +12,7 @@ from starlette.types import Message, Receive
 
 from central.errors import BadRequest, TooLarge
 from central.registry.staging import StagedUpload, Staging
+from fleetwire.names import InvalidName, check_label
 
 _READ = 1024 * 1024
 
@@ -47,14 +48,19 @@ def parse_flag(name: str, raw: str | None) -> bool:
 
 
 def parse_labels(raw: list[str]) -> dict[str, str]:
-    """``["k=v", "a=b,c=d"]`` → ``{"k": "v", "a": "b", "c": "d"}``; 400 on a malformed pair."""
+    """``["k=v", "a=b,c=d"]`` → ``{"k": "v", "a": "b", "c": "d"}``; 400 on a malformed pair
+    or a control character (a newline) in a key or value."""
     labels: dict[str, str] = {}
     for item in raw:
         for pair in filter(None, (p.strip() for p in item.split(","))):
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise BadRequest(f"label {pair!r} is not of the form key=value")
-            labels[key.strip()] = value.strip()
+            try:
+                key, value = check_label(key.strip(), value.strip())
+            except InvalidName as exc:
+                raise BadRequest(str(exc)) from exc
+            labels[key] = value
     return labels
 
 

@@ -21,6 +21,7 @@ from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_
 from edge_node.oip.datatypes import oip_datatype
 from edge_node.oip.validate import check_request
 from fleetwire.manifest import TensorSpec
+from fleetwire.names import InvalidName, check_name
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,12 @@ class ServerMetadata(BaseModel):
 
 
 #: Error answers declared in the OpenAPI document, so clients (and the fuzz suite) know them.
-_LOOKUP: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+#: 422: a model name or version that breaks the fleet's name rule (no model has one).
+_LOOKUP: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody},
+    422: {"model": ErrorBody},
+    503: {"model": ErrorBody},
+}
 _METADATA: dict[int | str, dict[str, Any]] = {200: {"model": ModelMetadata}, **_LOOKUP}
 _NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
 _INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 413: {"model": ErrorBody}, **_LOOKUP}
@@ -110,9 +116,21 @@ def _header_length(request: Request) -> int | None:
     raw = request.headers.get(HEADER_LENGTH)
     if raw is None:
         return None
-    if not raw.strip().isdigit():
+    if not (raw.isascii() and raw.strip().isdigit()):  # "²".isdigit() is True, int("²") raises
         raise OipError(f"Inference-Header-Content-Length must be a non-negative integer, got {raw!r}")
     return int(raw)
+
+
+def _name_error(name: str, version: str | None) -> Response | None:
+    """422 naming the rule when ``name`` or ``version`` is no valid name (a trailing newline,
+    a slash…): central never stores such a model, so "not found" would hide the real mistake."""
+    try:
+        check_name("model name", name)
+        if version is not None:
+            check_name("version", version)
+    except InvalidName as exc:
+        return error_response(str(exc), 422)
+    return None
 
 
 def _lookup_error(exc: Exception) -> Response:
@@ -180,6 +198,8 @@ def create_oip_router(
         # Every request in progress may hold a whole body; each model's batcher bounds its
         # queue in rows, this bounds the requests in front of (and inside) all of them.
         nonlocal inflight
+        if (invalid := _name_error(name, model_version)) is not None:
+            return invalid
         if inflight >= caps.max_inflight_requests:
             message = (
                 f"{inflight} inference requests are in progress here (limits.max_inflight_infer_requests);"
@@ -212,6 +232,8 @@ def create_oip_router(
         return json_response({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
 
     async def metadata(name: str, model_version: str | None) -> Response:
+        if (invalid := _name_error(name, model_version)) is not None:
+            return invalid
         try:
             model = repository.get(name, model_version)
         except (ModelNotFound, ModelNotReady) as exc:
@@ -220,6 +242,8 @@ def create_oip_router(
         return json_response(_model_metadata(model, versions))
 
     async def model_ready(name: str, model_version: str | None) -> Response:
+        if (invalid := _name_error(name, model_version)) is not None:
+            return invalid
         try:
             repository.get(name, model_version)
         except ModelNotFound as exc:

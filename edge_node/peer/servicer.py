@@ -6,12 +6,20 @@ What a requester says is never trusted for that: a node relays only digests that
 own desired state (from central) says it owns, at the size that state's manifest
 gives. A peer that names this node in ``owners`` for anything else gets NOT_FOUND, so
 it cannot make this node fetch arbitrary chunks from the origin on its behalf, nor
-poison a fetch with a wrong size."""
+poison a fetch with a wrong size.
+
+Nor does it serve what it merely still holds: a chunk it serves must be in a manifest of
+its current desired state. The cache keeps chunks of versions long gone (deleted,
+superseded) until it evicts them, and central refuses those to a node that asks for them;
+an edge must not hand them out instead. Requesters are not tied to node ids (mutual TLS
+proves fleet membership, not which node), so within the current desired state any fleet
+member may still read any chunk — see docs/security.md."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import grpc
 
@@ -19,6 +27,8 @@ from edge_node.fetch import ChunkFetcher, FetchFailed
 from edge_node.peer.limits import StreamLimiter, StreamsExhausted
 from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
+
+_T = TypeVar("_T")
 
 #: How long a request naming this node as owner of a chunk its desired state does not
 #: list yet waits for that state (the requester may have received its own copy first).
@@ -39,6 +49,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self.chunks_served = 0
         #: Requests for chunks not held here that this node does not own (never relayed).
         self.relays_refused = 0
+        #: Requests for chunks held here but in no manifest of this node's desired state.
+        self.unlisted_refused = 0
         self.bytes_served = 0
 
     async def FetchChunk(
@@ -63,9 +75,15 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         digest = request.digest
         if not is_digest(digest):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a sha256 digest: {digest[:80]!r}")
+        claimed = self._fetcher.node_id in request.owners
         data = self._fetcher.hot.get(digest) or await asyncio.to_thread(self._fetcher.store.get, digest)
+        if data is not None and not await self._listed(digest, claimed):
+            self.unlisted_refused += 1
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is in no version of this node's desired state"
+            )
         if data is None:
-            owned = await self._owned(digest, claimed=self._fetcher.node_id in request.owners)
+            owned = await self._owned(digest, claimed)
             if owned is None:
                 self.relays_refused += 1
                 await context.abort(
@@ -87,16 +105,30 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self.bytes_served += len(data)
 
     async def _owned(self, digest: str, claimed: bool) -> tuple[list[str], int] | None:
-        """Owners and size of a chunk this node's own desired state says it owns, else None.
-        When the requester ``claimed`` this node owns it, wait up to ``view_wait_s`` for a
-        desired state that may be on its way; the claim itself decides nothing."""
+        """Owners and size of a chunk this node's own desired state says it owns, else None."""
+        view = self._fetcher.view
+
+        def owned() -> tuple[list[str], int] | None:
+            owners, size = view.owners(digest), view.size(digest)
+            return (owners, size) if self._fetcher.node_id in owners and size is not None else None
+
+        return await self._in_view(owned, claimed)
+
+    async def _listed(self, digest: str, claimed: bool) -> bool:
+        """Whether a manifest of this node's desired state lists the chunk."""
+        view = self._fetcher.view
+        return await self._in_view(lambda: view.size(digest), claimed) is not None
+
+    async def _in_view(self, found: Callable[[], _T | None], claimed: bool) -> _T | None:
+        """``found()`` on this node's desired state. When the requester ``claimed`` this node
+        owns the chunk, wait up to ``view_wait_s`` for a desired state that may be on its way
+        (the requester may have received its own first); the claim itself decides nothing."""
         view = self._fetcher.view
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self._view_wait_s if claimed else 0.0)
         while True:
-            owners, size = view.owners(digest), view.size(digest)
-            if self._fetcher.node_id in owners and size is not None:
-                return owners, size
+            if (answer := found()) is not None:
+                return answer
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return None

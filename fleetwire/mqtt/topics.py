@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleetwire.names import is_name
+
 DEFAULT_PREFIX = "modelfleet/v1"
 
 
@@ -46,9 +48,11 @@ class Topics:
         return f"{self.prefix}/events"
 
     def node_id_of(self, topic: str) -> str | None:
-        """The node id in a ``…/nodes/{id}/…`` topic, else None."""
+        """The node id in a ``…/nodes/{id}/…`` topic, else None (also for a level that is no
+        valid node id: MQTT allows any character there, a newline included, and an id from
+        here ends up in logs, the dashboard and the ring)."""
         head = f"{self.prefix}/nodes/"
         if not topic.startswith(head):
             return None
         rest = topic[len(head) :].split("/")
-        return rest[0] if len(rest) == 2 and rest[0] else None
+        return rest[0] if len(rest) == 2 and is_name(rest[0]) else None

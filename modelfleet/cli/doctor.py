@@ -10,15 +10,22 @@ from __future__ import annotations
 import platform
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+from pydantic import ValidationError
 from rich.text import Text
 
+from fleetwire.exposure import wide_open
 from modelfleet.cli import gpu_libs, output
 from modelfleet.cli.client import CentralClient, CliError
 from modelfleet.cli.config import CentralOption, ConfigError, JsonOption, TokenOption, load_config
+
+if TYPE_CHECKING:
+    from central.settings import CentralSettings
+    from edge_node.settings import EdgeSettings
 
 Status = Literal["ok", "warn", "fail"]
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
@@ -131,6 +138,32 @@ def check_central(central: str | None, token: str | None) -> Check:
     return Check("central", "ok", f"{config.central_url} is healthy")
 
 
+def check_exposure() -> list[Check]:
+    """Whether a central and an edge started here, with this environment's ``MODELFLEET_*``
+    settings, would listen beyond loopback without authentication or TLS (what they log at start)."""
+    from central.settings import CentralSettings
+    from edge_node.settings import EdgeSettings
+
+    return [*_exposure("central", CentralSettings), *_exposure("edge", EdgeSettings)]
+
+
+def _exposure(kind: str, load: Callable[[], CentralSettings | EdgeSettings]) -> list[Check]:
+    """One ok line for ``kind``, or a warning per wide-open listener with the settings that close it."""
+    name = f"{kind} exposure"
+    try:
+        listeners = load().listeners()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        detail = f"cannot read {kind} settings from the environment: {where}: {first.get('msg')}"
+        return [Check(name, "warn", detail, "fix the MODELFLEET_* variables")]
+    exposures = [e for e in map(wide_open, listeners) if e is not None]
+    if not exposures:
+        binds = ", ".join(sorted({listener.host for listener in listeners}))
+        return [Check(name, "ok", f"binds {binds}: loopback only, or with authentication and TLS")]
+    return [Check(name, "warn", f"WIDE OPEN: {e.problem}", e.fix) for e in exposures]
+
+
 def _print(checks: list[Check]) -> None:
     out = output.console()
     width = max(len(c.check) for c in checks)
@@ -149,9 +182,10 @@ def doctor(
     central: CentralOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Check this host: Python, onnxruntime and its providers, GPU libraries, CPU, broker, central."""
+    """Check this host: Python, onnxruntime and its providers, GPU libraries, CPU, broker, central,
+    and whether a central or edge started with this environment's settings would be wide open."""
     checks = [check_python(), *check_onnxruntime(), *check_gpu_libraries(), check_cpu()]
-    checks += [check_broker(broker), check_central(central, token)]
+    checks += [check_broker(broker), check_central(central, token), *check_exposure()]
     if json:
         output.print_json([asdict(c) for c in checks])
     else:

@@ -62,8 +62,9 @@ def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
 def _print_secure(console: Console, fleet: Fleet, secure: SecureFleet) -> None:
     """How to reach a ``--secure`` fleet: the CLI's three variables, and curl to an edge."""
     console.print(
-        "[bold]Secure fleet[/bold]: TLS everywhere (CA below), writes need the admin token,"
-        " edges want a client certificate. For the CLI (`modelfleet nodes`, `modelfleet push`, …):",
+        "[bold]Secure fleet[/bold]: TLS everywhere (CA below), reads and writes need the admin token"
+        " (the dashboard asks for it once), edges want a client certificate."
+        " For the CLI (`modelfleet nodes`, `modelfleet push`, …):",
         highlight=False,
     )
     lines = [

@@ -115,6 +115,7 @@ class SecureFleet:
         gRPC, HTTPS to the edges, MQTT over TLS as user ``central``."""
         return {
             "MODELFLEET_AUTH__ENABLED": "true",
+            "MODELFLEET_AUTH__PROTECT_READS": "true",  # /metrics, /dashboard, nodes and events too
             "MODELFLEET_AUTH__NODES_REQUIRED": "true",
             "MODELFLEET_AUTH__TOKENS_FILE": str(AuthSettings().tokens_path(self.central_data)),
             "MODELFLEET_AUTH__NODE_TOKENS_FILE": str(AuthSettings().node_tokens_path(self.central_data)),

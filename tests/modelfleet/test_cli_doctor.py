@@ -31,8 +31,12 @@ async def test_doctor_reports_providers_and_reachable_services(
         "cpu",
         "broker",
         "central",
+        "central exposure",
+        "edge exposure",
     }
     assert all(c["status"] in ("ok", "warn") for c in checks.values())
+    assert checks["central exposure"]["status"] == checks["edge exposure"]["status"] == "ok"  # loopback defaults
+    assert checks["central exposure"]["detail"].startswith("binds 127.0.0.1: loopback only")
     assert "CPUExecutionProvider" in checks["providers"]["detail"]
     assert checks["broker"]["status"] == checks["central"]["status"] == "ok"
     flags = cpu_flags() or set()
@@ -49,6 +53,34 @@ async def test_doctor_fails_with_a_fix_when_broker_and_central_are_down(tmp_path
     assert "fix: start one (mosquitto" in lines[broker + 1]
     assert any(line.startswith("fail") and "central at" in line for line in lines)
     assert any(line.startswith("ok") and "onnxruntime" in line for line in lines)
+
+
+async def test_doctor_warns_when_this_environment_would_open_central_or_an_edge_beyond_loopback(
+    tmp_path: Path,
+) -> None:
+    cli = Cli(tmp_path)
+    # One host, one environment: both deployables read MODELFLEET_HTTP_HOST / _GRPC_HOST.
+    cli.env.update({"MODELFLEET_HTTP_HOST": "0.0.0.0", "MODELFLEET_GRPC_HOST": "127.0.0.1", "MODELFLEET_NODE_ID": "e1"})
+    cli.env["MODELFLEET_AUTH__ENABLED"] = "true"
+    port = closed_port()
+    result = await cli("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}", "--json")
+    exposure = [c for c in json.loads(result.stdout) if c["check"].endswith("exposure")]
+    assert [(c["check"], c["status"]) for c in exposure] == [("central exposure", "warn"), ("edge exposure", "warn")]
+    central, edge = exposure
+    assert central["detail"].startswith("WIDE OPEN: central REST API listens on 0.0.0.0:8080, beyond this host")
+    assert "without TLS" in central["detail"] and "authentication" not in central["detail"]  # auth is on
+    assert central["fix"].startswith("set MODELFLEET_TLS__ENABLED=true")
+    assert edge["detail"].startswith("WIDE OPEN: edge e1 HTTP API listens on 0.0.0.0 (any free port)")
+    assert "MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true" in edge["fix"]
+
+    text = await cli("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}")
+    line = next(line for line in text.stdout.splitlines() if "central exposure" in line)
+    assert line.startswith("warn") and "WIDE OPEN" in line
+
+    cli.env["MODELFLEET_TLS__ENABLED"] = "true"  # without its files: the settings cannot be read, and it says so
+    broken = await cli("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}", "--json")
+    central = next(c for c in json.loads(broken.stdout) if c["check"] == "central exposure")
+    assert central["status"] == "warn" and "tls.cert_file is required" in central["detail"]
 
 
 def test_library_candidates_and_cpu_flags_are_read_from_what_the_host_lists(tmp_path: Path) -> None:

@@ -235,6 +235,14 @@ def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_o
 
             pushed = api.post("/api/v1/models/digits/versions", files={"file": ("model.onnx", b"not a model")})
             assert pushed.status_code == 401, pushed.text
+            # reads are closed too (auth.protect_reads): the API, metrics and the dashboard
+            reads = ("/api/v1/nodes", "/api/v1/events", "/api/v1/membership", "/api/v1/models/digits/versions")
+            for path in (*reads, "/metrics", "/dashboard", "/api/v1/stream"):
+                assert api.get(path).status_code == 401, path
+            admin_token = Path(secure["admin_token_file"]).read_text().strip()
+            api.headers["Authorization"] = f"Bearer {admin_token}"
+            for path in (*reads, "/metrics", "/dashboard"):
+                assert api.get(path).status_code == 200, path
             assert [v["version"] for v in api.get("/api/v1/models/digits/versions").json()] == ["1"]
 
             # alive comes from MQTT births and heartbeats only: logins, ACL and TLS let them through
@@ -242,11 +250,30 @@ def test_up_secure_serves_over_https_refuses_anonymous_writes_and_moves_chunks_o
             assert {n["node_id"]: n["state"] for n in nodes} == {"edge-1": "alive", "edge-2": "alive"}
 
             # the admin token may push; with one owner per chunk, the other edge gets it from its peer
-            admin = {"Authorization": f"Bearer {Path(secure['admin_token_file']).read_text().strip()}"}
             body, keep = small_model_file.read_bytes(), {"keep_fp32": "true"}  # it is not worth quantizing
-            tiny = api.post("/api/v1/models/tiny/versions", content=body, params=keep, headers=admin)
+            tiny = api.post("/api/v1/models/tiny/versions", content=body, params=keep)
             assert tiny.status_code == 201, tiny.text
             _wait_ready(api, "tiny", {"edge-1", "edge-2"})
+
+        # a browser signs in to the dashboard once: a Secure, HttpOnly cookie, good for reads only
+        with httpx.Client(base_url=central["http_url"], verify=fleet_ca, timeout=30) as browser:
+            assert 'action="/dashboard/login"' in browser.get("/dashboard").text
+            signed_in = browser.post("/dashboard/login", data={"token": admin_token})
+            assert signed_in.status_code == 303 and "; secure" in signed_in.headers["set-cookie"].lower()
+            assert browser.get("/dashboard").status_code == browser.get("/api/v1/dashboard").status_code == 200
+            assert browser.delete("/api/v1/models/tiny/versions/1").status_code == 401
+
+        # the CLI with the three printed variables (checked below) reads the closed API
+        config = tmp_path / "cli.toml"
+        config.write_text("")
+        cli_env = {**os.environ, "MODELFLEET_CONFIG": str(config), "MODELFLEET_CENTRAL_URL": central["http_url"]}
+        cli_env |= {"MODELFLEET_CA_FILE": secure["ca_file"], "MODELFLEET_TOKEN": admin_token}
+        nodes_cli = subprocess.run(
+            [sys.executable, "-m", "modelfleet", "nodes", "--json"], env=cli_env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert nodes_cli.returncode == 0, nodes_cli.stderr
+        assert {n["node_id"] for n in json.loads(nodes_cli.stdout)} == {"edge-1", "edge-2"}
 
         # an edge's API wants a fleet client certificate; a chunk moved between the edges over mutual TLS
         operator = ssl.create_default_context(cafile=secure["ca_file"])

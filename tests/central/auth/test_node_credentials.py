@@ -124,9 +124,10 @@ async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immedia
     assert await code_of(watch) == grpc.StatusCode.PERMISSION_DENIED
     own_watch = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="edge-a"), metadata=a)
     assert isinstance(await own_watch.read(), registry_pb2.DesiredState)
-    # Past the credential check: any node may read manifests (this one does not exist).
+    # Past the credential check, a node reads only manifests of its own desired state; whether
+    # another version exists is not told (this one does not): tests/central/transport/test_origin_access.py.
     manifest = stub.GetManifest(registry_pb2.GetManifestRequest(name="m", version="1"), metadata=a)
-    assert await code_of(manifest) == grpc.StatusCode.NOT_FOUND
+    assert await code_of(manifest) == grpc.StatusCode.PERMISSION_DENIED
 
     revoked = await cli("node-token", "revoke", "--node", "edge-a", "--data-dir", data_dir)
     assert revoked.exit_code == 0, revoked.output

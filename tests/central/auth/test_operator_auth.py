@@ -104,6 +104,66 @@ async def test_protect_reads_puts_reads_behind_a_token(tmp_path: Path) -> None:
         await server.stop()
 
 
+async def test_a_browser_signs_in_to_a_protect_reads_dashboard_with_a_cookie_that_only_reads(
+    tmp_path: Path, small_model_file: Path
+) -> None:
+    """A page load and an EventSource cannot send ``Authorization``: the form turns the token
+    into an HttpOnly, SameSite=Strict cookie, good for reads (page, snapshot, stream with the
+    rollouts) and never for writes; a revoked token's cookie stops working."""
+    data_dir = tmp_path / "central"
+    store = TokenStore(data_dir / "tokens.json")
+    viewer, admin = store.create("dash", Role.VIEWER), store.create("ops", Role.ADMIN)
+    server = CentralServer(central_settings(data_dir, auth={"enabled": True, "protect_reads": True}))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as browser:
+            page = await browser.get("/dashboard")
+            assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+            assert 'action="/dashboard/login"' in page.text and 'name="token"' in page.text
+            wrong = await browser.post("/dashboard/login", data={"token": "mft_not-a-token"})
+            assert wrong.status_code == 401 and "unknown or revoked token" in wrong.text
+            assert "set-cookie" not in wrong.headers and not browser.cookies
+
+            signed_in = await browser.post("/dashboard/login", data={"token": viewer})
+            assert signed_in.status_code == 303 and signed_in.headers["location"] == "/dashboard"
+            cookie = signed_in.headers["set-cookie"].lower()
+            assert "modelfleet_token=" in cookie and "httponly" in cookie and "samesite=strict" in cookie
+            assert "secure" not in cookie  # plain HTTP here; set with HTTPS (tests/modelfleet/test_up.py)
+            for path in ("/dashboard", "/dashboard/app.js", "/api/v1/dashboard", "/api/v1/nodes", "/metrics"):
+                assert (await browser.get(path)).status_code == 200, path
+
+            # The dashboard's own read of the rollouts carries the page's cookie too.
+            headers = bearer(admin)
+            assert (await push(browser, "tiny", small_model_file, activate="false", version="1")).status_code == 401
+            pushed = await browser.post(
+                "/api/v1/models/tiny/versions", params={"activate": "false"}, content=small_model_file.read_bytes(),
+                headers=headers,
+            )  # fmt: skip
+            assert pushed.status_code == 201, pushed.text
+            started = await browser.post("/api/v1/models/tiny/rollouts", json={"version": "1"}, headers=headers)
+            assert started.status_code == 201, started.text
+            assert [r["version"] for r in (await browser.get("/api/v1/dashboard")).json()["rollouts"]] == ["1"]
+            async with browser.stream("GET", "/api/v1/stream") as stream:
+                assert stream.status_code == 200
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        assert json.loads(line[5:])["rollouts"][0]["version"] == "1"
+                        break
+
+            # The cookie never writes, even an admin's: a page elsewhere cannot act through it.
+            browser.cookies.clear()
+            assert (await browser.post("/dashboard/login", data={"token": admin})).status_code == 303
+            assert (await browser.delete("/api/v1/models/tiny/versions/1")).status_code == 401
+
+            store.revoke("ops")
+            assert (await browser.get("/api/v1/nodes")).status_code == 401
+            out = await browser.post("/dashboard/logout")
+            assert out.status_code == 303 and "max-age=0" in out.headers["set-cookie"].lower()
+            assert (await browser.get("/dashboard")).status_code == 401
+    finally:
+        await server.stop()
+
+
 async def test_cli_push_carries_its_token(tmp_path: Path, secured: CentralServer, small_model_file: Path) -> None:
     admin = TokenStore(tmp_path / "central" / "tokens.json").create("ci", Role.ADMIN)
 

@@ -427,6 +427,49 @@ async def test_invalid_model_name_is_422(
     assert staging_files(central) == []
 
 
+async def test_a_trailing_newline_in_a_version_or_name_is_422_and_nothing_is_stored(
+    api: httpx.AsyncClient, central: CentralServer, small_model_file: Path
+) -> None:
+    """``$`` with ``re.match`` matched before a trailing newline: ``?version=v1%0a`` was stored
+    as version "v1\\n", a directory name on every edge."""
+    body = small_model_file.read_bytes()
+    for response in (
+        await api.post("/api/v1/models/m/versions?version=v1%0a", content=body),
+        await api.post("/api/v1/models/m/versions?version=v1%0d%0a", content=body),
+        await api.post("/api/v1/models/m/versions", files={"file": ("m.onnx", body)}, data={"version": "v1\n"}),
+        await api.post("/api/v1/models/m%0a/versions", content=body),
+    ):
+        message = assert_error(response, 422, "may only use letters, digits")
+        assert "\\n'" in message, message  # the newline is shown escaped, at the end
+    await assert_nothing_stored(api, central, "m", set())
+    assert (await api.get("/api/v1/models")).json() == []
+    for path in (
+        "/api/v1/models/m%0a/versions",
+        "/api/v1/models/m/versions/1%0a",
+        "/api/v1/models/m%0a/rollout",
+    ):
+        assert_error(await api.get(path), 422, "may only use letters")
+    assert_error(await api.delete("/api/v1/models/m/versions/1%0a"), 422, "may only use letters")
+    assert_error(await api.post("/api/v1/models/m%0a/rollout/promote"), 422, "may only use letters")
+    assert_error(await api.post("/api/v1/models/m%0a/rollback"), 422, "may only use letters")
+    assert_error(await api.post("/api/v1/models/m/rollouts", json={"version": "1\x00"}), 422, "may only use letters")
+    # the gateway says which rule, not "503: no node serves it, retry"
+    infer = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
+    assert_error(await api.post("/v2/models/m%0a/infer", json=infer), 422, "may only use letters")
+    assert_error(await api.post("/v2/models/m/versions/1%0a/infer", json=infer), 422, "may only use letters")
+
+
+async def test_a_label_with_a_control_character_is_400_and_nothing_is_stored(
+    api: httpx.AsyncClient, central: CentralServer, small_model_file: Path
+) -> None:
+    for labels in ("site=shop%0aFORGED=1", "si%1bte=x"):
+        response = await api.post(f"/api/v1/models/m/versions?labels={labels}", content=small_model_file.read_bytes())
+        assert_error(response, 400, "control character")
+    await assert_nothing_stored(api, central, "m", set())
+    ok = await push(api, "m", small_model_file, labels="site=shop 1")  # spaces are fine in labels
+    assert ok.status_code == 201 and ok.json()["manifest"]["labels"] == {"site": "shop 1"}
+
+
 async def test_invalid_name_on_reads_is_422_not_500(api: httpx.AsyncClient) -> None:
     assert_error(await api.get("/api/v1/models/bad%20name/versions"), 422)
     assert_error(await api.get("/api/v1/models/m/versions/bad%20v"), 422)

@@ -65,7 +65,11 @@ async def test_origin_serves_the_first_owner_and_refuses_others_until_owners_fai
 
 
 async def test_origin_rejects_malformed_and_unknown_digests(stub: registry_pb2_grpc.RegistryStub) -> None:
-    for digest, code in (("../etc/passwd", grpc.StatusCode.INVALID_ARGUMENT), ("0" * 64, grpc.StatusCode.NOT_FOUND)):
+    for digest, code in (
+        ("../etc/passwd", grpc.StatusCode.INVALID_ARGUMENT),
+        ("0" * 64 + "\n", grpc.StatusCode.INVALID_ARGUMENT),  # a digest is the whole string
+        ("0" * 64, grpc.StatusCode.NOT_FOUND),
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await _fetch(stub, digest, "", [])
         assert err.value.code() == code
@@ -108,8 +112,20 @@ async def test_a_node_whose_stream_closes_leaves_the_ring(
     assert central.central.placement.members() == []
 
 
-async def test_register_rejects_a_bad_node_id(stub: registry_pb2_grpc.RegistryStub) -> None:
-    node = registry_pb2.NodeInfo(node_id="../x", grpc_address="127.0.0.1:1")
+@pytest.mark.parametrize(
+    ("node_id", "labels", "needle"),
+    [
+        ("../x", {}, "path separator"),
+        ("edge-a\n", {}, "may only use letters"),  # ``$`` with re.match let a trailing newline through
+        ("edge-a", {"site": "shop-1\nforged=1"}, "control character"),
+        ("edge-a", {"si\x1bte": "shop-1"}, "control character"),
+    ],
+)
+async def test_register_rejects_a_bad_node_id_or_label(
+    central: CentralServer, stub: registry_pb2_grpc.RegistryStub, node_id: str, labels: dict[str, str], needle: str
+) -> None:
+    node = registry_pb2.NodeInfo(node_id=node_id, grpc_address="127.0.0.1:1", labels=labels)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Register(registry_pb2.RegisterRequest(node=node))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in (err.value.details() or "")
+    assert central.central.nodes.nodes() == []

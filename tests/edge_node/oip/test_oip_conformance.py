@@ -198,3 +198,35 @@ def test_bytes_elements_codec_round_trip() -> None:
     request = InferRequest(id=None, inputs={}, datatypes={}, requested_outputs=None, binary_default=True)
     body, json_length = encode_response("m", "1", request, {"s": decoded.inputs["s"]})
     assert json_length is not None and body[json_length:] == raw
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/models/tiny%0a"),
+        ("GET", "/v2/models/tiny/versions/1%0a"),
+        ("GET", "/v2/models/tiny%0a/ready"),
+        ("GET", "/v2/models/tiny/versions/1%0a/ready"),
+        ("POST", "/v2/models/tiny%0a/infer"),
+        ("POST", "/v2/models/tiny/versions/1%0a/infer"),
+        ("POST", "/v2/models/tiny/versions/1%0d%0aX-Injected:%201/infer"),
+    ],
+)
+async def test_a_name_or_version_with_a_trailing_newline_is_422_with_the_rule(
+    oip: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await oip.request(method, path, json={"inputs": [_tensor()]} if method == "POST" else None)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert "\\n" in error and "may only use letters, digits" in error, error  # the newline shown, and the rule
+    assert (await oip.post("/v2/models/tiny/versions/1/infer", json={"inputs": [_tensor()]})).status_code == 200
+
+
+async def test_an_inference_header_length_of_non_ascii_digits_is_400(oip: httpx.AsyncClient) -> None:
+    # "²".isdigit() is True but int("²") raises: the header is checked as ASCII digits.
+    body = orjson.dumps({"inputs": [_tensor()]})
+    response = await oip.post(
+        "/v2/models/tiny/infer", content=body, headers={"Inference-Header-Content-Length": "²".encode("latin-1")}
+    )
+    assert response.status_code == 400, response.text
+    assert "non-negative integer" in response.json()["error"]

@@ -17,6 +17,7 @@ import pytest
 from central.server import CentralServer
 from conftest import EdgeFactory, push, version_state, wait_for
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+from modelfleet.zoo import build_mlp
 
 
 async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(
@@ -68,3 +69,30 @@ async def test_a_request_ahead_of_the_owners_desired_state_waits_for_it(
 
 async def _read(call: grpc.aio.UnaryStreamCall) -> bytes:  # type: ignore[type-arg]
     return b"".join([piece.data async for piece in call])
+
+
+async def test_a_chunk_still_cached_from_a_replaced_version_is_not_served(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path, tmp_path: Path
+) -> None:
+    """Central refuses a node the chunks of versions outside its desired state; a peer holding
+    such a chunk in its cache (a replaced version, not evicted yet) must not hand it out instead."""
+    edge = await make_edge("edge-0", central, fetch={"relay_view_wait_s": 0.3})
+    old = (await push(api, "tiny", small_model_file)).json()["manifest"]["chunks"][0]
+    await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny 1 on the edge")
+    other = build_mlp(tmp_path / "other.onnx", width=48, hidden_layers=1)
+    new = (await push(api, "tiny", other)).json()["manifest"]["chunks"][0]
+    await wait_for(lambda: version_state(edge, "tiny", "2") == "complete", what="tiny 2 on the edge")
+    await wait_for(lambda: edge.view.size(old["digest"]) is None, what="tiny 1 out of the edge's desired state")
+    assert edge.store.has(old["digest"])  # still cached: only eviction removes it
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
+        stub = peer_pb2_grpc.PeerStub(channel)
+        for owners in ([], ["edge-0"]):  # a claim of ownership only waits (0.3 s here) for a state
+            request = peer_pb2.PeerFetchRequest(digest=old["digest"], requester="mallory", owners=owners)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.FetchChunk(request).read()
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "in no version of this node's desired state" in (refused.value.details() or "")
+        current = await _read(stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=new["digest"], requester="peer")))
+        assert len(current) == new["size"]
+    assert edge.peer_servicer.unlisted_refused == 2 and edge.peer_servicer.relays_refused == 0
