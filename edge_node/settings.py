@@ -21,7 +21,15 @@ class FetchSettings(BaseModel):
     """How chunks are fetched from peers and the origin."""
 
     max_in_flight: int = Field(8, ge=1, le=256, description="Chunks of other owners fetched at once.")
-    max_owned_in_flight: int = Field(4, ge=1, le=256, description="Chunks this node owns, fetched upstream at once.")
+    max_owned_in_flight: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description=(
+            "Chunks this node owns, fetched upstream at once, per owner rank (first owners, second owners, ...):"
+            " a first-owner fetch never waits behind fetches that wait on other owners."
+        ),
+    )
     peer_timeout_s: float = Field(
         30.0, gt=0, description="Deadline for one chunk from a peer (it may be fetching it itself)."
     )

@@ -2,9 +2,14 @@
 
 - Single-flight: one fetch per digest in this process, however many callers (the
   local sync loop and any number of peers asking this node as an owner) wait on it.
-- Two pools of slots: chunks this node owns go upstream (earlier owners, then
-  central), which never loops back, so they cannot deadlock behind fetches that
-  wait on other owners.
+- Slots by owner rank: a fetch by a chunk's k-th owner (k = 0 for the first) takes a
+  slot of pool k; a non-owner's, of the general pool. A fetch at rank k waits only on
+  owners ranked before k (their fetches hold slots of lower pools) and rank 0 only on
+  central, so waits across nodes follow the ranks and never close a cycle. One pool
+  for every owned chunk did: with two edges each owns every chunk, A's slots all
+  waited on B for chunks B ranks first while B's waited on A, and each first-owner
+  fetch the other waited for queued behind them until the peer timeout sent both to
+  central for the same chunks.
 - Every chunk is hashed before it enters the cache; a peer that sends wrong bytes,
   too many bytes or nothing in time is skipped for that chunk and counted."""
 
@@ -86,7 +91,8 @@ class ChunkFetcher:
         self._origin = origin
         self._settings = settings
         self._general = asyncio.Semaphore(settings.max_in_flight)
-        self._owned = asyncio.Semaphore(settings.max_owned_in_flight)
+        #: Owner rank → slots for chunks this node owns at that rank (made on first use).
+        self._owned: dict[int, asyncio.Semaphore] = {}
         self._inflight: dict[str, asyncio.Future[None]] = {}
         self.hot = HotChunks(settings.hot_cache_bytes)
         self.stats = FetchStats()
@@ -128,8 +134,18 @@ class ChunkFetcher:
         if not future.cancelled():
             future.exception()
 
+    def _slots(self, owners: list[str]) -> asyncio.Semaphore:
+        """The pool a fetch takes its slot from: the general one for a non-owner, else
+        the one of this node's rank in ``owners`` (see the module docstring)."""
+        if self.node_id not in owners:
+            return self._general
+        rank = owners.index(self.node_id)
+        slots = self._owned.get(rank)
+        if slots is None:
+            slots = self._owned[rank] = asyncio.Semaphore(self._settings.max_owned_in_flight)
+        return slots
+
     async def _fetch(self, digest: str, size: int, hinted_owners: list[str]) -> None:
-        owned = self.node_id in (self.view.owners(digest) or hinted_owners)
         s = self._settings
 
         def log_retry(state: RetryCallState) -> None:
@@ -140,7 +156,7 @@ class ChunkFetcher:
         # Each round re-reads the placement view, so a retry goes to the owners of now.
         failed = retry_if_result(lambda delivered: not delivered)
         rounds = retrying(s.backoff_s, s.backoff_max_s, attempts=s.attempts, retry=failed, before_sleep=log_retry)
-        async with self._owned if owned else self._general:
+        async with self._slots(self.view.owners(digest) or hinted_owners):
             if await rounds(self._one_round, digest, size, hinted_owners):
                 return
         self.stats.failures += 1
