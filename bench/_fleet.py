@@ -141,8 +141,8 @@ class Fleet:
         log: Callable[[str], None] | None = None,
     ) -> None:
         self._root_parent = root
-        self.central_env = dict(central_env or {})
-        self.edge_env = dict(edge_env or {})
+        self.central_env = without_default_broker(central_env or {})
+        self.edge_env = without_default_broker(edge_env or {})
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.keep = keep
@@ -569,6 +569,25 @@ def cached_mlp(cache: Path, *, width: int, hidden_layers: int, seed: int = 0, he
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+#: Settings that say where a broker is (current names and their deprecated aliases).
+_BROKER_KEYS = re.compile(r"MODELFLEET_(BROKER__(HOST|PORT)|MQTT__(HOST|PORT)|HEARTBEAT__BROKER_(HOST|PORT))\Z")
+#: What turns MQTT off in central and in an edge (a key neither reads is ignored).
+_MQTT_OFF = {"MODELFLEET_MQTT__ENABLED": "false", "MODELFLEET_HEARTBEAT__ENABLED": "false"}
+
+
+def without_default_broker(env: Mapping[str, str]) -> dict[str, str]:
+    """``env``, with MQTT off unless it names a broker.
+
+    Without one, central and the edges would talk to whatever listens on the machine's
+    127.0.0.1:1883, shared with every other fleet there: another fleet's retained
+    ``offline`` for its ``e0`` would evict ours and reshuffle placement mid-run (and a
+    machine without that broker would behave differently). A caller that wants MQTT starts
+    its own broker and says where (``MODELFLEET_MQTT__PORT``...)."""
+    if any(_BROKER_KEYS.match(key) for key in env):
+        return dict(env)
+    return {**_MQTT_OFF, **env}
 
 
 def chunking_env(avg_kb: int) -> dict[str, str]:
