@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +99,19 @@ def test_digits_cache_hit_and_determinism(digits: DigitsModel, zoo_dir: Path, tm
     digest = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (fresh.onnx_path, digits.onnx_path)]
     assert digest[0] == digest[1]
     assert fresh.fp32_test_accuracy == digits.fp32_test_accuracy
+
+
+def test_a_digits_cache_hit_imports_neither_scikit_learn_nor_skl2onnx(digits: DigitsModel, zoo_dir: Path) -> None:
+    """Importing them takes seconds, paid by every ``modelfleet up`` start, bench and test
+    that finds the model already built; a fresh interpreter shows what a hit imports."""
+    probe = (
+        "import sys; from pathlib import Path; from modelfleet.zoo import build_digits;"
+        f"model = build_digits(Path({str(zoo_dir)!r}));"
+        "print(model.onnx_path, sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'skl2onnx'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(digits.onnx_path), "[]"]
 
 
 def test_bench_model_tiny(tmp_path: Path) -> None:

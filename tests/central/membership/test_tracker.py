@@ -1,4 +1,9 @@
-"""MembershipTracker on a real asyncio loop with small intervals; no network."""
+"""MembershipTracker on a real asyncio loop with small intervals; no network.
+
+The loop's clock is virtual (``virtual_time``, conftest's ``VirtualTimeLoop``): the
+tracker's timers fire as they would, but the loop jumps over idle time instead of
+sleeping through it, so silences take no wall time and a busy machine cannot make a
+heartbeat late."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
 from central.membership.tracker import MembershipTracker, NodeLiveness, TransitionInfo
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Event, Heartbeat, ModelInfo, NodeStatus
 from fleetwire.mqtt.topics import Topics
+
+pytestmark = pytest.mark.virtual_time
 
 ALIVE, SUSPECT, DEAD = NodeLiveness.ALIVE, NodeLiveness.SUSPECT, NodeLiveness.DEAD
 TOPICS = Topics()
