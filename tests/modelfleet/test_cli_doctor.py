@@ -62,7 +62,7 @@ async def test_doctor_warns_when_this_environment_would_open_central_or_an_edge_
     # One host, one environment: both deployables read MODELFLEET_HTTP_HOST / _GRPC_HOST.
     cli.env.update({"MODELFLEET_HTTP_HOST": "0.0.0.0", "MODELFLEET_GRPC_HOST": "127.0.0.1", "MODELFLEET_NODE_ID": "e1"})
     cli.env["MODELFLEET_AUTH__ENABLED"] = "true"
-    port = closed_port()
+    port = free_port()
     result = await cli("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}", "--json")
     exposure = [c for c in json.loads(result.stdout) if c["check"].endswith("exposure")]
     assert [(c["check"], c["status"]) for c in exposure] == [("central exposure", "warn"), ("edge exposure", "warn")]
