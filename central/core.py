@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from central.dashboard.service import DashboardService
+from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
@@ -14,7 +14,7 @@ from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker
-from central.observability import CentralMetrics
+from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.quantize import QuantizeStep
@@ -102,8 +102,35 @@ class Central:
             origin.max_waiting_streams,
             entitled=self.desired.allows_chunk,
         )
-        self.dashboard = DashboardService(self)
-        self.metrics = CentralMetrics(self)  # last: it reads and hooks the services above
+        self.dashboard = DashboardService(self._dashboard_sources(settings))
+        self.metrics = CentralMetrics(self._state_collector(), self.gateway, self.membership)
+
+    def _dashboard_sources(self, settings: CentralSettings) -> DashboardSources:
+        return DashboardSources(
+            membership=self.membership,
+            nodes=self.nodes,
+            registry=self.registry,
+            placement=self.placement,
+            desired=self.desired,
+            origin=self.origin,
+            gateway=self.gateway,
+            gateway_enabled=settings.gateway.enabled,
+            mqtt_enabled=self.mqtt is not None,
+        )
+
+    def _state_collector(self) -> CentralStateCollector:
+        return CentralStateCollector(
+            membership=self.membership,
+            nodes=self.nodes,
+            failover=self.failover,
+            placement=self.placement,
+            desired=self.desired,
+            registry=self.registry,
+            blobs_root=self.blobs.root,
+            origin=self.origin,
+            gateway=self.gateway,
+            rollouts=self.rollouts,
+        )
 
     @staticmethod
     def _event_log(settings: CentralSettings) -> EventLog:

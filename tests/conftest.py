@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from brokers import MosquittoBroker
 from central.server import CentralServer
 from central.settings import CentralSettings
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
 from modelfleet.zoo import build_mlp
 
@@ -104,17 +104,17 @@ async def api(central: CentralServer) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-EdgeFactory = Callable[..., Awaitable[Edge]]
+EdgeFactory = Callable[..., Awaitable[EdgeServer]]
 
 
 @pytest.fixture
 async def make_edge(tmp_path: Path) -> AsyncIterator[EdgeFactory]:
     """Start edges against a central; all still running are stopped at the end."""
-    started: list[Edge] = []
+    started: list[EdgeServer] = []
 
-    async def factory(node_id: str, central: CentralServer, **overrides: Any) -> Edge:
+    async def factory(node_id: str, central: CentralServer, **overrides: Any) -> EdgeServer:
         data_dir = overrides.pop("data_dir", tmp_path / node_id)
-        edge = Edge(edge_settings(node_id, central.grpc_address, data_dir, **overrides))
+        edge = EdgeServer(edge_settings(node_id, central.grpc_address, data_dir, **overrides))
         await edge.start()
         started.append(edge)
         return edge
@@ -134,7 +134,7 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: s
         await asyncio.sleep(0.05)
 
 
-async def served_version(edge: Edge) -> str:
+async def served_version(edge: EdgeServer) -> str:
     """The version of ``mlp`` (``build_mlp(width=64)``) that answers an inference request
     on the edge's HTTP API."""
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [1.0] * 64}]}
@@ -144,9 +144,9 @@ async def served_version(edge: Edge) -> str:
     return str(response.json()["model_version"])
 
 
-def version_state(edge: Edge, name: str, version: str) -> str | None:
+def version_state(edge: EdgeServer, name: str, version: str) -> str | None:
     """The state an edge reports for one version, or None."""
-    progress = edge.materializer.progress.get((name, version))
+    progress = edge.edge.materializer.progress.get((name, version))
     return progress.state if progress else None
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from central.dashboard.routes import STATIC_DIR, create_dashboard_router
 from central.dashboard.service import DashboardService, RolloutSource, sse_message
-from central.dashboard.snapshot import build_snapshot
+from central.dashboard.snapshot import DashboardSources, build_snapshot
 
 __all__ = [
     "STATIC_DIR",
     "DashboardService",
+    "DashboardSources",
     "RolloutSource",
     "build_snapshot",
     "create_dashboard_router",

@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from central.dashboard.snapshot import build_snapshot, membership_event
+from central.dashboard.snapshot import DashboardSources, build_snapshot, membership_event
 from central.membership.liveness import NodeLiveness, TransitionInfo
-
-if TYPE_CHECKING:
-    from central.core import Central
 
 __all__ = ["DashboardService", "RolloutSource", "sse_message"]
 
@@ -47,19 +44,19 @@ async def _no_rollouts() -> list[dict[str, Any]] | None:
 
 
 class DashboardService:
-    """Builds snapshots of ``central`` and feeds the live streams."""
+    """Builds snapshots of ``sources`` and feeds the live streams."""
 
-    def __init__(self, central: Central, interval_s: float = 1.0) -> None:
+    def __init__(self, sources: DashboardSources, interval_s: float = 1.0) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
-        self._central = central
+        self._sources = sources
         self.interval_s = interval_s
         self._queues: set[asyncio.Queue[object]] = set()
         self._closed = False
         self._shared: tuple[float, dict[str, Any]] | None = None
         # A shared snapshot older than a transition would undo, on a page, the state the
         # transition's message has just shown: any transition retires it.
-        central.membership.subscribe(self._retire_shared)
+        sources.membership.subscribe(self._retire_shared)
 
     def _retire_shared(self, *_: object) -> None:
         self._shared = None
@@ -72,7 +69,7 @@ class DashboardService:
     async def snapshot(self, rollouts: RolloutSource = _no_rollouts) -> dict[str, Any]:
         """The dashboard document now."""
         listed = await rollouts()
-        return build_snapshot(self._central, asyncio.get_running_loop().time(), listed)
+        return build_snapshot(self._sources, asyncio.get_running_loop().time(), listed)
 
     async def _tick_snapshot(self, rollouts: RolloutSource) -> dict[str, Any]:
         """A snapshot for a stream's tick: streams ticking within half an interval of each
@@ -87,7 +84,7 @@ class DashboardService:
     async def stream(self, rollouts: RolloutSource = _no_rollouts) -> AsyncIterator[bytes]:
         """SSE bytes until the client goes away or ``close()``; see the module doc."""
         queue: asyncio.Queue[object] = asyncio.Queue(_QUEUE_LIMIT)
-        unsubscribe = self._central.membership.subscribe(self._enqueuer(queue))
+        unsubscribe = self._sources.membership.subscribe(self._enqueuer(queue))
         self._queues.add(queue)
         try:
             yield f"retry: {RETRY_MS}\n\n".encode()

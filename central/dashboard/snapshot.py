@@ -1,4 +1,5 @@
-"""One JSON document with everything the dashboard draws, built from central's services.
+"""One JSON document with everything the dashboard draws, built from the services
+named in ``DashboardSources``.
 
 Read-only and synchronous: every source is an in-memory structure on the loop (the
 tracker, the node directory, the placement), except the model list, which is one small
@@ -8,16 +9,20 @@ with central: it adds the time elapsed since the document arrived."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from central.distribution import DesiredStateService
+from central.gateway import GatewayProxy
+from central.membership import NodeDirectory
 from central.membership.liveness import NodeView
+from central.membership.tracker import MembershipTracker
+from central.origin import OriginService
+from central.placement import PlacementService
+from central.registry.service import RegistryService
 from central.registry.store import VersionRecord
 
-if TYPE_CHECKING:
-    from central.core import Central
-
-__all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "build_snapshot", "membership_event"]
+__all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "DashboardSources", "build_snapshot", "membership_event"]
 
 #: Events of the membership/rollout log sent with each snapshot (newest first).
 MAX_EVENTS = 60
@@ -28,6 +33,30 @@ MAX_VERSIONS = 6
 
 #: (model, version) -> chunk digest -> owners, in file order.
 Placed = dict[tuple[str, str], dict[str, list[str]]]
+
+
+@dataclass(frozen=True)
+class DashboardSources:
+    """The services a snapshot reads (all read-only here)."""
+
+    membership: MembershipTracker
+    """Liveness, last heartbeats, counters and the event log."""
+    nodes: NodeDirectory
+    """Nodes registered over gRPC (capacity, labels)."""
+    registry: RegistryService
+    """Models and their versions."""
+    placement: PlacementService
+    """Chunk owners of every placed version."""
+    desired: DesiredStateService
+    """The desired-state generation."""
+    origin: OriginService
+    """Bytes central sent as the origin."""
+    gateway: GatewayProxy
+    """The gateway's counters and rolling figures."""
+    gateway_enabled: bool
+    """Whether the gateway routes are served."""
+    mqtt_enabled: bool
+    """Whether central follows heartbeats over MQTT (else there is no broker link to show)."""
 
 
 def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[str, Any]:
@@ -57,10 +86,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def nodes_section(central: Central, now: float, placed: Placed) -> list[dict[str, Any]]:
+def nodes_section(sources: DashboardSources, now: float, placed: Placed) -> list[dict[str, Any]]:
     """Every node the tracker or the directory knows, by id."""
-    views = {v.node_id: v for v in central.membership.nodes()}
-    records = {r.node_id: r for r in central.nodes.nodes()}
+    views = {v.node_id: v for v in sources.membership.nodes()}
+    records = {r.node_id: r for r in sources.nodes.nodes()}
     owned: dict[str, set[str]] = {}
     for owners_by_digest in placed.values():  # one pass, not one scan of the placement per node
         for digest, owners in owners_by_digest.items():
@@ -72,9 +101,8 @@ def nodes_section(central: Central, now: float, placed: Placed) -> list[dict[str
     ]
 
 
-def recent_versions(central: Central) -> dict[str, list[VersionRecord]]:
+def recent_versions(registry: RegistryService) -> dict[str, list[VersionRecord]]:
     """The newest ``MAX_VERSIONS`` versions of every model, newest first."""
-    registry = central.registry
     return {
         m.name: sorted(registry.list_versions(m.name), key=lambda r: r.seq, reverse=True)[:MAX_VERSIONS]
         for m in registry.list_models()
@@ -94,23 +122,23 @@ def _serving(model: str, nodes: list[dict[str, Any]]) -> dict[str, dict[str, lis
     return serving
 
 
-def placed_versions(central: Central, versions: dict[str, list[VersionRecord]]) -> Placed:
+def placed_versions(placement: PlacementService, versions: dict[str, list[VersionRecord]]) -> Placed:
     """Chunk owners (digest -> owners, file order) of every listed version the fleet holds:
     the stable version of each model and, during a rollout, the new one."""
     placed: Placed = {}
     for name, records in versions.items():
         for record in records:
-            owners_by_digest = central.placement.placement((name, record.version))
+            owners_by_digest = placement.placement((name, record.version))
             if owners_by_digest:
                 placed[(name, record.version)] = owners_by_digest
     return placed
 
 
 def models_section(
-    central: Central, versions: dict[str, list[VersionRecord]], placed: Placed, nodes: list[dict[str, Any]]
+    registry: RegistryService, versions: dict[str, list[VersionRecord]], placed: Placed, nodes: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Models with their newest versions (which are placed on the fleet) and where each stands."""
-    latest = {m.name: m for m in central.registry.list_models()}
+    latest = {m.name: m for m in registry.list_models()}
     return [
         {
             "name": name,
@@ -154,47 +182,45 @@ def _placed(name: str, version: str, owners_by_digest: dict[str, list[str]]) -> 
     }
 
 
-def gateway_section(central: Central) -> dict[str, Any]:
+def gateway_section(proxy: GatewayProxy, enabled: bool) -> dict[str, Any]:
     """The gateway's counters, its rate/latency now and a minute of history."""
-    proxy = central.gateway
     return {
-        "enabled": central.settings.gateway.enabled,
+        "enabled": enabled,
         "totals": asdict(proxy.stats),
         "now": proxy.rolling.summary(),
         "series": proxy.rolling.series(),
     }
 
 
-def central_section(central: Central) -> dict[str, Any]:
+def central_section(sources: DashboardSources) -> dict[str, Any]:
     """Central's own state: desired-state generation, broker link, detection settings."""
-    tracker = central.membership
-    mqtt = central.settings.mqtt
+    tracker = sources.membership
     return {
-        "generation": central.desired.generation,
-        "mqtt_enabled": mqtt.enabled,
-        "broker_link_up": tracker.link_is_up if mqtt.enabled else None,
+        "generation": sources.desired.generation,
+        "mqtt_enabled": sources.mqtt_enabled,
+        "broker_link_up": tracker.link_is_up if sources.mqtt_enabled else None,
         "suspect_after": tracker.suspect_after,
         "dead_after": tracker.dead_after,
         "counts": tracker.counts(),
         "counters": tracker.counters.as_dict(),
-        "origin_bytes_sent": central.origin.stats.bytes_sent,
+        "origin_bytes_sent": sources.origin.stats.bytes_sent,
     }
 
 
-def build_snapshot(central: Central, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
+def build_snapshot(sources: DashboardSources, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages)."""
-    versions = recent_versions(central)
-    placed = placed_versions(central, versions)
-    nodes = nodes_section(central, loop_now, placed)
+    versions = recent_versions(sources.registry)
+    placed = placed_versions(sources.placement, versions)
+    nodes = nodes_section(sources, loop_now, placed)
     return {
         "ts": time.time(),
-        "central": central_section(central),
+        "central": central_section(sources),
         "nodes": nodes,
-        "models": models_section(central, versions, placed, nodes),
+        "models": models_section(sources.registry, versions, placed, nodes),
         "placement": placement_section(placed),
         "rollouts": rollouts,
-        "events": [e.model_dump() for e in reversed(central.membership.events(MAX_EVENTS))],
-        "gateway": gateway_section(central),
+        "events": [e.model_dump() for e in reversed(sources.membership.events(MAX_EVENTS))],
+        "gateway": gateway_section(sources.gateway, sources.gateway_enabled),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from central.distribution.desired_state import DesiredState, DesiredStateService, VersionAssignment
+from central.distribution.assignment import VersionAssignment
+from central.distribution.desired_state import DesiredState, DesiredStateService
 
 __all__ = ["DesiredState", "DesiredStateService", "VersionAssignment"]

@@ -16,18 +16,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from central.distribution.assignment import VersionAssignment
 from central.distribution.grants import SentLog, SentState
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
-
-
-@dataclass(frozen=True)
-class VersionAssignment:
-    """One version a node must hold, with the owners of each of its chunks."""
-
-    manifest: Manifest
-    serve: bool
-    placement: dict[str, list[str]]
 
 
 @dataclass(frozen=True)

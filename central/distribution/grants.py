@@ -13,12 +13,9 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from central.distribution.assignment import VersionAssignment
 from fleetwire.manifest import Manifest
-
-if TYPE_CHECKING:
-    from central.distribution.desired_state import VersionAssignment
 
 VersionKey = tuple[str, str]
 #: Replaced states kept per node (a node lagging further behind is refused until it catches up).

@@ -10,18 +10,21 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from central.distribution import DesiredStateService
+from central.gateway import GatewayProxy
+from central.membership import NodeDirectory
+from central.membership.failover import FailoverCoordinator
+from central.membership.tracker import MembershipTracker
+from central.origin import OriginService
+from central.placement import PlacementService
+from central.registry.service import RegistryService
+from central.rollout import RolloutService
 from central.rollout.model import NodeProgress, RolloutState
-
-if TYPE_CHECKING:
-    from central.core import Central
-    from central.gateway import GatewayProxy
-    from central.membership.tracker import MembershipTracker
-    from central.rollout import RolloutService
 
 __all__ = ["CentralStateCollector", "blob_usage"]
 
@@ -64,27 +67,47 @@ def blob_usage(root: Path) -> tuple[int, int]:
 class CentralStateCollector(Collector):
     """Membership, nodes, placement, registry, origin, gateway and rollout figures."""
 
-    def __init__(self, central: Central) -> None:
-        self._central = central
+    def __init__(
+        self,
+        *,
+        membership: MembershipTracker,
+        nodes: NodeDirectory,
+        failover: FailoverCoordinator | None,
+        placement: PlacementService,
+        desired: DesiredStateService,
+        registry: RegistryService,
+        blobs_root: Path,
+        origin: OriginService,
+        gateway: GatewayProxy,
+        rollouts: RolloutService,
+    ) -> None:
+        self._membership = membership
+        self._nodes_directory = nodes
+        self._failover = failover
+        self._placement = placement
+        self._desired = desired
+        self._registry_service = registry
+        self._blobs_root = blobs_root
+        self._origin = origin
+        self._gateway = gateway
+        self._rollouts = rollouts
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
-        c = self._central
-        yield from _membership(c.membership)
+        yield from _membership(self._membership)
         yield from self._nodes()
         yield from self._registry()
-        o = c.origin.stats
+        o = self._origin.stats
         yield _counter("modelfleet_origin_sent_bytes", "Chunk bytes central sent as the origin.", o.bytes_sent)
         yield _counter("modelfleet_origin_chunks_sent", "Chunks central sent as the origin.", o.chunks_sent)
         yield _counter(
             "modelfleet_origin_refused", "Origin fetches refused because an owner had to be tried first.", o.refused
         )
-        yield from _gateway(c.gateway)
-        yield from _rollouts(c.rollouts)
+        yield from _gateway(self._gateway)
+        yield from _rollouts(self._rollouts)
 
     def _nodes(self) -> Iterator[Metric]:
-        c = self._central
-        members = [n.node_id for n in c.nodes.nodes()]
+        members = [n.node_id for n in self._nodes_directory.nodes()]
         yield _gauge("modelfleet_nodes", "Nodes registered with central (on the placement ring).", len(members))
         chunks = GaugeMetricFamily(
             "modelfleet_placement_chunks", "Chunks of the active versions each node owns.", labels=("node",)
@@ -93,37 +116,36 @@ class CentralStateCollector(Collector):
         for node_id in members:
             chunks.add_metric((node_id,), len(owned.get(node_id, ())))
         yield chunks
-        if c.failover is not None:
+        failover = self._failover
+        if failover is not None:
             yield _counter(
                 "modelfleet_failovers",
                 "Dead nodes taken off the placement ring (their chunks got new owners).",
-                c.failover.evictions,
+                failover.evictions,
             )
             yield _counter(
-                "modelfleet_node_restorations", "Nodes put back on the ring after coming back.", c.failover.restorations
+                "modelfleet_node_restorations", "Nodes put back on the ring after coming back.", failover.restorations
             )
         yield _gauge(
             "modelfleet_desired_state_generation", "Desired-state generation (bumped by every change).",
-            c.desired.generation,
+            self._desired.generation,
         )  # fmt: skip
 
     def _owned(self) -> dict[str, set[str]]:
         """Node id → digests it owns, in one pass over the placements (``owned_by`` per
         node would cost nodes × chunks on a large fleet)."""
-        c = self._central
         owned: dict[str, set[str]] = {}
-        for manifest in c.rollouts.active_versions():
-            for digest, owners in c.placement.placement(manifest.key).items():
+        for manifest in self._rollouts.active_versions():
+            for digest, owners in self._placement.placement(manifest.key).items():
                 for owner in owners:
                     owned.setdefault(owner, set()).add(digest)
         return owned
 
     def _registry(self) -> Iterator[Metric]:
-        c = self._central
-        models = c.registry.list_models()
+        models = self._registry_service.list_models()
         yield _gauge("modelfleet_registry_models", "Models in the registry.", len(models))
         yield _gauge("modelfleet_registry_versions", "Model versions in the registry.", sum(m.versions for m in models))
-        count, size = blob_usage(c.blobs.root)
+        count, size = blob_usage(self._blobs_root)
         yield _gauge("modelfleet_registry_blobs", "Chunk blobs stored by central.", count)
         yield _gauge("modelfleet_registry_blob_bytes", "Bytes of chunk blobs stored by central.", size)
 

@@ -3,15 +3,14 @@ as opposed to what is (the collector's job)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from central.gateway import GatewayProxy
 from central.membership.liveness import NodeLiveness, TransitionInfo
+from central.membership.tracker import MembershipTracker
 from central.observability.collector import CentralStateCollector
-
-if TYPE_CHECKING:
-    from central.core import Central
 
 __all__ = ["MAX_MODEL_LABELS", "OTHER_MODEL", "CentralMetrics", "gateway_outcome"]
 
@@ -40,12 +39,12 @@ def gateway_outcome(status: int) -> str:
 class CentralMetrics:
     """Every metric of one central, in its own registry.
 
-    Built by ``Central``: registers the state collector, gives the gateway a request
-    observer and listens to membership transitions."""
+    Registers the state collector, gives the gateway a request observer and listens
+    to the tracker's membership transitions."""
 
-    def __init__(self, central: Central) -> None:
+    def __init__(self, state: CentralStateCollector, gateway: GatewayProxy, membership: MembershipTracker) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(CentralStateCollector(central))
+        self.registry.register(state)
         self._requests = Counter(
             "modelfleet_gateway_requests",
             "Inference requests answered by the gateway, by model and outcome"
@@ -68,8 +67,8 @@ class CentralMetrics:
         )
         self._models: set[str] = set()
         self._children: dict[tuple[str, str], Any] = {}
-        central.gateway.observer = self.gateway_request
-        central.membership.subscribe(self._on_transition)
+        gateway.observer = self.gateway_request
+        membership.subscribe(self._on_transition)
 
     def gateway_request(self, model: str, status: int, seconds: float) -> None:
         """Record one answered gateway request (called on every request: cached children)."""

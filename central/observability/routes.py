@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-if TYPE_CHECKING:
-    from central.observability.instruments import CentralMetrics
+from central.observability.instruments import CentralMetrics
 
 __all__ = ["create_metrics_router"]
 

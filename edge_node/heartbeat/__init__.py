@@ -2,12 +2,13 @@
 
 ``HeartbeatPublisher`` (see ``publisher.py`` for how ``bdseq`` and the will line up
 across reconnects), its ``HeartbeatSettings``, the ``HeartbeatBody`` a snapshot returns,
-``edge_snapshot`` to build one from an ``Edge``, ``LoadTracker`` for the load figures and
-``BdseqStore`` for the persisted birth/death sequence."""
+``HeartbeatSources`` to build one from what an edge reads, ``LoadTracker`` for the load
+figures and ``BdseqStore`` for the persisted birth/death sequence."""
 
 from edge_node.heartbeat.bdseq import BDSEQ_FILE, BdseqStore
+from edge_node.heartbeat.body import HeartbeatBody, HeartbeatSources, ModelReport
 from edge_node.heartbeat.load import LoadTracker, percentile
-from edge_node.heartbeat.publisher import HeartbeatBody, HeartbeatPublisher, HeartbeatSettings, edge_snapshot
+from edge_node.heartbeat.publisher import HeartbeatPublisher, HeartbeatSettings
 
 __all__ = [
     "BDSEQ_FILE",
@@ -15,7 +16,8 @@ __all__ = [
     "HeartbeatBody",
     "HeartbeatPublisher",
     "HeartbeatSettings",
+    "HeartbeatSources",
     "LoadTracker",
-    "edge_snapshot",
+    "ModelReport",
     "percentile",
 ]

@@ -53,8 +53,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,15 +62,12 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from edge_node.heartbeat.bdseq import BdseqStore
-from edge_node.heartbeat.load import LoadTracker
-from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
+from edge_node.heartbeat.body import HeartbeatBody
+from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Heartbeat, NodeStatus
 from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
 
 log = logging.getLogger(__name__)
-
-#: Longest model error string carried in a heartbeat.
-MAX_ERROR_CHARS = 512
 
 
 class HeartbeatSettings(BaseModel):
@@ -140,56 +136,6 @@ class HeartbeatSettings(BaseModel):
         broker with ``use_username_as_clientid`` makes of it anyway), else ``client_id``,
         else ``edge-{node_id}``."""
         return self.username or self.client_id or f"edge-{node_id}"
-
-
-@dataclass(frozen=True)
-class HeartbeatBody:
-    """What the edge reports in a heartbeat; the publisher adds ids, sequence numbers and time."""
-
-    state: str = "online"
-    load: LoadInfo = field(default_factory=LoadInfo)
-    models: Sequence[ModelInfo] = ()
-    cache: CacheInfo = field(default_factory=CacheInfo)
-    grpc_address: str = ""
-    http_address: str = ""
-
-
-def edge_snapshot(
-    edge: Any, load: LoadTracker | None = None, state: Callable[[], str] | None = None
-) -> Callable[[], HeartbeatBody]:
-    """A ``snapshot`` callable over an ``edge_node.server.Edge`` (duck-typed: its
-    ``repository.models()``, ``store.stats()`` and ``node_info()``)."""
-
-    def snapshot() -> HeartbeatBody:
-        info = edge.node_info()
-        stats = edge.store.stats()
-        models = [
-            ModelInfo(
-                name=m.name,
-                version=m.version,
-                state=str(m.state),
-                error=m.error[:MAX_ERROR_CHARS] if m.error else None,
-                errors=getattr(m, "errors", 0),  # duck-typed like the rest
-            )
-            for m in edge.repository.models()
-        ]
-        known = {(m.name, m.version) for m in models}
-        refusals = getattr(getattr(edge, "materializer", None), "refusals", {})  # e.g. a cache too small
-        models += [
-            ModelInfo(name=name, version=ver, state="failed", error=reason[:MAX_ERROR_CHARS])
-            for (name, ver), reason in refusals.items()
-            if (name, ver) not in known
-        ]
-        return HeartbeatBody(
-            state=state() if state is not None else "online",
-            load=load.snapshot() if load is not None else LoadInfo(),
-            models=models[:1024],
-            cache=CacheInfo(bytes=stats.bytes, capacity=stats.capacity, hits=stats.hits, misses=stats.misses),
-            grpc_address=info.grpc_address,
-            http_address=info.http_address,
-        )
-
-    return snapshot
 
 
 def _now_ms() -> int:

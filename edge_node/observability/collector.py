@@ -1,4 +1,4 @@
-"""A Prometheus collector over one ``Edge``: counters that already exist as
+"""A Prometheus collector over an edge's parts: counters that already exist as
 attributes (cache, fetcher, peer servicer, heartbeat publisher) are read at scrape
 time instead of being duplicated on the hot paths."""
 
@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from edge_node.server import Edge
+from edge_node.cache import ChunkStore
+from edge_node.fetch import ChunkFetcher
+from edge_node.heartbeat import HeartbeatPublisher
+from edge_node.inference import ModelRepository
+from edge_node.peer import PeerServicer
+from edge_node.sync import DesiredStateFollower, Materializer
 
 __all__ = ["EdgeStateCollector"]
 
@@ -41,8 +44,24 @@ def _by_label(
 class EdgeStateCollector(Collector):
     """Cache, fetch, peer, heartbeat and version figures of one edge."""
 
-    def __init__(self, edge: Edge) -> None:
-        self._edge = edge
+    def __init__(
+        self,
+        *,
+        store: ChunkStore,
+        fetcher: ChunkFetcher,
+        peer: PeerServicer,
+        heartbeat: HeartbeatPublisher,
+        follower: DesiredStateFollower,
+        materializer: Materializer,
+        repository: ModelRepository,
+    ) -> None:
+        self._store = store
+        self._fetcher = fetcher
+        self._peer_servicer = peer
+        self._publisher = heartbeat
+        self._follower = follower
+        self._materializer = materializer
+        self._repository = repository
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
@@ -53,7 +72,7 @@ class EdgeStateCollector(Collector):
         yield from self._versions()
 
     def _cache(self) -> Iterator[Metric]:
-        s = self._edge.store.stats()
+        s = self._store.stats()
         yield _gauge("modelfleet_cache_bytes", "Bytes of chunks in the local cache.", s.bytes)
         yield _gauge("modelfleet_cache_capacity_bytes", "Cache size cap (pinned chunks may exceed it).", s.capacity)
         yield _gauge(
@@ -72,7 +91,7 @@ class EdgeStateCollector(Collector):
         )
 
     def _fetch(self) -> Iterator[Metric]:
-        f = self._edge.fetcher.stats
+        f = self._fetcher.stats
         chunks = CounterMetricFamily(
             "modelfleet_fetch_chunks", "Chunks this node needed, by where they came from.", labels=("source",)
         )
@@ -99,12 +118,12 @@ class EdgeStateCollector(Collector):
         yield _by_label(rejected, dict(by_source))
 
     def _peer(self) -> Iterator[Metric]:
-        peer = self._edge.peer_servicer
+        peer = self._peer_servicer
         yield _counter("modelfleet_peer_served_chunks", "Chunks this node served to peers.", peer.chunks_served)
         yield _counter("modelfleet_peer_served_bytes", "Chunk bytes this node served to peers.", peer.bytes_served)
 
     def _heartbeat(self) -> Iterator[Metric]:
-        hb = self._edge.heartbeat
+        hb = self._publisher
         yield _counter("modelfleet_heartbeats_sent", "Heartbeats handed to the MQTT client.", hb.heartbeats_sent)
         yield _counter(
             "modelfleet_heartbeats_dropped", "Heartbeats not sent (no connection, full queue, snapshot error).",
@@ -114,12 +133,12 @@ class EdgeStateCollector(Collector):
         yield _gauge("modelfleet_mqtt_connected", "1 while connected to the MQTT broker.", int(hb.connected))
         yield _gauge(
             "modelfleet_central_connected", "1 while the desired-state stream to central is open.",
-            int(self._edge.follower.connected.is_set()),
+            int(self._follower.connected.is_set()),
         )  # fmt: skip
 
     def _versions(self) -> Iterator[Metric]:
         files: Counter[str] = Counter(dict.fromkeys(VERSION_STATES, 0))
-        for p in self._edge.materializer.progress.values():
+        for p in self._materializer.progress.values():
             files[p.state] += 1
         yield _by_label(
             GaugeMetricFamily(
@@ -128,7 +147,7 @@ class EdgeStateCollector(Collector):
             dict(files),
         )
         models: Counter[str] = Counter(dict.fromkeys(MODEL_STATES, 0))
-        for m in self._edge.repository.models():
+        for m in self._repository.models():
             models[str(m.state)] += 1
         yield _by_label(
             GaugeMetricFamily("modelfleet_edge_models", "Model versions in ONNX Runtime, by state.", labels=("state",)),

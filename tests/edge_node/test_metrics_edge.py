@@ -11,12 +11,12 @@ import numpy as np
 from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, Samples, metric_samples, push, sample, version_state, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
 
 
-async def _scrape(edge: Edge) -> Samples:
+async def _scrape(edge: EdgeServer) -> Samples:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}") as client:
         response = await client.get("/metrics")
     assert response.status_code == 200
@@ -42,7 +42,7 @@ async def test_edge_metrics_count_sources_cache_heartbeats_versions_and_requests
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edges[0].http_port}") as client:
         for _ in range(3):
             assert (await client.post("/v2/models/tiny/infer", json=_BODY)).status_code == 200
-    await wait_for(lambda: all(e.heartbeat.heartbeats_sent >= 2 for e in edges), 10, "heartbeats")
+    await wait_for(lambda: all(e.edge.heartbeat.heartbeats_sent >= 2 for e in edges), 10, "heartbeats")
 
     scrapes = [await _scrape(e) for e in edges]
     for s in scrapes:

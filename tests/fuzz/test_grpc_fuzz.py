@@ -75,7 +75,7 @@ async def test_edge_peer_service_answers_malformed_requests_with_client_errors(
 ) -> None:
     manifest = (await push(api, "tiny", small_model_file, version="v1")).json()["manifest"]
     edge = await make_edge("peer-fuzzed", central)
-    await wait_for(lambda: edge.repository.ready(), what="the edge serving tiny")
+    await wait_for(lambda: edge.edge.repository.ready(), what="the edge serving tiny")
     held = [c["digest"] for c in manifest["chunks"]]
     fetch = peer_pb2.PeerFetchRequest
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:

@@ -70,7 +70,7 @@ async def test_edge_api_answers_every_fuzzed_request_as_documented(
 ) -> None:
     assert (await push(api, "tiny", small_model_file, version="v1")).status_code == 201
     edge = await make_edge("fuzzed", central)
-    await wait_for(lambda: edge.repository.ready(), what="the edge serving tiny")
+    await wait_for(lambda: edge.edge.repository.ready(), what="the edge serving tiny")
     url = f"http://127.0.0.1:{edge.http_port}"
     report = await asyncio.to_thread(
         fuzz_api, url, exclude=r"^/bench", pins={"name": "tiny", "v": "v1"}, max_examples=EXAMPLES

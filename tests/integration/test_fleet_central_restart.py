@@ -20,7 +20,7 @@ async def test_edges_resync_after_a_central_restart(make_edge: EdgeFactory, mode
         assert (await push(api, "mlp", model_file)).status_code == 201
     await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), what="rollout")
     await first.stop()
-    await wait_for(lambda: not any(e.follower.connected.is_set() for e in edges), what="edges noticing")
+    await wait_for(lambda: not any(e.edge.follower.connected.is_set() for e in edges), what="edges noticing")
     assert all(version_state(e, "mlp", "1") == "complete" for e in edges)  # nothing lost meanwhile
 
     # Same data dir and ports: edges find it again by themselves.
@@ -33,7 +33,7 @@ async def test_edges_resync_after_a_central_restart(make_edge: EdgeFactory, mode
             assert (await push(api, "mlp", v2)).status_code == 201
         await wait_for(lambda: all(version_state(e, "mlp", "2") == "complete" for e in edges), what="v2 rollout")
         for edge in edges:
-            assert edge.files.model_path("mlp", "2").read_bytes() == v2.read_bytes()
+            assert edge.edge.files.model_path("mlp", "2").read_bytes() == v2.read_bytes()
     finally:
         for edge in edges:
             await edge.stop()

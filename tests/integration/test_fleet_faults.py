@@ -32,7 +32,7 @@ async def test_stopping_an_owner_mid_rollout_still_completes_everywhere(
     async with httpx.AsyncClient(base_url=slow_central.http_url, timeout=30) as api:
         assert (await push(api, "mlp", model_file)).status_code == 201
     victim = edges[0]
-    await wait_for(lambda: victim.fetcher.stats.chunks_from_origin > 0, what="the victim fetching its chunks")
+    await wait_for(lambda: victim.edge.fetcher.stats.chunks_from_origin > 0, what="the victim fetching its chunks")
     assert version_state(victim, "mlp", "1") != "complete"
     owned_before = slow_central.central.placement.owned_by(victim.node_id)
     assert owned_before
@@ -44,7 +44,7 @@ async def test_stopping_an_owner_mid_rollout_still_completes_everywhere(
     assert all(victim.node_id not in owners for owners in placement.values())
     await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in survivors), 60, "survivors")
     for edge in survivors:
-        assert edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+        assert edge.edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
 
 
 class LyingPeer(peer_pb2_grpc.PeerServicer):
@@ -94,12 +94,12 @@ async def test_an_edge_rejects_a_peer_that_serves_corrupted_bytes_and_still_fini
         digests = {c["digest"] for c in response.json()["manifest"]["chunks"]}
         await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), 60, "rollout")
         for edge in edges:
-            assert edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+            assert edge.edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
         assert liar.served > 0
-        assert sum(e.fetcher.stats.rejected_corrupt["rogue"] for e in edges) == liar.served
+        assert sum(e.edge.fetcher.stats.rejected_corrupt["rogue"] for e in edges) == liar.served
         for edge in edges:  # every cached chunk matches its digest (get() re-verifies)
-            assert all(edge.store.get(d) is not None for d in digests)
-            assert edge.store.stats().entries == len(digests)
+            assert all(edge.edge.store.get(d) is not None for d in digests)
+            assert edge.edge.store.stats().entries == len(digests)
     finally:
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
@@ -118,16 +118,16 @@ async def test_a_restarted_edge_fetches_nothing_it_already_had(
     # Same data dir (cache and versions): it comes back complete without a byte fetched.
     again = await make_edge("edge-0", central, data_dir=tmp_path / "edge-0")
     await wait_for(lambda: version_state(again, "mlp", "1") == "complete", what="restart")
-    await wait_for(lambda: again.repository.ready(), what="the restarted edge serving again")
-    assert again.fetcher.stats.as_dict()["bytes_fetched"] == 0
+    await wait_for(lambda: again.edge.repository.ready(), what="the restarted edge serving again")
+    assert again.edge.fetcher.stats.as_dict()["bytes_fetched"] == 0
     await again.stop()
 
     # Lose the assembled file but keep the cache: it reassembles from cached chunks only.
-    again.files.remove("mlp", "1")
+    again.edge.files.remove("mlp", "1")
     third = await make_edge("edge-0", central, data_dir=tmp_path / "edge-0")
     await wait_for(lambda: version_state(third, "mlp", "1") == "complete", what="reassembly")
-    assert third.fetcher.stats.as_dict()["bytes_fetched"] == 0
-    assert third.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+    assert third.edge.fetcher.stats.as_dict()["bytes_fetched"] == 0
+    assert third.edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
 
 
 async def test_an_edge_stopped_mid_fetch_resumes_with_only_the_missing_chunks(
@@ -137,12 +137,12 @@ async def test_an_edge_stopped_mid_fetch_resumes_with_only_the_missing_chunks(
     async with httpx.AsyncClient(base_url=slow_central.http_url, timeout=30) as api:
         response = await push(api, "mlp", model_file)
     size = response.json()["manifest"]["size"]
-    await wait_for(lambda: edge.fetcher.stats.bytes_from_origin > size // 3, what="a third fetched")
+    await wait_for(lambda: edge.edge.fetcher.stats.bytes_from_origin > size // 3, what="a third fetched")
     await edge.stop()
-    already = edge.fetcher.stats.as_dict()["bytes_fetched"]
+    already = edge.edge.fetcher.stats.as_dict()["bytes_fetched"]
     assert 0 < already < size
 
     resumed = await make_edge("edge-0", slow_central, data_dir=tmp_path / "edge-0")
     await wait_for(lambda: version_state(resumed, "mlp", "1") == "complete", 60, "resumed rollout")
-    assert resumed.fetcher.stats.as_dict()["bytes_fetched"] == size - already
-    assert resumed.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+    assert resumed.edge.fetcher.stats.as_dict()["bytes_fetched"] == size - already
+    assert resumed.edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()

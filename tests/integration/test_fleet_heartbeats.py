@@ -81,6 +81,6 @@ async def test_central_and_edges_reconverge_after_the_broker_restarts(
     await wait_for(lambda: _alive(mqtt_central) == names, 20, "two alive nodes")
     mosquitto.kill()
     mosquitto.restart()
-    await wait_for(lambda: all(e.heartbeat.bdseq >= 2 for e in edges), 30, "edges reconnected with a new bdseq")
+    await wait_for(lambda: all(e.edge.heartbeat.bdseq >= 2 for e in edges), 30, "edges reconnected with a new bdseq")
     await wait_for(lambda: _alive(mqtt_central) == names, 30, "both alive again at central")
     assert {n.node_id for n in mqtt_central.central.nodes.nodes()} == names

@@ -39,9 +39,9 @@ async def test_digits_is_quantized_distributed_and_served_as_int8(
         fp32 = (await api.get("/api/v1/models/digits/versions/1", params={"artifact": "fp32"})).json()
         assert fp32["sha256"] != manifest["sha256"] and fp32["artifact"] == "fp32"
 
-    await wait_for(lambda: all(e.repository.ready() for e in edges), 60, "digits ready everywhere")
+    await wait_for(lambda: all(e.edge.repository.ready() for e in edges), 60, "digits ready everywhere")
     for edge in edges:
-        assert edge.files.model_path("digits", "1").stat().st_size == manifest["size"]
+        assert edge.edge.files.model_path("digits", "1").stat().st_size == manifest["size"]
         x = digits.test_x
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=60) as oip:

@@ -24,13 +24,13 @@ async def test_push_reaches_every_edge_byte_for_byte(
     await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), what="rollout")
     expected = model_file.read_bytes()
     for edge in edges:
-        assert edge.files.model_path("mlp", "1").read_bytes() == expected
+        assert edge.edge.files.model_path("mlp", "1").read_bytes() == expected
 
     origin = (await api.get("/api/v1/stats")).json()["origin"]
     size = manifest["size"]
-    peer_errors = sum(sum(e.fetcher.stats.peer_errors.values()) for e in edges)
-    from_origin = sum(e.fetcher.stats.bytes_from_origin for e in edges)
-    from_peers = sum(e.fetcher.stats.bytes_from_peers for e in edges)
+    peer_errors = sum(sum(e.edge.fetcher.stats.peer_errors.values()) for e in edges)
+    from_origin = sum(e.edge.fetcher.stats.bytes_from_origin for e in edges)
+    from_peers = sum(e.edge.fetcher.stats.bytes_from_peers for e in edges)
     assert from_origin + from_peers == 4 * size  # every edge fetched each byte exactly once
     if peer_errors == 0:
         # Each chunk left the origin once, to its first owner; the rest came from peers.
@@ -71,5 +71,5 @@ async def test_a_new_version_replaces_the_old_one_on_every_edge(
     assert (await push(api, "mlp", v2)).status_code == 201
     await wait_for(lambda: all(version_state(e, "mlp", "2") == "complete" for e in edges), what="v2")
     for edge in edges:
-        assert edge.files.model_path("mlp", "2").read_bytes() == v2.read_bytes()
+        assert edge.edge.files.model_path("mlp", "2").read_bytes() == v2.read_bytes()
         assert version_state(edge, "mlp", "1") is None  # no longer desired

@@ -32,7 +32,7 @@ async def test_a_version_swap_under_load_fails_no_request(
     v1 = build_mlp(tmp_path / "v1.onnx", width=64, hidden_layers=2)
     v2 = build_mlp(tmp_path / "v2.onnx", width=64, hidden_layers=2, head_seed=5)
     assert (await push(api, "mlp", v1)).status_code == 201
-    await wait_for(lambda: edge.repository.ready(), what="v1 ready")
+    await wait_for(lambda: edge.edge.repository.ready(), what="v1 ready")
 
     stop, outcomes, versions = asyncio.Event(), Counter[str](), Counter[str]()
     base = f"http://127.0.0.1:{edge.http_port}"
@@ -45,4 +45,4 @@ async def test_a_version_swap_under_load_fails_no_request(
         stop.set()
         await asyncio.gather(*clients)
     assert set(outcomes) == {"200"}, outcomes
-    assert edge.repository.get("mlp").version == "2"
+    assert edge.edge.repository.get("mlp").version == "2"

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
 
 
@@ -43,10 +43,10 @@ async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIter
     await server.stop()
 
 
-def _serving(edge: Edge) -> str | None:
+def _serving(edge: EdgeServer) -> str | None:
     """The version of ``tiny`` the edge answers with by default (None: none)."""
     try:
-        return edge.repository.get("tiny").version
+        return edge.edge.repository.get("tiny").version
     except Exception:
         return None
 

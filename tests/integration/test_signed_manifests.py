@@ -54,11 +54,11 @@ async def test_an_edge_loads_only_what_its_pinned_key_signed_and_refetches_corru
     # A tampered cache directory: every chunk file changed on disk. The same bytes pushed
     # as version 2 are cache hits; assembly re-hashes them, drops them and fetches again.
     assert _corrupt_cache_files(edge.settings.resolved_cache_dir) > 0
-    from_origin = edge.fetcher.stats.bytes_from_origin
+    from_origin = edge.edge.fetcher.stats.bytes_from_origin
     await _push(first, v1)
     await wait_for(lambda: version_state(edge, "mlp", "2") == "complete", what="v2 despite the corrupt cache")
-    assert edge.files.model_path("mlp", "2").read_bytes() == v1.read_bytes()
-    assert edge.fetcher.stats.bytes_from_origin - from_origin == v1.stat().st_size
+    assert edge.edge.files.model_path("mlp", "2").read_bytes() == v1.read_bytes()
+    assert edge.edge.fetcher.stats.bytes_from_origin - from_origin == v1.stat().st_size
     assert await served_version(edge) == "2"
     await first.stop()
 
@@ -73,11 +73,11 @@ async def test_an_edge_loads_only_what_its_pinned_key_signed_and_refetches_corru
         v3 = build_mlp(tmp_path / "v3.onnx", width=64, hidden_layers=2, head_seed=7)
         refused = await _push(second, v3)
         await wait_for(lambda: version_state(edge, "mlp", "3") == "failed", what="v3 refused")
-        error = edge.materializer.progress[("mlp", "3")].error or ""
+        error = edge.edge.materializer.progress[("mlp", "3")].error or ""
         assert "manifest refused" in error and "signature does not match" in error
         chunks = refused["chunks"]
         assert isinstance(chunks, list)
-        assert not edge.store.has_many(c["digest"] for c in chunks)  # not one chunk of it fetched
+        assert not edge.edge.store.has_many(c["digest"] for c in chunks)  # not one chunk of it fetched
         assert await served_version(edge) == "2"  # the previous version keeps serving
     finally:
         await edge.stop()

@@ -86,9 +86,9 @@ async def test_a_tls_fleet_moves_chunks_over_mutual_tls_and_serves_through_the_h
         assert (await push(api, "mlp", model_file)).status_code == 201
         await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in edges), 30, "both edges")
         for edge in edges:  # the chunks it does not own came from the other edge, none refused
-            assert edge.fetcher.stats.chunks_from_peers > 0, edge.fetcher.stats.as_dict()
-            assert not edge.fetcher.stats.peer_errors, edge.fetcher.stats.as_dict()
-        assert sum(e.peer_servicer.chunks_served for e in edges) > 0
+            assert edge.edge.fetcher.stats.chunks_from_peers > 0, edge.edge.fetcher.stats.as_dict()
+            assert not edge.edge.fetcher.stats.peer_errors, edge.edge.fetcher.stats.as_dict()
+        assert sum(e.edge.peer_servicer.chunks_served for e in edges) > 0
 
         tracker = tls_central.central.membership
         await wait_for(lambda: len(tracker.ready_endpoints("mlp")) == 2, 20, "mlp ready in heartbeats")
@@ -107,7 +107,7 @@ async def test_tls_servers_refuse_clients_without_the_ca_or_a_fleet_certificate(
     tls_central: CentralServer, pki: CertAuthority, make_edge: EdgeFactory, tmp_path: Path
 ) -> None:
     edge = await make_edge("edge-0", tls_central, tls=pki.issue("edge-0").tls(require_client_cert=True))
-    await wait_for(edge.follower.connected.is_set, 10, "the edge connected to central over mutual TLS")
+    await wait_for(edge.edge.follower.connected.is_set, 10, "the edge connected to central over mutual TLS")
     fleet_member = pki.issue("operator-tool")
     stranger = CertAuthority(tmp_path / "other-pki", name="other").issue("stranger")
 

@@ -154,23 +154,23 @@ async def test_an_edge_with_its_token_serves_and_one_with_another_nodes_token_is
     edge = await make_edge("edge-a", guarded, node_token_file=token_file)
     caplog.set_level(logging.INFO, logger="edge_node.sync.follower")
     impostor = await make_edge("edge-c", guarded, node_token=token_file.read_text().strip())
-    await wait_for(edge.follower.connected.is_set, what="edge-a registered")
+    await wait_for(edge.edge.follower.connected.is_set, what="edge-a registered")
 
     admin = TokenStore(tmp_path / "central" / "tokens.json").create("ci", Role.ADMIN)
     headers = {"Authorization": f"Bearer {admin}"}
     async with httpx.AsyncClient(base_url=guarded.http_url, timeout=30, headers=headers) as api:
         assert (await push(api, "tiny", small_model_file)).status_code == 201
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny on edge-a")
-    assert edge.fetcher.stats.bytes_from_origin > 0  # origin fetches carried the token too
+    assert edge.edge.fetcher.stats.bytes_from_origin > 0  # origin fetches carried the token too
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
         assert (await client.post("/v2/models/tiny/infer", json=body)).status_code == 200
 
     # edge-c presented edge-a's token: refused on every retry, one error line, never registered.
-    await wait_for(lambda: impostor.follower.refusal is not None, what="edge-c refused")
+    await wait_for(lambda: impostor.edge.follower.refusal is not None, what="edge-c refused")
     await asyncio.sleep(1.0)  # several retries at the test's 0.5 s backoff cap
     refused = [r for r in caplog.records if "refused this node's credential" in r.getMessage()]
     assert len(refused) == 1 and refused[0].levelno == logging.ERROR and refused[0].exc_info is None
     assert "PERMISSION_DENIED" in refused[0].getMessage() and "'edge-a'" in refused[0].getMessage()
-    assert not impostor.follower.connected.is_set() and guarded.central.nodes.get("edge-c") is None
+    assert not impostor.edge.follower.connected.is_set() and guarded.central.nodes.get("edge-c") is None
     assert [n.node_id for n in guarded.central.nodes.nodes()] == ["edge-a"]

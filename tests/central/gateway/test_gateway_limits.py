@@ -32,7 +32,7 @@ async def test_requests_beyond_max_outstanding_get_503_with_retry_after(
 ) -> None:
     edge = await make_edge("edge-0", central)
     assert (await push(api, "tiny", small_model_file)).status_code == 201
-    await wait_for(lambda: edge.repository.ready(), what="tiny ready on the edge")
+    await wait_for(lambda: edge.edge.repository.ready(), what="tiny ready on the edge")
     source = StaticNodeSource([Candidate(edge.node_id, f"127.0.0.1:{edge.http_port}")])
     proxy = create_gateway(source, GatewaySettings(max_outstanding=2))
     app = FastAPI()

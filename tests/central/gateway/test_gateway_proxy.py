@@ -28,7 +28,7 @@ from central.gateway import (
 )
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 from modelfleet.up.ports import free_port
 
 MODEL = "tiny"
@@ -54,7 +54,7 @@ def _binary_request(rows: int = 4) -> tuple[bytes, dict[str, str]]:
     return header + x.tobytes(), headers
 
 
-def _candidate(edge: Edge) -> Candidate:
+def _candidate(edge: EdgeServer) -> Candidate:
     return Candidate(edge.node_id, f"127.0.0.1:{edge.http_port}")
 
 
@@ -81,10 +81,10 @@ async def _serve(proxy: GatewayProxy) -> AsyncIterator[httpx.AsyncClient]:
 
 async def _fleet(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model: Path, n: int, **overrides: Any
-) -> list[Edge]:
+) -> list[EdgeServer]:
     edges = list(await asyncio.gather(*(make_edge(f"edge-{i}", central, **overrides) for i in range(n))))
     assert (await push(api, MODEL, model)).status_code == 201
-    await wait_for(lambda: all(e.repository.ready() for e in edges), 30, "every edge serving the model")
+    await wait_for(lambda: all(e.edge.repository.ready() for e in edges), 30, "every edge serving the model")
     return edges
 
 
@@ -176,13 +176,13 @@ async def test_a_503_is_retried_elsewhere_and_a_400_is_passed_through(
     )
     free = await make_edge("edge-free", central)
     assert (await push(api, MODEL, small_model_file)).status_code == 201
-    await wait_for(lambda: busy.repository.ready() and free.repository.ready(), 30, "both edges serving")
+    await wait_for(lambda: busy.edge.repository.ready() and free.edge.repository.ready(), 30, "both edges serving")
     proxy, source = _gateway([_candidate(busy), _candidate(free)], failure_threshold=100)
     async with _serve(proxy) as gw, httpx.AsyncClient(trust_env=False, timeout=30) as direct:
         holder = asyncio.create_task(
             direct.post(f"http://127.0.0.1:{busy.http_port}/v2/models/{MODEL}/infer", json=_json_request())
         )
-        await wait_for(lambda: busy.repository.get(MODEL).active_requests == 1, 5, "the busy edge's queue full")
+        await wait_for(lambda: busy.edge.repository.get(MODEL).active_requests == 1, 5, "the busy edge's queue full")
         served: Counter[str] = Counter()
         for _ in range(6):
             r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
@@ -254,7 +254,7 @@ async def test_half_open_breaker_closes_once_the_node_answers_again(
         assert "cannot connect" in (breaker.last_failure or "")
 
         late = await make_edge("edge-late", central, http_port=port)
-        await wait_for(lambda: late.repository.ready(), 30, "edge-late serving")
+        await wait_for(lambda: late.edge.repository.ready(), 30, "edge-late serving")
         served: Counter[str] = Counter()
         for _ in range(200):
             r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())

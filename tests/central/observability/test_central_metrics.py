@@ -72,7 +72,7 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
         # A clean "offline" on MQTT only: dead at once and evicted by the failover coordinator.
         # (A whole edge.stop() also closes its watch stream, which may take it off the ring
         # first, as a leave rather than a failover.)
-        await edges[0].heartbeat.stop()
+        await edges[0].edge.heartbeat.stop()
         await wait_for(lambda: tracker.counts()["dead"] == 1, 10, "the leaver dead")
         after = await _scrape(api)
 

@@ -131,7 +131,7 @@ async def test_an_edge_refused_by_a_full_origin_retries_and_completes(
             assert (await push(api, "mlp", model_file)).status_code == 201
         await wait_for(lambda: version_state(edge, "mlp", "1") == "complete", 30, "the edge holding mlp 1")
         assert server.central.origin.stats.overloaded > 0  # it was refused, and retried
-        assert edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
+        assert edge.edge.files.model_path("mlp", "1").read_bytes() == model_file.read_bytes()
     finally:
         await edge.stop()
         await server.stop()

@@ -12,13 +12,13 @@ import httpx
 
 from central.server import CentralServer
 from conftest import EdgeFactory, metric_samples, push, sample, version_state, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
 
 REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
 
 
-def _tamper(edge: Edge, chunk: bytes) -> Path:
+def _tamper(edge: EdgeServer, chunk: bytes) -> Path:
     """Flip one byte of the file in which diskcache keeps ``chunk`` (every value is a file)."""
     root = edge.settings.resolved_cache_dir
     (path,) = [p for p in root.rglob("*.val") if p.read_bytes() == chunk]
@@ -28,7 +28,7 @@ def _tamper(edge: Edge, chunk: bytes) -> Path:
     return path
 
 
-async def _peer_fetch(edge: Edge, digest: str) -> bytes:
+async def _peer_fetch(edge: EdgeServer, digest: str) -> bytes:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
         call = peer_pb2_grpc.PeerStub(channel).FetchChunk(peer_pb2.PeerFetchRequest(digest=digest, requester="peer"))
         return b"".join([piece.data async for piece in call])
@@ -44,22 +44,22 @@ async def test_a_tampered_chunk_is_dropped_refetched_and_never_served_or_loaded(
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny 1 on the edge")
     assert len(chunks) == 1 and chunks[0]["size"] == len(published)
     digest = chunks[0]["digest"]
-    from_origin = edge.fetcher.stats.chunks_from_origin
+    from_origin = edge.edge.fetcher.stats.chunks_from_origin
 
     _tamper(edge, published)
     assert await _peer_fetch(edge, digest) == published  # dropped, fetched again, served right
-    assert edge.store.stats().corrupt_dropped == 1
-    assert edge.fetcher.stats.chunks_from_origin == from_origin + 1
+    assert edge.edge.store.stats().corrupt_dropped == 1
+    assert edge.edge.fetcher.stats.chunks_from_origin == from_origin + 1
 
     _tamper(edge, published)  # again, then a new version sharing the chunk is assembled from the cache
     assert (await push(api, "tiny", small_model_file, version="2")).status_code == 201
     await wait_for(lambda: version_state(edge, "tiny", "2") == "complete", what="tiny 2 assembled")
-    assert edge.files.model_path("tiny", "2").read_bytes() == published
-    assert edge.store.stats().corrupt_dropped == 2
-    assert edge.fetcher.stats.chunks_from_origin == from_origin + 2
+    assert edge.edge.files.model_path("tiny", "2").read_bytes() == published
+    assert edge.edge.store.stats().corrupt_dropped == 2
+    assert edge.edge.fetcher.stats.chunks_from_origin == from_origin + 2
 
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
-        await wait_for(lambda: edge.repository.ready(), what="tiny serving")
+        await wait_for(lambda: edge.edge.repository.ready(), what="tiny serving")
         v1 = await oip.post("/v2/models/tiny/versions/1/infer", json=REQUEST)
         v2 = await oip.post("/v2/models/tiny/versions/2/infer", json=REQUEST)
         assert v1.status_code == v2.status_code == 200, (v1.text, v2.text)
@@ -75,7 +75,7 @@ async def test_a_tampered_model_file_and_chunk_are_rebuilt_at_restart(
     published = small_model_file.read_bytes()
     assert (await push(api, "tiny", small_model_file)).status_code == 201
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny 1 on the edge")
-    model = edge.files.model_path("tiny", "1")
+    model = edge.edge.files.model_path("tiny", "1")
     await edge.stop()
 
     tampered = bytearray(published)
@@ -86,7 +86,7 @@ async def test_a_tampered_model_file_and_chunk_are_rebuilt_at_restart(
     again = await make_edge("edge-0", central, fetch={"hot_cache_bytes": 0})
     await wait_for(lambda: version_state(again, "tiny", "1") == "complete", what="tiny 1 rebuilt")
     assert model.read_bytes() == published
-    assert again.store.stats().corrupt_dropped == 1 and again.fetcher.stats.chunks_from_origin == 1
-    await wait_for(lambda: again.repository.ready(), what="tiny serving")
+    assert again.edge.store.stats().corrupt_dropped == 1 and again.edge.fetcher.stats.chunks_from_origin == 1
+    await wait_for(lambda: again.edge.repository.ready(), what="tiny serving")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{again.http_port}", timeout=30) as oip:
         assert (await oip.post("/v2/models/tiny/infer", json=REQUEST)).status_code == 200

@@ -53,7 +53,7 @@ class FetchNode:
 
 @asynccontextmanager
 async def fetch_node(node_id: str, central: CentralServer, cache_dir: Path) -> AsyncIterator[FetchNode]:
-    """A node wired as ``edge_node.server.Edge`` wires it, without the follower."""
+    """A node wired as ``edge_node.core.Edge`` wires it, without the follower."""
     store = ChunkStore(cache_dir, size_limit=1 << 30, holder=node_id)
     pool = ChannelPool()
     origin = OriginClient(pool, central.grpc_address, node_id)

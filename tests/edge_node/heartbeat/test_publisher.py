@@ -21,14 +21,15 @@ import pytest
 from pydantic import ValidationError
 
 from brokers import Message, MosquittoBroker, Subscriber, free_port, retained
+from edge_node.cache import CacheStats
 from edge_node.heartbeat import (
     BDSEQ_FILE,
     BdseqStore,
     HeartbeatBody,
     HeartbeatPublisher,
     HeartbeatSettings,
+    HeartbeatSources,
     LoadTracker,
-    edge_snapshot,
     percentile,
 )
 from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo
@@ -516,16 +517,32 @@ def test_load_tracker_measures_real_cpu() -> None:
     assert tracker.snapshot().cpu_percent > 10
 
 
-def test_edge_snapshot_reads_an_edge() -> None:
-    models = [SimpleNamespace(name="m", version="1", state="failed", error="x" * 5000)]
-    edge = SimpleNamespace(
-        repository=SimpleNamespace(models=lambda: models),
-        store=SimpleNamespace(stats=lambda: SimpleNamespace(bytes=5, capacity=50, hits=1, misses=2, entries=9)),
-        node_info=lambda: SimpleNamespace(grpc_address="h:1", http_address="h:2"),
+def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
+    models = [
+        SimpleNamespace(name="m", version="1", state="failed", error="x" * 5000, errors=0),
+        SimpleNamespace(name="m", version="2", state="ready", error=None, errors=3),
+    ]
+    refusals = {("m", "1"): "already listed", ("big", "7"): "needs 9 GB, the cache holds 1 GB"}
+    stats = CacheStats(
+        bytes=5, capacity=50, pinned_bytes=0, entries=9, hits=1, misses=2, bytes_read=0, bytes_written=0, evictions=0
     )
     tracker = LoadTracker()
-    snap = edge_snapshot(edge, tracker, state=lambda: "draining")()
+    sources = HeartbeatSources(
+        addresses=lambda: ("h:1", "h:2"),
+        cache=lambda: stats,
+        models=lambda: models,
+        refusals=lambda: refusals,
+        load=tracker,
+        state=lambda: "draining",
+    )
+    with tracker.track():
+        snap = sources.snapshot()
     assert snap.state == "draining" and snap.grpc_address == "h:1" and snap.http_address == "h:2"
     assert snap.cache == CacheInfo(bytes=5, capacity=50, hits=1, misses=2)
-    assert snap.models[0].state == "failed" and len(snap.models[0].error or "") == 512
-    assert isinstance(snap.load, LoadInfo)
+    assert snap.load.inflight == 1
+    failed, ready, refused = snap.models
+    assert failed.state == "failed" and failed.error == "x" * 512
+    assert (ready.version, ready.state, ready.errors, ready.error) == ("2", "ready", 3, None)
+    # a refused version the runtime does not know is reported failed, with its reason
+    assert (refused.name, refused.version, refused.state) == ("big", "7", "failed")
+    assert refused.error == "needs 9 GB, the cache holds 1 GB"

@@ -30,7 +30,7 @@ async def test_oversized_bodies_and_tensors_get_413_and_the_edge_keeps_serving(
 ) -> None:
     edge = await make_edge("edge-0", central, limits=LIMITS)
     assert (await push(api, "tiny", small_model_file)).status_code == 201
-    await wait_for(lambda: edge.repository.ready(), what="tiny ready on the edge")
+    await wait_for(lambda: edge.edge.repository.ready(), what="tiny ready on the edge")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
         declared = await oip.post("/v2/models/tiny/infer", content=orjson.dumps(_request([1, 32], [0.5] * 2000)))
         assert declared.status_code == 413

@@ -41,8 +41,8 @@ async def test_a_full_queue_and_too_many_requests_get_503_with_retry_after(
         "edge-0", central, inference={"batching": BATCHING}, limits={"max_inflight_infer_requests": 2}
     )
     assert (await push(api, "tiny", small_model_file)).status_code == 201
-    await wait_for(lambda: edge.repository.ready(), what="tiny ready on the edge")
-    model = edge.repository.get("tiny")
+    await wait_for(lambda: edge.edge.repository.ready(), what="tiny ready on the edge")
+    model = edge.edge.repository.get("tiny")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
         # The batch queue: one row waits, the next request finds the queue full.
         queued = asyncio.create_task(oip.post("/v2/models/tiny/infer", json=REQUEST))
@@ -54,7 +54,7 @@ async def test_a_full_queue_and_too_many_requests_get_503_with_retry_after(
         # before its body is read.
         release = asyncio.Event()
         slow = asyncio.create_task(oip.post("/v2/models/tiny/infer", content=_held_body(release)))
-        await wait_for(lambda: edge.load.inflight == 1, 5, "a body being read")
+        await wait_for(lambda: edge.edge.load.inflight == 1, 5, "a body being read")
         queued = asyncio.create_task(oip.post("/v2/models/tiny/infer", json=REQUEST))
         await wait_for(lambda: model.active_requests == 1, 5, "one request queued")
         _assert_refused(await oip.post("/v2/models/tiny/infer", json=REQUEST), "limits.max_inflight_infer_requests")
@@ -62,7 +62,7 @@ async def test_a_full_queue_and_too_many_requests_get_503_with_retry_after(
         release.set()
         assert (await slow).status_code == 200
 
-        await wait_for(lambda: edge.load.inflight == 0 and model.active_requests == 0, 5, "everything done")
+        await wait_for(lambda: edge.edge.load.inflight == 0 and model.active_requests == 0, 5, "everything done")
         for _ in range(3):  # after the burst: nothing leaked
             ok = await oip.post("/v2/models/tiny/infer", json=REQUEST)
             assert ok.status_code == 200 and ok.json()["outputs"][0]["shape"] == [1, 10]

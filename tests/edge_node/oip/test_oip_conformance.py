@@ -15,30 +15,30 @@ import pytest
 
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 
 
 @pytest.fixture
 async def serving_edge(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
-) -> Edge:
+) -> EdgeServer:
     """An edge with model "tiny" version 1 ready."""
     edge = await make_edge("edge-0", central)
     assert (await push(api, "tiny", small_model_file)).status_code == 201
-    await wait_for(lambda: edge.repository.ready(), what="tiny ready on the edge")
+    await wait_for(lambda: edge.edge.repository.ready(), what="tiny ready on the edge")
     return edge
 
 
 @pytest.fixture
-async def oip(serving_edge: Edge) -> AsyncIterator[httpx.AsyncClient]:
+async def oip(serving_edge: EdgeServer) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the serving edge."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{serving_edge.http_port}", timeout=30) as client:
         yield client
 
 
-def _reference(edge: Edge, x: np.ndarray) -> np.ndarray:
+def _reference(edge: EdgeServer, x: np.ndarray) -> np.ndarray:
     """What ONNX Runtime says for the file the edge serves."""
-    session = ort.InferenceSession(str(edge.files.model_path("tiny", "1")), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(edge.edge.files.model_path("tiny", "1")), providers=["CPUExecutionProvider"])
     return session.run(["logits"], {"input": x})[0]
 
 
@@ -69,7 +69,7 @@ async def test_model_metadata_and_readiness(oip: httpx.AsyncClient) -> None:
 
 
 async def test_json_inference_echoes_the_id_and_matches_onnx_runtime(
-    oip: httpx.AsyncClient, serving_edge: Edge
+    oip: httpx.AsyncClient, serving_edge: EdgeServer
 ) -> None:
     x = np.random.default_rng(0).standard_normal((3, 32), dtype=np.float32)
     for path in ("/v2/models/tiny/infer", "/v2/models/tiny/versions/1/infer"):
@@ -95,7 +95,7 @@ async def test_nested_data_and_requested_outputs(oip: httpx.AsyncClient) -> None
     assert bad.status_code == 400 and "nope" in bad.json()["error"]
 
 
-async def test_binary_tensor_extension_round_trip(oip: httpx.AsyncClient, serving_edge: Edge) -> None:
+async def test_binary_tensor_extension_round_trip(oip: httpx.AsyncClient, serving_edge: EdgeServer) -> None:
     x = np.random.default_rng(1).standard_normal((4, 32), dtype=np.float32)
     header = orjson.dumps(
         {

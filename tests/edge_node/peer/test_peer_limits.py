@@ -47,9 +47,9 @@ async def test_streams_over_the_per_node_and_total_caps_are_refused(
     held = manifest["chunks"][0]["digest"]
     # The last chunks of the ~2.7 MB model: far past the burst, so the edge cannot have them.
     stuck = [c["digest"] for c in chunks[-3:]]
-    await wait_for(lambda: all(edge.view.owners(d) == ["edge-0"] for d in stuck), what="the edge owning them")
-    assert not edge.store.has_many(stuck)
-    limiter = edge.peer_servicer.limiter
+    await wait_for(lambda: all(edge.edge.view.owners(d) == ["edge-0"] for d in stuck), what="the edge owning them")
+    assert not edge.edge.store.has_many(stuck)
+    limiter = edge.edge.peer_servicer.limiter
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
         stub = peer_pb2_grpc.PeerStub(channel)
         greedy = [stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=d, requester="greedy")) for d in stuck[:2]]

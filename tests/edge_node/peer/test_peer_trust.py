@@ -27,8 +27,8 @@ async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(
     tiny = (await push(api, "tiny", small_model_file)).json()["manifest"]
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny on the edge")
     hidden = (await push(api, "hidden", model_file, activate="false")).json()["manifest"]["chunks"][0]
-    assert edge.view.owners(hidden["digest"]) == [] and not edge.store.has(hidden["digest"])
-    fetched = edge.fetcher.stats.chunks_from_origin
+    assert edge.edge.view.owners(hidden["digest"]) == [] and not edge.edge.store.has(hidden["digest"])
+    fetched = edge.edge.fetcher.stats.chunks_from_origin
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
         stub = peer_pb2_grpc.PeerStub(channel)
@@ -44,8 +44,8 @@ async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(
         pieces = [p.data async for p in stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=owned["digest"]))]
         assert b"".join(pieces) == small_model_file.read_bytes()[: owned["size"]]
 
-    assert edge.peer_servicer.relays_refused == 1
-    assert edge.fetcher.stats.chunks_from_origin == fetched and not edge.store.has(hidden["digest"])
+    assert edge.edge.peer_servicer.relays_refused == 1
+    assert edge.edge.fetcher.stats.chunks_from_origin == fetched and not edge.edge.store.has(hidden["digest"])
 
 
 async def test_a_request_ahead_of_the_owners_desired_state_waits_for_it(
@@ -64,7 +64,7 @@ async def test_a_request_ahead_of_the_owners_desired_state_waits_for_it(
         assert not early.done()  # waiting: this node does not know the chunk yet
         assert (await push(api, "tiny", small_model_file)).status_code == 201
         assert await early == published
-    assert edge.peer_servicer.relays_refused == 0
+    assert edge.edge.peer_servicer.relays_refused == 0
 
 
 async def _read(call: grpc.aio.UnaryStreamCall) -> bytes:  # type: ignore[type-arg]
@@ -82,8 +82,8 @@ async def test_a_chunk_still_cached_from_a_replaced_version_is_not_served(
     other = build_mlp(tmp_path / "other.onnx", width=48, hidden_layers=1)
     new = (await push(api, "tiny", other)).json()["manifest"]["chunks"][0]
     await wait_for(lambda: version_state(edge, "tiny", "2") == "complete", what="tiny 2 on the edge")
-    await wait_for(lambda: edge.view.size(old["digest"]) is None, what="tiny 1 out of the edge's desired state")
-    assert edge.store.has(old["digest"])  # still cached: only eviction removes it
+    await wait_for(lambda: edge.edge.view.size(old["digest"]) is None, what="tiny 1 out of the edge's desired state")
+    assert edge.edge.store.has(old["digest"])  # still cached: only eviction removes it
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
         stub = peer_pb2_grpc.PeerStub(channel)
@@ -95,4 +95,4 @@ async def test_a_chunk_still_cached_from_a_replaced_version_is_not_served(
             assert "in no version of this node's desired state" in (refused.value.details() or "")
         current = await _read(stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=new["digest"], requester="peer")))
         assert len(current) == new["size"]
-    assert edge.peer_servicer.unlisted_refused == 2 and edge.peer_servicer.relays_refused == 0
+    assert edge.edge.peer_servicer.unlisted_refused == 2 and edge.edge.peer_servicer.relays_refused == 0

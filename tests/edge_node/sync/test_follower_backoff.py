@@ -10,13 +10,13 @@ import pytest
 
 from brokers import free_port
 from conftest import edge_settings, wait_for
-from edge_node.server import Edge
+from edge_node.server import EdgeServer
 
 CAP_S = 0.4
 RETRIES = 3
 
 
-async def reconnect_waits(edge: Edge, caplog: pytest.LogCaptureFixture) -> list[float]:
+async def reconnect_waits(edge: EdgeServer, caplog: pytest.LogCaptureFixture) -> list[float]:
     """The first waits ``edge`` logs before reconnecting ("central link lost (...); retrying in %.1fs")."""
 
     def waits() -> list[float]:
@@ -39,7 +39,7 @@ async def test_edges_whose_central_is_down_reconnect_after_waits_of_their_own(
     central = f"127.0.0.1:{free_port()}"  # nothing listens there
     first, second = [
         await reconnect_waits(
-            Edge(edge_settings(name, central, tmp_path / name, reconnect_backoff_max_s=CAP_S)), caplog
+            EdgeServer(edge_settings(name, central, tmp_path / name, reconnect_backoff_max_s=CAP_S)), caplog
         )
         for name in ("edge-a", "edge-b")
     ]

@@ -1,0 +1,170 @@
+"""Wires one edge's parts together: cache, fetcher, versions, inference, peer service,
+central link and heartbeat. The listeners, signals and shutdown order live in
+``edge_node.server``, which binds the ports this object announces."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from edge_node.auth import NodeCredential
+from edge_node.cache import ChunkStore
+from edge_node.fetch import ChunkFetcher, PlacementView
+from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
+from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources, LoadTracker
+from edge_node.inference import ModelRepository, SessionFactory, available_providers
+from edge_node.observability import EdgeStateCollector
+from edge_node.peer import PeerServicer
+from edge_node.peer.limits import StreamLimiter
+from edge_node.settings import EdgeSettings
+from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
+from edge_node.versions import VersionFiles
+from fleetwire.tls import grpc_channel_credentials
+from fleetwire.v1 import registry_pb2
+
+
+class Edge:
+    """One edge node: cache, fetcher, versions, inference, peer service and central link."""
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.store = ChunkStore(settings.resolved_cache_dir, size_limit=settings.cache_bytes, holder=self.node_id)
+        self.files = VersionFiles(settings.data_dir / "versions")
+        self.view = PlacementView()
+        #: The TLS files, read and checked once here for the channels and both listeners.
+        self.tls_material = settings.tls.material() if settings.tls.enabled else None
+        self.pool = ChannelPool(grpc_channel_credentials(self.tls_material) if self.tls_material is not None else None)
+        peers = PeerClient(self.pool, self.node_id)
+        token = settings.node_token.get_secret_value() if settings.node_token is not None else None
+        self.credential = NodeCredential(token, settings.node_token_file)
+        origin = OriginClient(self.pool, settings.central, self.node_id, self.credential)
+        self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
+        self.repository = self._repository(settings)
+        self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)
+        self.materializer = Materializer(
+            self.fetcher,
+            self.files,
+            on_complete=self.repository.load,
+            on_dropped=self.repository.unload,
+            trust=self.trust,
+        )
+        limits = settings.limits
+        self.peer_servicer = PeerServicer(
+            self.fetcher,
+            StreamLimiter(limits.max_peer_streams_per_node, limits.max_peer_streams),
+            view_wait_s=settings.fetch.relay_view_wait_s,
+        )
+        self.follower = DesiredStateFollower(
+            self.node_info,
+            settings.central,
+            self.pool,
+            self.view,
+            self.materializer,
+            settings.reconnect_backoff_max_s,
+            trust=self.trust,
+            credential=self.credential,
+        )
+        #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
+        self.grpc_port = settings.grpc_port
+        self.http_port = settings.http_port
+        self._leaving = False
+        self.load = LoadTracker()
+        self.heartbeat = HeartbeatPublisher(
+            self.node_id, settings.heartbeat, self._heartbeat_sources().snapshot, settings.data_dir
+        )
+        self.repository.metrics_registry.register(
+            EdgeStateCollector(
+                store=self.store,
+                fetcher=self.fetcher,
+                peer=self.peer_servicer,
+                heartbeat=self.heartbeat,
+                follower=self.follower,
+                materializer=self.materializer,
+                repository=self.repository,
+            )
+        )
+
+    @staticmethod
+    def _repository(settings: EdgeSettings) -> ModelRepository:
+        inference = settings.inference
+        providers = available_providers(inference.providers)
+        factory = SessionFactory(
+            settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
+        )
+        return ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+
+    def _heartbeat_sources(self) -> HeartbeatSources:
+        return HeartbeatSources(
+            addresses=lambda: (self.grpc_address, self.http_address),
+            cache=self.store.stats,
+            models=self.repository.models,
+            refusals=lambda: self.materializer.refusals,
+            load=self.load,
+            state=lambda: "stopping" if self._leaving else "online",
+        )
+
+    @property
+    def advertise_host(self) -> str:
+        """The host other nodes and central use for this node."""
+        return self.settings.advertise_host or self.settings.grpc_host
+
+    @property
+    def grpc_address(self) -> str:
+        """host:port of the Peer service, as announced."""
+        return f"{self.advertise_host}:{self.grpc_port}"
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the HTTP API, as announced."""
+        return f"{self.settings.advertise_host or self.settings.http_host}:{self.http_port}"
+
+    def node_info(self) -> registry_pb2.NodeInfo:
+        """What this node announces when it registers."""
+        return registry_pb2.NodeInfo(
+            node_id=self.node_id,
+            grpc_address=self.grpc_address,
+            http_address=self.http_address,
+            capacity=self.settings.capacity,
+            labels=self.settings.labels,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Versions, cache and fetch counters, for the HTTP API and benchmarks."""
+        state = self.follower.state
+        return {
+            "node_id": self.node_id,
+            "connected": self.follower.connected.is_set(),
+            "generation": state.generation if state else None,
+            "versions": [p.as_dict() for p in self.materializer.progress.values()],
+            "cache": asdict(self.store.stats()),
+            "fetch": self.fetcher.stats.as_dict(),
+            "peer": {
+                "chunks_served": self.peer_servicer.chunks_served,
+                "bytes_served": self.peer_servicer.bytes_served,
+            },
+        }
+
+    async def start(self) -> None:
+        """Announce this node over MQTT and follow central (the listeners are up by now:
+        heartbeats and the registration carry their ports)."""
+        await self.heartbeat.start()
+        await self.follower.start()
+
+    async def leave(self, unregister: bool = True) -> None:
+        """Leave the fleet: a clean "offline" first (central moves traffic at once), then
+        close the link to central (``unregister``: take this node off the placement)."""
+        self._leaving = True
+        await self.heartbeat.stop()
+        await self.follower.stop(unregister=unregister)
+
+    async def stop_work(self) -> None:
+        """Stop fetching and assembling versions and release the inference sessions."""
+        await self.materializer.stop()
+        await self.fetcher.close()
+        await self.repository.close()
+
+    async def close(self) -> None:
+        """Close the channels and the cache (after the listeners that read them)."""
+        await self.pool.close()
+        self.store.close()

@@ -1,0 +1,97 @@
+"""What a heartbeat says about the node, and where each figure comes from.
+
+The publisher only needs a ``Callable[[], HeartbeatBody]``; ``HeartbeatSources`` names
+the few readings an edge supplies (addresses, cache counters, model states, refused
+versions, load, its own state), so the heartbeat depends on those and not on the whole
+edge object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from edge_node.cache import CacheStats
+from edge_node.heartbeat.load import LoadTracker
+from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo
+
+__all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]
+
+#: Longest model error string carried in a heartbeat.
+MAX_ERROR_CHARS = 512
+#: Most model versions listed in one heartbeat (the payload has a size cap).
+MAX_MODELS = 1024
+
+
+@dataclass(frozen=True)
+class HeartbeatBody:
+    """What the edge reports in a heartbeat; the publisher adds ids, sequence numbers and time."""
+
+    state: str = "online"
+    load: LoadInfo = field(default_factory=LoadInfo)
+    models: Sequence[ModelInfo] = ()
+    cache: CacheInfo = field(default_factory=CacheInfo)
+    grpc_address: str = ""
+    http_address: str = ""
+
+
+class ModelReport(Protocol):
+    """What a heartbeat reads of one model version (``edge_node.inference.LoadedModel``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def errors(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class HeartbeatSources:
+    """The readings a heartbeat is built from, each called at every beat."""
+
+    addresses: Callable[[], tuple[str, str]]
+    """The gRPC and HTTP addresses the node announces (known once its listeners are bound)."""
+    cache: Callable[[], CacheStats]
+    """The chunk cache's figures."""
+    models: Callable[[], Iterable[ModelReport]]
+    """Every model version ONNX Runtime knows, with its state."""
+    refusals: Callable[[], Mapping[tuple[str, str], str]]
+    """Versions refused before loading, (name, version) → reason (e.g. a cache too small)."""
+    load: LoadTracker
+    """Request load figures."""
+    state: Callable[[], str]
+    """The node's own state: ``online``, or ``stopping`` once it shuts down."""
+
+    def snapshot(self) -> HeartbeatBody:
+        """The body of a heartbeat sent now."""
+        grpc_address, http_address = self.addresses()
+        stats = self.cache()
+        models = [
+            ModelInfo(
+                name=m.name,
+                version=m.version,
+                state=str(m.state),
+                error=m.error[:MAX_ERROR_CHARS] if m.error else None,
+                errors=m.errors,
+            )
+            for m in self.models()
+        ]
+        known = {(m.name, m.version) for m in models}
+        models += [
+            ModelInfo(name=name, version=ver, state="failed", error=reason[:MAX_ERROR_CHARS])
+            for (name, ver), reason in self.refusals().items()
+            if (name, ver) not in known
+        ]
+        return HeartbeatBody(
+            state=self.state(),
+            load=self.load.snapshot(),
+            models=models[:MAX_MODELS],
+            cache=CacheInfo(bytes=stats.bytes, capacity=stats.capacity, hits=stats.hits, misses=stats.misses),
+            grpc_address=grpc_address,
+            http_address=http_address,
+        )

@@ -1,0 +1,74 @@
+"""A dashboard snapshot built from the services it is given (``DashboardSources``), with
+no central around them: node rows join what the tracker heard with what the directory
+registered, and the two flags decide what the page shows of the broker and gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from central.dashboard import DashboardSources, build_snapshot
+from central.distribution import DesiredStateService
+from central.gateway import StaticNodeSource, create_gateway
+from central.membership import NodeDirectory, NodeRecord
+from central.membership.tracker import MembershipTracker
+from central.origin import OriginService, TokenBucket
+from central.placement import PlacementService
+from central.registry.blobs import BlobStore
+from central.registry.pipeline import PushPipeline
+from central.registry.service import RegistryService
+from central.registry.sqlite_impl import SQLiteMetadataStore
+from fleetwire.mqtt.payloads import Heartbeat, ModelInfo
+
+
+async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_services(tmp_path: Path) -> None:
+    placement = PlacementService(replicas=1)
+    nodes = NodeDirectory(placement, on_change=lambda: None)
+    nodes.register(NodeRecord("edge-registered", "127.0.0.1:1", "127.0.0.1:2", capacity=3, labels={"zone": "a"}))
+    tracker = MembershipTracker(loop=asyncio.get_running_loop())
+    heartbeat = Heartbeat(
+        node_id="edge-heard",
+        bdseq=1,
+        seq=0,
+        ts=int(time.time() * 1000),
+        interval_s=5.0,
+        models=[ModelInfo(name="m", version="1", state="ready")],
+        http_address="127.0.0.1:9",
+    )
+    tracker.on_heartbeat("edge-heard", heartbeat)
+    blobs = BlobStore(tmp_path / "blobs")
+    store = SQLiteMetadataStore(tmp_path / "registry.sqlite3")
+    gateway = create_gateway(StaticNodeSource())
+    try:
+        sources = DashboardSources(
+            membership=tracker,
+            nodes=nodes,
+            registry=RegistryService(store, blobs, PushPipeline([]), on_change=lambda: None),
+            placement=placement,
+            desired=DesiredStateService(placement, list, dict),
+            origin=OriginService(blobs, placement, TokenBucket(0), 1),
+            gateway=gateway,
+            gateway_enabled=False,
+            mqtt_enabled=False,
+        )
+        snap = build_snapshot(sources, asyncio.get_running_loop().time(), None)
+    finally:
+        await gateway.close()
+        tracker.close()
+        store.close()
+
+    heard, registered = snap["nodes"]
+    assert (heard["node_id"], heard["state"], heard["registered"]) == ("edge-heard", "alive", False)
+    assert heard["http_address"] == "127.0.0.1:9" and heard["models"][0]["name"] == "m"
+    # registered over gRPC, never heard over MQTT: no liveness, but its registration shows
+    assert (registered["node_id"], registered["state"], registered["registered"]) == (
+        "edge-registered",
+        "unknown",
+        True,
+    )
+    assert registered["capacity"] == 3 and registered["labels"] == {"zone": "a"}
+    assert registered["http_address"] == "127.0.0.1:2" and registered["last_heartbeat_age_s"] is None
+    assert snap["central"]["mqtt_enabled"] is False and snap["central"]["broker_link_up"] is None
+    assert snap["central"]["counts"]["alive"] == 1
+    assert snap["gateway"]["enabled"] is False and snap["models"] == [] and snap["rollouts"] is None
