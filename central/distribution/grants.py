@@ -24,21 +24,19 @@ MAX_REPLACED = 4
 
 @dataclass(frozen=True)
 class SentState:
-    """One desired state as sent to one node: its versions, those it serves, the chunks it owns."""
+    """One desired state as sent to one node: its versions, and the chunks it may read (those
+    of the versions it serves and those it owns), kept as a set so a check is one lookup."""
 
     versions: dict[VersionKey, Manifest]
-    served: frozenset[VersionKey]
-    owned: frozenset[str]
+    readable: frozenset[str]
 
     @classmethod
     def of(cls, node_id: str, versions: Iterable[VersionAssignment]) -> SentState:
         """The record of the state holding ``versions`` sent to ``node_id``."""
         listed = list(versions)
-        return cls(
-            versions={v.manifest.key: v.manifest for v in listed},
-            served=frozenset(v.manifest.key for v in listed if v.serve),
-            owned=frozenset(d for v in listed for d, owners in v.placement.items() if node_id in owners),
-        )
+        served = {c.digest for v in listed if v.serve for c in v.manifest.chunks}
+        owned = {d for v in listed for d, owners in v.placement.items() if node_id in owners}
+        return cls(versions={v.manifest.key: v.manifest for v in listed}, readable=frozenset(served | owned))
 
     def allows_version(self, key: VersionKey) -> bool:
         """Whether the version is in this state (served or held for seeding)."""
@@ -46,9 +44,7 @@ class SentState:
 
     def allows_chunk(self, digest: str) -> bool:
         """Whether the chunk is one this node owns, or one of a version it serves."""
-        if digest in self.owned:
-            return True
-        return any(c.digest == digest for key in self.served for c in self.versions[key].chunks)
+        return digest in self.readable
 
 
 class SentLog:
