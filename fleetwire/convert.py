@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
+from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 from fleetwire.signing import KeyEndorsement
 from fleetwire.v1 import common_pb2, registry_pb2
 
@@ -19,6 +19,48 @@ def _spec_from_pb(pb: common_pb2.TensorSpec) -> TensorSpec:
     return TensorSpec(name=pb.name, dtype=pb.dtype, shape=list(pb.shape))
 
 
+def _chunks_to_pb(chunks: list[ChunkRef]) -> list[common_pb2.ChunkRef]:
+    return [common_pb2.ChunkRef(digest=c.digest, size=c.size) for c in chunks]
+
+
+def _chunks_from_pb(pbs: Iterable[common_pb2.ChunkRef]) -> list[ChunkRef]:
+    return [ChunkRef(digest=c.digest, size=c.size) for c in pbs]
+
+
+def _file_to_pb(f: FileRef) -> common_pb2.FileRef:
+    return common_pb2.FileRef(path=f.path, sha256=f.sha256, size=f.size, chunks=_chunks_to_pb(f.chunks))
+
+
+def _file_from_pb(pb: common_pb2.FileRef) -> FileRef:
+    return FileRef(path=pb.path, sha256=pb.sha256, size=pb.size, chunks=_chunks_from_pb(pb.chunks))
+
+
+def _json_or_empty(value: dict[str, object] | None) -> str:
+    return json.dumps(value) if value is not None else ""
+
+
+def _artifact_to_pb(a: ArtifactRef) -> common_pb2.ArtifactRef:
+    return common_pb2.ArtifactRef(
+        artifact=a.artifact,
+        sha256=a.sha256,
+        size=a.size,
+        chunks=_chunks_to_pb(a.chunks),
+        files=[_file_to_pb(f) for f in a.files],
+        quantization_json=_json_or_empty(a.quantization),
+    )
+
+
+def _artifact_from_pb(pb: common_pb2.ArtifactRef) -> ArtifactRef:
+    return ArtifactRef(
+        artifact=pb.artifact,
+        sha256=pb.sha256,
+        size=pb.size,
+        chunks=_chunks_from_pb(pb.chunks),
+        files=[_file_from_pb(f) for f in pb.files],
+        quantization=json.loads(pb.quantization_json) if pb.quantization_json else None,
+    )
+
+
 def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
     """The protobuf form of ``m``."""
     return common_pb2.Manifest(
@@ -26,14 +68,16 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         version=m.version,
         sha256=m.sha256,
         size=m.size,
-        chunks=[common_pb2.ChunkRef(digest=c.digest, size=c.size) for c in m.chunks],
+        chunks=_chunks_to_pb(m.chunks),
         inputs=[_spec_to_pb(s) for s in m.inputs],
         outputs=[_spec_to_pb(s) for s in m.outputs],
         created_at=m.created_at,
         labels=m.labels,
         artifact=m.artifact,
-        quantization_json=json.dumps(m.quantization) if m.quantization is not None else "",
+        quantization_json=_json_or_empty(m.quantization),
         signature=bytes.fromhex(m.signature),
+        files=[_file_to_pb(f) for f in m.files],
+        alternatives=[_artifact_to_pb(a) for a in m.alternatives],
     )
 
 
@@ -44,7 +88,7 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         version=pb.version,
         sha256=pb.sha256,
         size=pb.size,
-        chunks=[ChunkRef(digest=c.digest, size=c.size) for c in pb.chunks],
+        chunks=_chunks_from_pb(pb.chunks),
         inputs=[_spec_from_pb(s) for s in pb.inputs],
         outputs=[_spec_from_pb(s) for s in pb.outputs],
         created_at=pb.created_at,
@@ -52,6 +96,8 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         artifact=pb.artifact or "fp32",
         quantization=json.loads(pb.quantization_json) if pb.quantization_json else None,
         signature=pb.signature.hex(),
+        files=[_file_from_pb(f) for f in pb.files],
+        alternatives=[_artifact_from_pb(a) for a in pb.alternatives],
     )
 
 

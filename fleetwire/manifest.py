@@ -1,11 +1,24 @@
 """The manifest: the one description of a model version that central, edges, the
-REST API and the gRPC stream all agree on."""
+REST API and the gRPC stream all agree on.
+
+A version is served as one *artifact* (``fp32``, or an INT8 recipe such as
+``int8-u8s8-qdq``). An artifact is one ``.onnx`` file (``sha256``/``size``/``chunks``)
+plus, for models that keep their weights outside the graph (ONNX external data, which
+every model over 2 GiB needs), the extra ``files`` it references by relative path.
+Other artifacts of the same version that passed the accuracy guard travel as
+``alternatives``, so an edge can serve the one that is fastest on its own CPU."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+#: A file name inside a version's directory: no separators, no leading dot, no "..".
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+#: The name every artifact's graph file gets on disk, next to its external data files.
+MODEL_FILE = "model.onnx"
 
 
 class TensorSpec(BaseModel):
@@ -19,7 +32,7 @@ class TensorSpec(BaseModel):
 
 
 class ChunkRef(BaseModel):
-    """One content-defined chunk of the model file, in file order."""
+    """One content-defined chunk of a file, in file order."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -27,8 +40,62 @@ class ChunkRef(BaseModel):
     size: int
 
 
+def _check_file_name(value: str) -> str:
+    if not FILE_NAME.fullmatch(value) or ".." in value or value == MODEL_FILE:
+        raise ValueError(f"{value!r} is not a plain file name for a model's data file")
+    return value
+
+
+class FileRef(BaseModel):
+    """One external-data file of an artifact, by the relative name its graph uses."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Annotated[str, AfterValidator(_check_file_name)] = Field(
+        description="File name next to model.onnx, as the graph's external-data location says."
+    )
+    sha256: str
+    size: int
+    chunks: list[ChunkRef]
+
+
+def _unique(chunks: list[ChunkRef]) -> list[ChunkRef]:
+    """``chunks`` in order with repeats removed (identical blocks dedupe)."""
+    seen: set[str] = set()
+    out: list[ChunkRef] = []
+    for c in chunks:
+        if c.digest not in seen:
+            seen.add(c.digest)
+            out.append(c)
+    return out
+
+
+class ArtifactRef(BaseModel):
+    """One servable form of a version: its graph file and its external-data files."""
+
+    model_config = ConfigDict(frozen=True)
+
+    artifact: str = Field(description="fp32, or the INT8 recipe's name, e.g. int8-u8s8-qdq.")
+    sha256: str = Field(description="Of the graph file (model.onnx).")
+    size: int
+    chunks: list[ChunkRef]
+    files: list[FileRef] = Field(default_factory=list)
+    quantization: dict[str, Any] | None = Field(
+        None, description="How this artifact was made and what the guard measured; None for fp32."
+    )
+
+    def all_chunks(self) -> list[ChunkRef]:
+        """Unique chunks of the graph file and every data file, in file order."""
+        return _unique([*self.chunks, *(c for f in self.files for c in f.chunks)])
+
+    @property
+    def total_size(self) -> int:
+        """Bytes on disk once assembled: the graph file plus every data file."""
+        return self.size + sum(f.size for f in self.files)
+
+
 class Manifest(BaseModel):
-    """Name, version, whole-file digest, ordered chunks and signature of a version."""
+    """Name, version, the served artifact's files and chunks, alternatives, signature."""
 
     name: str
     version: str
@@ -39,9 +106,16 @@ class Manifest(BaseModel):
     outputs: list[TensorSpec] = Field(default_factory=list)
     created_at: str
     labels: dict[str, str] = Field(default_factory=dict)
-    artifact: str = Field("fp32", description="Which file the chunks make up: int8 or fp32.")
+    artifact: str = Field("fp32", description="Which artifact the chunks make up: fp32 or an INT8 recipe.")
     quantization: dict[str, Any] | None = Field(
         None, description="The push's quantization report: method, per-channel, sizes, agreement, seconds."
+    )
+    files: list[FileRef] = Field(
+        default_factory=list, description="External-data files of the served artifact, next to its model.onnx."
+    )
+    alternatives: list[ArtifactRef] = Field(
+        default_factory=list,
+        description="Other artifacts of this version that passed the guard (FP32 always); an edge may serve one.",
     )
     signature: str = Field(
         "", description="Central's Ed25519 signature (hex) over the other fields; see fleetwire.signing."
@@ -52,12 +126,25 @@ class Manifest(BaseModel):
         """``(name, version)``: the identity of a version across the fleet."""
         return (self.name, self.version)
 
+    def served(self) -> ArtifactRef:
+        """The default artifact (the one the top-level fields describe) as an ``ArtifactRef``."""
+        return ArtifactRef(
+            artifact=self.artifact,
+            sha256=self.sha256,
+            size=self.size,
+            chunks=self.chunks,
+            files=self.files,
+            quantization=self.quantization,
+        )
+
+    def artifacts(self) -> list[ArtifactRef]:
+        """Every artifact an edge may serve, the default first."""
+        return [self.served(), *(a for a in self.alternatives if a.artifact != self.artifact)]
+
+    def artifact_named(self, artifact: str) -> ArtifactRef | None:
+        """The artifact called ``artifact``, or None when this version has none by that name."""
+        return next((a for a in self.artifacts() if a.artifact == artifact), None)
+
     def unique_chunks(self) -> list[ChunkRef]:
-        """Chunks in file order with repeats removed (identical blocks dedupe)."""
-        seen: set[str] = set()
-        out: list[ChunkRef] = []
-        for c in self.chunks:
-            if c.digest not in seen:
-                seen.add(c.digest)
-                out.append(c)
-        return out
+        """Chunks of every file of every artifact with repeats removed: what placement seeds."""
+        return _unique([c for a in self.artifacts() for c in a.all_chunks()])

@@ -32,6 +32,10 @@ ENDORSEMENT_CONTEXT = b"modelfleet manifest key endorsement v1\n"
 MAX_CHAIN_LINKS = 1024
 
 
+#: Manifest fields newer than the first signed manifests (see ``canonical_bytes``).
+_LATE_FIELDS = ("files", "alternatives")
+
+
 class SignatureError(ValueError):
     """A manifest is unsigned, or its signature does not match the trusted key."""
 
@@ -39,6 +43,11 @@ class SignatureError(ValueError):
 def canonical_bytes(manifest: Manifest) -> bytes:
     """The exact bytes a manifest's signature covers."""
     fields = manifest.model_dump(mode="json", exclude={"signature"})
+    # Fields added after manifests were first signed are left out while empty, so every
+    # manifest signed before they existed keeps verifying.
+    for late in _LATE_FIELDS:
+        if not fields.get(late):
+            fields.pop(late, None)
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 

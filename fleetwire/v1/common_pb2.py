@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66leetwire/v1/common.proto\x12\rmodelfleet.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"(\n\x08\x43hunkRef\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"\xff\x02\n\x08Manifest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12\'\n\x06\x63hunks\x18\x05 \x03(\x0b\x32\x17.modelfleet.v1.ChunkRef\x12)\n\x06inputs\x18\x06 \x03(\x0b\x32\x19.modelfleet.v1.TensorSpec\x12*\n\x07outputs\x18\x07 \x03(\x0b\x32\x19.modelfleet.v1.TensorSpec\x12\x12\n\ncreated_at\x18\x08 \x01(\t\x12\x33\n\x06labels\x18\t \x03(\x0b\x32#.modelfleet.v1.Manifest.LabelsEntry\x12\x10\n\x08\x61rtifact\x18\n \x01(\t\x12\x19\n\x11quantization_json\x18\x0b \x01(\t\x12\x11\n\tsignature\x18\x0c \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\tChunkData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66leetwire/v1/common.proto\x12\rmodelfleet.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"(\n\x08\x43hunkRef\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"^\n\x07\x46ileRef\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\'\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x17.modelfleet.v1.ChunkRef\"\xa8\x01\n\x0b\x41rtifactRef\x12\x10\n\x08\x61rtifact\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\'\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x17.modelfleet.v1.ChunkRef\x12%\n\x05\x66iles\x18\x05 \x03(\x0b\x32\x16.modelfleet.v1.FileRef\x12\x19\n\x11quantization_json\x18\x06 \x01(\t\"\xd8\x03\n\x08Manifest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12\'\n\x06\x63hunks\x18\x05 \x03(\x0b\x32\x17.modelfleet.v1.ChunkRef\x12)\n\x06inputs\x18\x06 \x03(\x0b\x32\x19.modelfleet.v1.TensorSpec\x12*\n\x07outputs\x18\x07 \x03(\x0b\x32\x19.modelfleet.v1.TensorSpec\x12\x12\n\ncreated_at\x18\x08 \x01(\t\x12\x33\n\x06labels\x18\t \x03(\x0b\x32#.modelfleet.v1.Manifest.LabelsEntry\x12\x10\n\x08\x61rtifact\x18\n \x01(\t\x12\x19\n\x11quantization_json\x18\x0b \x01(\t\x12\x11\n\tsignature\x18\x0c \x01(\x0c\x12%\n\x05\x66iles\x18\r \x03(\x0b\x32\x16.modelfleet.v1.FileRef\x12\x30\n\x0c\x61lternatives\x18\x0e \x03(\x0b\x32\x1a.modelfleet.v1.ArtifactRef\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\tChunkData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,10 +37,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORSPEC']._serialized_end=100
   _globals['_CHUNKREF']._serialized_start=102
   _globals['_CHUNKREF']._serialized_end=142
-  _globals['_MANIFEST']._serialized_start=145
-  _globals['_MANIFEST']._serialized_end=528
-  _globals['_MANIFEST_LABELSENTRY']._serialized_start=483
-  _globals['_MANIFEST_LABELSENTRY']._serialized_end=528
-  _globals['_CHUNKDATA']._serialized_start=530
-  _globals['_CHUNKDATA']._serialized_end=555
+  _globals['_FILEREF']._serialized_start=144
+  _globals['_FILEREF']._serialized_end=238
+  _globals['_ARTIFACTREF']._serialized_start=241
+  _globals['_ARTIFACTREF']._serialized_end=409
+  _globals['_MANIFEST']._serialized_start=412
+  _globals['_MANIFEST']._serialized_end=884
+  _globals['_MANIFEST_LABELSENTRY']._serialized_start=839
+  _globals['_MANIFEST_LABELSENTRY']._serialized_end=884
+  _globals['_CHUNKDATA']._serialized_start=886
+  _globals['_CHUNKDATA']._serialized_end=911
 # @@protoc_insertion_point(module_scope)

@@ -73,6 +73,78 @@ class ChunkRef(_message.Message):
 Global___ChunkRef: _TypeAlias = ChunkRef  # noqa: Y015
 
 @_typing.final
+class FileRef(_message.Message):
+    """One external-data file of an artifact, named as the graph's external-data location says."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """a plain file name next to model.onnx"""
+    sha256: _builtins.str
+    size: _builtins.int
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        chunks: _abc.Iterable[Global___ChunkRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "path", b"path", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileRef: _TypeAlias = FileRef  # noqa: Y015
+
+@_typing.final
+class ArtifactRef(_message.Message):
+    """Another servable form of the same version (fp32, or an INT8 recipe)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    QUANTIZATION_JSON_FIELD_NUMBER: _builtins.int
+    artifact: _builtins.str
+    sha256: _builtins.str
+    """of its model.onnx"""
+    size: _builtins.int
+    quantization_json: _builtins.str
+    """how it was made and what the guard measured; empty for fp32"""
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileRef]: ...
+    def __init__(
+        self,
+        *,
+        artifact: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        chunks: _abc.Iterable[Global___ChunkRef] | None = ...,
+        files: _abc.Iterable[Global___FileRef] | None = ...,
+        quantization_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "files", b"files", "quantization_json", b"quantization_json", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ArtifactRef: _TypeAlias = ArtifactRef  # noqa: Y015
+
+@_typing.final
 class Manifest(_message.Message):
     """Everything an edge needs to fetch, verify and describe one model version."""
 
@@ -110,6 +182,8 @@ class Manifest(_message.Message):
     ARTIFACT_FIELD_NUMBER: _builtins.int
     QUANTIZATION_JSON_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    ALTERNATIVES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     sha256: _builtins.str
@@ -122,7 +196,6 @@ class Manifest(_message.Message):
     quantization_json: _builtins.str
     """the push's quantization report, JSON; empty if none"""
     signature: _builtins.bytes
-    """central's Ed25519 signature over fleetwire.signing.canonical_bytes; empty: unsigned"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
     @_builtins.property
@@ -131,6 +204,14 @@ class Manifest(_message.Message):
     def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorSpec]: ...
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileRef]:
+        """external-data files of the served artifact"""
+
+    @_builtins.property
+    def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___ArtifactRef]:
+        """other artifacts that passed the guard; an edge may serve one  // central's Ed25519 signature over fleetwire.signing.canonical_bytes; empty: unsigned"""
+
     def __init__(
         self,
         *,
@@ -146,10 +227,12 @@ class Manifest(_message.Message):
         artifact: _builtins.str = ...,
         quantization_json: _builtins.str = ...,
         signature: _builtins.bytes = ...,
+        files: _abc.Iterable[Global___FileRef] | None = ...,
+        alternatives: _abc.Iterable[Global___ArtifactRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "files", b"files", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
