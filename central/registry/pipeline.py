@@ -54,6 +54,11 @@ class PushContext:
     artifacts: dict[str, Path] = field(default_factory=dict)
     #: The artifact edges get by default.
     served_artifact: str = "fp32"
+    #: Other artifacts (by name, in ``artifacts``) the served manifest carries as
+    #: alternatives an edge may choose: those that passed the guard, and fp32 always.
+    alternatives: list[str] = field(default_factory=list)
+    #: Per-artifact reports (recipe, guard verdict), carried in each ``ArtifactRef.quantization``.
+    artifact_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The quantization step's report (method, per-channel, sizes, agreement, seconds).
     quantization: dict[str, Any] | None = None
     artifact_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
