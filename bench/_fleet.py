@@ -571,7 +571,7 @@ def cached_mlp(cache: Path, *, width: int, hidden_layers: int, seed: int = 0, he
     return path
 
 
-#: Settings that say where a broker is (current names and their deprecated aliases).
+#: Settings that say where a broker is (the current names, and the deprecated ones that still work).
 _BROKER_KEYS = re.compile(r"MODELFLEET_(BROKER__(HOST|PORT)|MQTT__(HOST|PORT)|HEARTBEAT__BROKER_(HOST|PORT))\Z")
 #: What turns MQTT off in central and in an edge (a key neither reads is ignored).
 _MQTT_OFF = {"MODELFLEET_MQTT__ENABLED": "false", "MODELFLEET_HEARTBEAT__ENABLED": "false"}
@@ -584,7 +584,7 @@ def without_default_broker(env: Mapping[str, str]) -> dict[str, str]:
     127.0.0.1:1883, shared with every other fleet there: another fleet's retained
     ``offline`` for its ``e0`` would evict ours and reshuffle placement mid-run (and a
     machine without that broker would behave differently). A caller that wants MQTT starts
-    its own broker and says where (``MODELFLEET_MQTT__PORT``...)."""
+    its own broker and says where (``MODELFLEET_BROKER__PORT``...)."""
     if any(_BROKER_KEYS.match(key) for key in env):
         return dict(env)
     return {**_MQTT_OFF, **env}

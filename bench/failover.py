@@ -216,8 +216,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     with MosquittoBroker(log=BENCH_LOG) as broker:
         central_env = {
             "MODELFLEET_MQTT__ENABLED": "true",
-            "MODELFLEET_MQTT__HOST": broker.host,
-            "MODELFLEET_MQTT__PORT": str(broker.port),
+            "MODELFLEET_BROKER__HOST": broker.host,
+            "MODELFLEET_BROKER__PORT": str(broker.port),
             **CHUNKING_ENV,
         }
         if args.gateway_read_timeout_s > 0:
@@ -225,8 +225,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         central_env.update(parse_env_pairs(args.central_env))
         edge_env = {
             "MODELFLEET_HEARTBEAT__ENABLED": "true",
-            "MODELFLEET_HEARTBEAT__BROKER_HOST": broker.host,
-            "MODELFLEET_HEARTBEAT__BROKER_PORT": str(broker.port),
+            "MODELFLEET_BROKER__HOST": broker.host,
+            "MODELFLEET_BROKER__PORT": str(broker.port),
             "MODELFLEET_HEARTBEAT__INTERVAL_S": str(args.interval),
             **parse_env_pairs(args.edge_env),
         }

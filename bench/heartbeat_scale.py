@@ -12,9 +12,9 @@ What runs (all on loopback, all real processes):
   ``max_queued_messages 1000000``, ``max_queued_bytes 0`` and ``max_inflight_messages 0``
   so that the broker queues rather than drops QoS 0 heartbeats for a slow central; it
   never touches a system broker on 1883);
-* central (``python -m modelfleet central``) with ``MODELFLEET_MQTT__HOST/PORT`` pointing
+* central (``python -m modelfleet central``) with ``MODELFLEET_BROKER__HOST/PORT`` pointing
   at it, ``MODELFLEET_MQTT__DEFAULT_INTERVAL_S`` = 1/rate and
-  ``MODELFLEET_MQTT__EVENTS_KEPT`` = max(20000, 2 × nodes + 1000), so that the events
+  ``MODELFLEET_EVENTS__KEPT`` = max(20000, 2 × nodes + 1000), so that the events
   endpoint still holds the deaths behind the N start-up ``node_alive`` events;
 * ``--sim-procs`` simulator processes (``--connections`` raw-socket MQTT 3.1.1
   connections between them). Each node first publishes a retained birth (``NodeStatus``
@@ -594,9 +594,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     broker_drops = 0
     events_kept = max(20_000, 2 * n + 1000)
     central_env = {
-        "MODELFLEET_MQTT__HOST": broker.host,
+        "MODELFLEET_BROKER__HOST": broker.host,
         "MODELFLEET_MQTT__DEFAULT_INTERVAL_S": repr(interval),
-        "MODELFLEET_MQTT__EVENTS_KEPT": str(events_kept),
+        "MODELFLEET_EVENTS__KEPT": str(events_kept),
         **parse_env_pairs(args.central_env),
     }
     if args.central_gc_threshold:
@@ -611,7 +611,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     try:
         broker.start()
         broker_pid = broker.pid  # for its CPU time
-        central_env["MODELFLEET_MQTT__PORT"] = str(broker.port)
+        central_env["MODELFLEET_BROKER__PORT"] = str(broker.port)
         recorder = Recorder(broker.host, broker.port, [topics.events, topics.central_status], qos=1).start()
         with Fleet(root=work, central_env=central_env, keep=args.keep, log=_stderr) as fleet:
             proc = fleet.start_central()

@@ -12,7 +12,7 @@ from central.membership import NodeDirectory
 from central.membership.event_journal import EventJournal
 from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
-from central.membership.mqtt_consumer import MembershipConsumer
+from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker
 from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import OriginService, TokenBucket
@@ -72,9 +72,9 @@ class Central:
         self.nodes = NodeDirectory(self.placement, on_change=self._changed)
         m = settings.mqtt
         self.events = self._event_log(settings)
-        self.membership = m.make_tracker(events=self.events)
+        self.membership = make_tracker(m, events=self.events)
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
-        self.mqtt = MembershipConsumer(m, self.membership) if m.enabled else None
+        self.mqtt = MembershipConsumer(m, self.membership, broker=settings.broker) if m.enabled else None
         tls = settings.tls
         #: The TLS files, read and checked once here for the gateway's client and both listeners.
         self.tls_material = material = tls.material() if tls.enabled else None
@@ -135,7 +135,8 @@ class Central:
     @staticmethod
     def _event_log(settings: CentralSettings) -> EventLog:
         """The event log, restored from ``events.sqlite3`` and journaled there (unless ``events.persist`` is off)."""
-        e, kept = settings.events, settings.events_kept
+        e = settings.events
+        kept = e.kept
         journal = None
         if e.persist:
             path = settings.data_dir / "events.sqlite3"

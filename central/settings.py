@@ -1,21 +1,52 @@
 """Central's settings: one pydantic-settings class, env prefix ``MODELFLEET_``,
-nested sections with ``__`` (``MODELFLEET_ORIGIN__EGRESS_BYTES_S=20000000``)."""
+nested sections with ``__`` (``MODELFLEET_ORIGIN__EGRESS_BYTES_S=20000000``).
+
+Every section lives here, so a reader finds all of central's knobs in one file, and the
+modules that use a section import it from here. This module imports nothing of central's
+own (only ``fleetwire`` and pydantic): any part of central may import it without a cycle."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from central.auth.settings import AuthSettings
-from central.gateway import GatewaySettings
-from central.membership.event_journal import EventLogSettings
-from central.membership.mqtt_consumer import MqttSettings
-from central.quantize.step import QuantizeSettings
-from central.rollout.settings import RolloutSettings
+from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import Listener
+from fleetwire.mqtt.broker import BrokerSettings
+from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES
 from fleetwire.tls import TlsSettings
+
+#: Where the token store lives when ``auth.tokens_file`` is not set, relative to ``data_dir``.
+DEFAULT_TOKENS_FILENAME = "tokens.json"
+#: Where the node credential store lives when ``auth.node_tokens_file`` is not set.
+DEFAULT_NODE_TOKENS_FILENAME = "node_tokens.json"
+
+#: How the gateway picks a node (``gateway.policy``; see ``GatewaySettings``).
+Policy = Literal["least_outstanding", "affinity"]
+
+#: The connection fields that ``mqtt`` had before ``broker`` (deprecated names, one release).
+MQTT_MOVED_TO_BROKER = {
+    name: name
+    for name in (
+        "host",
+        "port",
+        "username",
+        "password",
+        "tls",
+        "topic_prefix",
+        "keepalive_s",
+        "client_id",
+        "reconnect_min_s",
+        "reconnect_max_s",
+    )
+}
+#: ``mqtt.events_kept`` is ``events.kept`` now.
+MQTT_MOVED_TO_EVENTS = {"events_kept": "kept"}
+#: Central's MQTT keep-alive when ``broker.keepalive_s`` is unset.
+CENTRAL_KEEPALIVE_S = 10
 
 
 class ChunkingSettings(BaseModel):
@@ -80,6 +111,156 @@ class OriginSettings(BaseModel):
     )
 
 
+class QuantizeSettings(BaseModel):
+    """How central quantizes pushed models (``CentralSettings.quantize``)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    enabled: bool = True
+    """Quantize every push; when off the upload is stored and served as FP32 only."""
+    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
+    """Minimum INT8-vs-FP32 agreement (top-1 share, or 1 - relative error) to serve INT8."""
+    generated_samples: int = Field(default=64, ge=1)
+    """Samples to generate for the guard when the push has no calibration file."""
+    seed: int = 0
+    """Seed of the generated samples, so a push's verdict is reproducible."""
+
+
+class MqttSettings(BaseModel):
+    """Central's MQTT liveness: how node liveness is judged from births, deaths and heartbeats.
+    Where the broker is and how to log in: the ``broker`` section."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    enabled: bool = True
+    """Off: no MQTT at all; membership is gRPC registration and watch streams only."""
+    suspect_after: float = Field(2.0, gt=0)
+    """A node is suspect after this many of its heartbeat intervals without one."""
+    dead_after: float = Field(3.0, gt=0)
+    """A node is dead (and leaves the ring) after this many intervals without a heartbeat."""
+    default_interval_s: float = Field(5.0, gt=0, le=3600)
+    """Heartbeat interval assumed for a node until its first heartbeat declares its own."""
+    max_payload_bytes: int = Field(MAX_PAYLOAD_BYTES, ge=1024, le=256 * 1024 * 1024)
+    """Largest node message central decodes; longer ones are counted (oversized_dropped) and dropped
+    unread. Set the broker's own message_size_limit too, so it never delivers them at all."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        data = refuse_moved(
+            data, section="mqtt", target="broker", renames=MQTT_MOVED_TO_BROKER, owner="CentralSettings"
+        )
+        return refuse_moved(
+            data, section="mqtt", target="events", renames=MQTT_MOVED_TO_EVENTS, owner="CentralSettings"
+        )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MqttSettings:
+        if self.suspect_after > self.dead_after:
+            raise ValueError("mqtt.suspect_after must not exceed mqtt.dead_after")
+        return self
+
+
+class GatewaySettings(BaseModel):
+    """The inference gateway: central forwarding OIP requests to edges that serve the model."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+    enabled: bool = True
+    """Mount the gateway's /v2 inference routes on central's HTTP server."""
+    policy: Policy = "least_outstanding"
+    """Routing: "least_outstanding" sends to the node with the fewest requests in flight first, ties taken in turn.
+    "affinity": every request is consistently hashed to an owner node by its X-Modelfleet-Affinity-Key
+    header, or without one by its model (and version). With either policy a request carrying the
+    header goes to the key's owner first."""
+    attempts: int = Field(3, ge=1, le=16)
+    """Most nodes one request is sent to (the first try included) before the gateway answers 503."""
+    deadline_s: float = Field(10.0, gt=0)
+    """Time budget of one request across all its attempts; what is left bounds each attempt."""
+    connect_timeout_s: float = Field(1.0, gt=0)
+    """Longest wait for a TCP connection to a node; beyond it the next node is tried."""
+    read_timeout_s: float = Field(2.0, gt=0)
+    """Longest a node may stay silent while answering one request (then: next node). A frozen
+    node keeps accepting TCP, so this is what a request caught on it waits; edge inference
+    takes milliseconds to a few hundred, so 2 s leaves room for a loaded node."""
+    failure_threshold: int = Field(3, ge=1)
+    """Consecutive failures (unreachable, timeout, 5xx) that open a node's circuit breaker."""
+    open_s: float = Field(2.0, ge=0)
+    """How long an open breaker skips its node before one trial request probes it (half-open)."""
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    """Largest inference request body accepted; larger ones get 413. Bodies are held in memory."""
+    max_connections: int = Field(1024, ge=1)
+    """Connections the gateway keeps open to all nodes together (HTTP/1.1 keep-alive pool)."""
+    max_outstanding: int = Field(256, ge=1)
+    """Inference requests the gateway holds at once (bodies being read, forwarded or retried); beyond
+    them a request gets 503 with Retry-After before its body is read. Bodies are held in memory, so
+    the gateway's worst case is about max_outstanding × max_body_bytes."""
+
+
+class RolloutSettings(BaseModel):
+    """How often rollouts are evaluated and when a stalled one is reported stuck."""
+
+    interval_s: float = Field(0.5, gt=0, le=60, description="Seconds between evaluations of in-progress rollouts.")
+    stuck_after_s: float = Field(
+        60.0, gt=0, description="A rollout whose nodes make no progress this long gets a rollout_stuck event."
+    )
+
+
+class EventLogSettings(BaseModel):
+    """Central's event log (membership, rollout and operator events): kept in memory for
+    the API and the dashboard, and in ``events.sqlite3`` so that it survives restarts."""
+
+    kept: int = Field(
+        500,
+        ge=1,
+        le=1_000_000,
+        description="Events kept (memory and disk); the older name mqtt.events_kept is deprecated.",
+    )
+    persist: bool = Field(True, description="Off: the log lives in memory only and a restart starts it empty.")
+    flush_interval_s: float = Field(
+        0.1, gt=0, le=10, description="Events gathered this long are written in one transaction."
+    )
+    flush_max_events: int = Field(
+        1000, ge=1, le=100_000, description="A burst of this many events is written at once, before the interval."
+    )
+
+
+class AuthSettings(BaseModel):
+    """Bearer tokens with roles on central's REST API; per-node tokens on its gRPC Registry API.
+
+    Off by default: ``modelfleet up``, the CLI and existing deployments use the API without
+    tokens; turning it on is an explicit operator decision (``MODELFLEET_AUTH__ENABLED=true``).
+    Node credentials on the gRPC Registry API are a separate switch (``nodes_required``): edges
+    need a token each before it can be turned on."""
+
+    enabled: bool = Field(False, description="Require an admin token for every write under /api/v1.")
+    tokens_file: Path | None = Field(
+        None, description="The hashed token store; default <data_dir>/tokens.json (see `modelfleet token`)."
+    )
+    protect_reads: bool = Field(
+        False, description="Also require a token (any role) for reads: GET /api/v1, /metrics, the dashboard."
+    )
+
+    nodes_required: bool = Field(
+        False,
+        description=(
+            "Require every call to the gRPC Registry API to carry a node token (`modelfleet node-token`)"
+            " and to act only for the node that token is bound to."
+        ),
+    )
+    node_tokens_file: Path | None = Field(
+        None, description="The hashed node credential store; default <data_dir>/node_tokens.json."
+    )
+
+    def node_tokens_path(self, data_dir: Path) -> Path:
+        """The node credential store's path for a central whose data directory is ``data_dir``."""
+        return self.node_tokens_file if self.node_tokens_file is not None else data_dir / DEFAULT_NODE_TOKENS_FILENAME
+
+    def tokens_path(self, data_dir: Path) -> Path:
+        """The token store's path for a central whose data directory is ``data_dir``."""
+        return self.tokens_file if self.tokens_file is not None else data_dir / DEFAULT_TOKENS_FILENAME
+
+
 class CentralTlsSettings(TlsSettings):
     """TLS on central's gRPC Registry and its REST/OIP gateway (HTTPS), and for the
     gateway's requests to the edges."""
@@ -138,6 +319,9 @@ class CentralSettings(BaseSettings):
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     origin: OriginSettings = Field(default_factory=OriginSettings)
     quantize: QuantizeSettings = Field(default_factory=QuantizeSettings)
+    broker: BrokerSettings = Field(
+        default_factory=BrokerSettings, description="The MQTT broker: where it is, the login, TLS, reconnects."
+    )
     mqtt: MqttSettings = Field(default_factory=MqttSettings, description="MQTT liveness: heartbeats, failover, status.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
@@ -149,6 +333,13 @@ class CentralSettings(BaseSettings):
         default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
     )
     log_level: str = Field("info", description="Python logging level name.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        """``mqtt.host``... and ``mqtt.events_kept`` (one more release): moved, with a FutureWarning."""
+        data = adopt_moved(data, source="mqtt", target="broker", renames=MQTT_MOVED_TO_BROKER)
+        return adopt_moved(data, source="mqtt", target="events", renames=MQTT_MOVED_TO_EVENTS)
 
     def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
         """Central's two listeners and what guards each (ports: the bound ones, else the settings').
@@ -173,8 +364,3 @@ class CentralSettings(BaseSettings):
                 auth_fix="MODELFLEET_AUTH__NODES_REQUIRED=true (a node token per edge)",
             ),
         ]
-
-    @property
-    def events_kept(self) -> int:
-        """Events the log keeps: ``events.kept``, else ``mqtt.events_kept`` (the older name)."""
-        return self.events.kept if self.events.kept is not None else self.mqtt.events_kept

@@ -71,7 +71,11 @@ class Edge:
         self._leaving = False
         self.load = LoadTracker()
         self.heartbeat = HeartbeatPublisher(
-            self.node_id, settings.heartbeat, self._heartbeat_sources().snapshot, settings.data_dir
+            self.node_id,
+            settings.heartbeat,
+            self._heartbeat_sources().snapshot,
+            settings.data_dir,
+            broker=settings.broker,
         )
         self.repository.metrics_registry.register(
             EdgeStateCollector(

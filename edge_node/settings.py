@@ -1,20 +1,92 @@
 """Edge settings: one pydantic-settings class, env prefix ``MODELFLEET_``, nested
-sections with ``__`` (``MODELFLEET_FETCH__PEER_TIMEOUT_S=10``)."""
+sections with ``__`` (``MODELFLEET_FETCH__PEER_TIMEOUT_S=10``).
+
+Every section lives here, so a reader finds all of an edge's knobs in one file, and the
+modules that use a section import it from here. Of the edge's own packages this module
+imports only ``edge_node.auth`` (which imports no settings), so no import cycle can form."""
 
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from edge_node.auth import CredentialError, NodeCredential
-from edge_node.heartbeat import HeartbeatSettings
-from edge_node.inference.repository import BatchSettings
+from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import TLS_FIX, Listener
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.names import InvalidName, check_name
 from fleetwire.tls import TlsSettings
+
+#: The connection fields that ``heartbeat`` had before ``broker`` (deprecated names, one release).
+HEARTBEAT_MOVED_TO_BROKER = {
+    "broker_host": "host",
+    "broker_port": "port",
+    **{
+        name: name
+        for name in (
+            "username",
+            "password",
+            "tls",
+            "topic_prefix",
+            "keepalive_s",
+            "client_id",
+            "reconnect_min_s",
+            "reconnect_max_s",
+        )
+    },
+}
+
+
+class BatchSettings(BaseModel):
+    """How each model version batches its requests."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+    max_batch_size: int = Field(32, ge=1)
+    """Most rows one session run takes; larger requests are split into pieces this big."""
+    max_queue_delay_ms: float = Field(5.0, ge=0)
+    """Longest a request waits for others to join its batch (the latency paid for throughput)."""
+    max_queue_rows: int = Field(1024, ge=1)
+    """Rows that may wait per version; beyond that requests fail fast with QueueFull (503)."""
+    max_concurrent_batches: int = Field(1, ge=1)
+    """Batches of one version running at once; 1 suits CPU (ORT already uses all cores)."""
+    enabled: bool = True
+    """False runs every request alone (batch size 1, no delay), e.g. for latency tests."""
+
+
+class HeartbeatSettings(BaseModel):
+    """How the edge announces itself over MQTT (``MODELFLEET_HEARTBEAT__*``); where the
+    broker is and how to log in: the ``broker`` section."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    interval_s: float = Field(5.0, gt=0, le=3600)
+    """Seconds between heartbeats."""
+    enabled: bool = True
+    """Publish birth, death and heartbeats at all."""
+    max_queued_messages: int = Field(8, ge=1, le=1000)
+    """QoS 1 messages paho may hold unacknowledged; beyond that they are refused (QoS 0
+    heartbeats are never queued)."""
+    stop_timeout_s: float = Field(2.0, gt=0)
+    """How long ``stop()`` waits for the broker to acknowledge the offline status."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        return refuse_moved(
+            data, section="heartbeat", target="broker", renames=HEARTBEAT_MOVED_TO_BROKER, owner="EdgeSettings"
+        )
+
+    @property
+    def default_keepalive_s(self) -> int:
+        """The keep-alive when ``broker.keepalive_s`` is unset: ``max(2, ceil(2 × interval_s))``,
+        so the broker publishes the will after about three missed heartbeats."""
+        return max(2, math.ceil(2 * self.interval_s))
 
 
 class FetchSettings(BaseModel):
@@ -151,6 +223,9 @@ class EdgeSettings(BaseSettings):
     )
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    broker: BrokerSettings = Field(
+        default_factory=BrokerSettings, description="The MQTT broker: where it is, the login, TLS, reconnects."
+    )
     heartbeat: HeartbeatSettings = Field(
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
@@ -169,6 +244,12 @@ class EdgeSettings(BaseSettings):
         ),
     )
     log_level: str = Field("info", description="Python logging level name.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        """``heartbeat.broker_host``... (one more release): moved to ``broker``, with a FutureWarning."""
+        return adopt_moved(data, source="heartbeat", target="broker", renames=HEARTBEAT_MOVED_TO_BROKER)
 
     @field_validator("node_id")
     @classmethod

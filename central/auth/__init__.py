@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from central.auth.middleware import ANONYMOUS, OperatorAuth, actor_of
 from central.auth.nodes import NodeGuard
-from central.auth.settings import AuthSettings
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore, TokenStoreError
 
 __all__ = [
     "ANONYMOUS",
     "OPERATOR_ROLES",
-    "AuthSettings",
     "NodeGuard",
     "OperatorAuth",
     "Role",

@@ -8,7 +8,7 @@ from central.gateway.breaker import BreakerState, CircuitBreaker
 from central.gateway.candidates import Candidate, NodeSource, StaticNodeSource
 from central.gateway.proxy import AFFINITY_HEADER, NODE_HEADER, GatewayProxy, GatewayResponse, GatewayStats
 from central.gateway.router import GatewayRouter, Policy
-from central.gateway.routes import GatewaySettings, create_gateway, create_gateway_router
+from central.gateway.routes import create_gateway, create_gateway_router
 
 __all__ = [
     "AFFINITY_HEADER",
@@ -19,7 +19,6 @@ __all__ = [
     "GatewayProxy",
     "GatewayResponse",
     "GatewayRouter",
-    "GatewaySettings",
     "GatewayStats",
     "NodeSource",
     "Policy",

@@ -21,14 +21,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from uhashring import HashRing
 
 from central.gateway.breaker import CircuitBreaker
 from central.gateway.candidates import Candidate, NodeSource
+from central.settings import Policy
 
-Policy = Literal["least_outstanding", "affinity"]
 POLICIES: tuple[Policy, ...] = ("least_outstanding", "affinity")
 
 _RING_CACHE = 64

@@ -19,48 +19,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from central.gateway.candidates import NodeSource
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
-from central.gateway.router import GatewayRouter, Policy
+from central.gateway.router import GatewayRouter
+from central.settings import GatewaySettings
 from fleetwire.names import InvalidName, check_name
-
-
-class GatewaySettings(BaseModel):
-    """The inference gateway: central forwarding OIP requests to edges that serve the model."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
-
-    enabled: bool = True
-    """Mount the gateway's /v2 inference routes on central's HTTP server."""
-    policy: Policy = "least_outstanding"
-    """Routing: "least_outstanding" sends to the node with the fewest requests in flight first, ties taken in turn.
-    "affinity": every request is consistently hashed to an owner node by its X-Modelfleet-Affinity-Key
-    header, or without one by its model (and version). With either policy a request carrying the
-    header goes to the key's owner first."""
-    attempts: int = Field(3, ge=1, le=16)
-    """Most nodes one request is sent to (the first try included) before the gateway answers 503."""
-    deadline_s: float = Field(10.0, gt=0)
-    """Time budget of one request across all its attempts; what is left bounds each attempt."""
-    connect_timeout_s: float = Field(1.0, gt=0)
-    """Longest wait for a TCP connection to a node; beyond it the next node is tried."""
-    read_timeout_s: float = Field(2.0, gt=0)
-    """Longest a node may stay silent while answering one request (then: next node). A frozen
-    node keeps accepting TCP, so this is what a request caught on it waits; edge inference
-    takes milliseconds to a few hundred, so 2 s leaves room for a loaded node."""
-    failure_threshold: int = Field(3, ge=1)
-    """Consecutive failures (unreachable, timeout, 5xx) that open a node's circuit breaker."""
-    open_s: float = Field(2.0, ge=0)
-    """How long an open breaker skips its node before one trial request probes it (half-open)."""
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
-    """Largest inference request body accepted; larger ones get 413. Bodies are held in memory."""
-    max_connections: int = Field(1024, ge=1)
-    """Connections the gateway keeps open to all nodes together (HTTP/1.1 keep-alive pool)."""
-    max_outstanding: int = Field(256, ge=1)
-    """Inference requests the gateway holds at once (bodies being read, forwarded or retried); beyond
-    them a request gets 503 with Retry-After before its body is read. Bodies are held in memory, so
-    the gateway's worst case is about max_outstanding × max_body_bytes."""
 
 
 def create_gateway(

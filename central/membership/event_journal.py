@@ -26,13 +26,11 @@ from collections import deque
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESERVE_AHEAD", "EventJournal", "EventLogSettings", "PreviousStop"]
+__all__ = ["RESERVE_AHEAD", "EventJournal", "PreviousStop"]
 
 #: Sequence numbers reserved ahead of the last one written (see the module doc).
 RESERVE_AHEAD = 100_000
@@ -53,25 +51,6 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 );
 """
-
-
-class EventLogSettings(BaseModel):
-    """Central's event log (membership, rollout and operator events): kept in memory for
-    the API and the dashboard, and in ``events.sqlite3`` so that it survives restarts."""
-
-    kept: int | None = Field(
-        None,
-        ge=1,
-        le=1_000_000,
-        description="Events kept (memory and disk); None: mqtt.events_kept (MODELFLEET_MQTT__EVENTS_KEPT, 500).",
-    )
-    persist: bool = Field(True, description="Off: the log lives in memory only and a restart starts it empty.")
-    flush_interval_s: float = Field(
-        0.1, gt=0, le=10, description="Events gathered this long are written in one transaction."
-    )
-    flush_max_events: int = Field(
-        1000, ge=1, le=100_000, description="A burst of this many events is written at once, before the interval."
-    )
 
 
 class EventJournal:

@@ -23,20 +23,20 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from central.membership.events import EventLog
 from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker
+from central.settings import CENTRAL_KEEPALIVE_S, MqttSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.fast import DecodeError, decode_heartbeat, decode_status
-from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event
-from fleetwire.mqtt.tls import MqttTlsSettings
-from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
+from fleetwire.mqtt.payloads import CentralStatus, Event
+from fleetwire.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MembershipConsumer", "MqttSettings"]
+__all__ = ["MembershipConsumer", "make_tracker"]
 
 #: Events queued in paho (in flight, or while the broker is unreachable); beyond it new
 #: ones are dropped. Sized for a start-up burst of one node_alive per node of a 10k fleet
@@ -46,71 +46,17 @@ _MAX_QUEUED = 20_000
 _MAX_INFLIGHT = 200
 
 
-class MqttSettings(BaseModel):
-    """Central's MQTT link: where the broker is and how node liveness is judged."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    enabled: bool = True
-    """Off: no MQTT at all; membership is gRPC registration and watch streams only."""
-    host: str = "127.0.0.1"
-    """Broker host."""
-    port: int = Field(1883, ge=1, le=65535)
-    """Broker port."""
-    topic_prefix: str = Field(DEFAULT_PREFIX, min_length=1)
-    """Prefix of every fleet topic; must match the edges'."""
-    keepalive_s: int = Field(10, ge=1, le=3600)
-    """MQTT keepalive; the broker publishes central's Last Will about 1.5 × this after losing it."""
-    client_id: str | None = None
-    """MQTT client id of an anonymous connection; None picks ``modelfleet-central-<random>``.
-    With a ``username`` the client id is the user name: the shipped brokers bind client ids
-    to logins (``use_username_as_clientid true``), so nobody else can close central's
-    session by connecting under its id."""
-    username: str | None = None
-    """Broker user name (None: anonymous). The shipped Mosquitto ACL lets only the user
-    ``central`` publish ``…/central/#`` and ``…/events``."""
-    password: SecretStr | None = None
-    """Broker password (``MODELFLEET_MQTT__PASSWORD``)."""
-    tls: MqttTlsSettings = Field(default_factory=MqttTlsSettings)
-    """MQTT over TLS (off by default): the broker's certificate and host name are verified."""
-    suspect_after: float = Field(2.0, gt=0)
-    """A node is suspect after this many of its heartbeat intervals without one."""
-    dead_after: float = Field(3.0, gt=0)
-    """A node is dead (and leaves the ring) after this many intervals without a heartbeat."""
-    default_interval_s: float = Field(5.0, gt=0, le=3600)
-    """Heartbeat interval assumed for a node until its first heartbeat declares its own."""
-    events_kept: int = Field(500, ge=1, le=1_000_000)
-    """Events kept by central's event log (memory and ``events.sqlite3``) for the API and
-    dashboard, unless ``events.kept`` is set (the newer name)."""
-    reconnect_min_s: float = Field(0.5, gt=0)
-    """First reconnect delay after losing the broker; doubles per failed attempt (each wait is
-    jittered down to half of it, ``fleetwire.backoff``)."""
-    reconnect_max_s: float = Field(10.0, gt=0)
-    """Cap on the reconnect delay."""
-    max_payload_bytes: int = Field(MAX_PAYLOAD_BYTES, ge=1024, le=256 * 1024 * 1024)
-    """Largest node message central decodes; longer ones are counted (oversized_dropped) and dropped
-    unread. Set the broker's own message_size_limit too, so it never delivers them at all."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MqttSettings:
-        if self.suspect_after > self.dead_after:
-            raise ValueError("mqtt.suspect_after must not exceed mqtt.dead_after")
-        if self.reconnect_min_s > self.reconnect_max_s:
-            raise ValueError("mqtt.reconnect_min_s must not exceed mqtt.reconnect_max_s")
-        return self
-
-    def make_tracker(
-        self, loop: asyncio.AbstractEventLoop | None = None, events: EventLog | None = None
-    ) -> MembershipTracker:
-        """A tracker with these thresholds, keeping its events in ``events`` when given."""
-        return MembershipTracker(
-            suspect_after=self.suspect_after,
-            dead_after=self.dead_after,
-            default_interval_s=self.default_interval_s,
-            events_kept=self.events_kept,
-            loop=loop,
-            events=events,
-        )
+def make_tracker(
+    settings: MqttSettings, loop: asyncio.AbstractEventLoop | None = None, events: EventLog | None = None
+) -> MembershipTracker:
+    """A tracker with the thresholds of ``settings``, keeping its events in ``events`` when given."""
+    return MembershipTracker(
+        suspect_after=settings.suspect_after,
+        dead_after=settings.dead_after,
+        default_interval_s=settings.default_interval_s,
+        loop=loop,
+        events=events,
+    )
 
 
 def _now_ms() -> int:
@@ -126,16 +72,19 @@ class MembershipConsumer:
         tracker: MembershipTracker,
         loop: asyncio.AbstractEventLoop | None = None,
         *,
+        broker: BrokerSettings | None = None,
         central_id: str = "",
         publish_events: bool = True,
     ) -> None:
-        """``loop`` defaults to the running loop at ``start``. With ``publish_events`` the
+        """``loop`` defaults to the running loop at ``start``; ``broker``: where to connect
+        (default: ``BrokerSettings()``, 127.0.0.1:1883). With ``publish_events`` the
         tracker's events go to ``topics.events`` while the consumer runs."""
         self.settings = settings
+        self.broker = broker = broker or BrokerSettings()
         self.tracker = tracker
-        self.topics = Topics(settings.topic_prefix)
+        self.topics = Topics(broker.topic_prefix)
         self.central_id = central_id or f"central-{os.getpid()}"
-        self.client_id = settings.username or settings.client_id or f"modelfleet-central-{uuid.uuid4().hex[:12]}"
+        self.client_id = broker.effective_client_id(f"modelfleet-central-{uuid.uuid4().hex[:12]}")
         self._loop = loop
         self._publish_events = publish_events
         self._client: mqtt.Client | None = None
@@ -162,17 +111,17 @@ class MembershipConsumer:
             return
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        s = self.settings
+        b = self.broker
         client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             clean_session=True,
             protocol=mqtt.MQTTv311,
         )
-        if s.username is not None:
-            client.username_pw_set(s.username, s.password.get_secret_value() if s.password else None)
-        if s.tls.enabled:
-            client.tls_set_context(s.tls.ssl_context())
+        if b.username is not None:
+            client.username_pw_set(b.username, b.password.get_secret_value() if b.password else None)
+        if b.tls.enabled:
+            client.tls_set_context(b.tls.ssl_context())
         client.max_queued_messages_set(_MAX_QUEUED)
         client.max_inflight_messages_set(_MAX_INFLIGHT)
         client.will_set(self.topics.central_status, self._central_status("offline"), qos=1, retain=True)
@@ -182,20 +131,19 @@ class MembershipConsumer:
         self._client = client
         self._loop_thread = threading.get_ident()
         self.tracker.link_down()  # until the first CONNACK: nobody can be heard yet
-        client.connect_async(s.host, s.port, keepalive=s.keepalive_s)
+        client.connect_async(b.host, b.port, keepalive=b.effective_keepalive_s(CENTRAL_KEEPALIVE_S))
         self._driver = MqttLoopDriver(
             client,
             self._loop,
-            min_delay_s=s.reconnect_min_s,
-            max_delay_s=s.reconnect_max_s,
+            min_delay_s=b.reconnect_min_s,
+            max_delay_s=b.reconnect_max_s,
             on_connect_failed=self._connect_failed,
         )
         self._driver.start()
         self.tracker.set_lag_source(self.probe.lag)
         if self._publish_events:
             self.tracker.set_publisher(self.publish_event)
-        scheme = "mqtts" if s.tls.enabled else "mqtt"
-        log.info("MQTT consumer connecting to %s://%s:%d as %s", scheme, s.host, s.port, self.client_id)
+        log.info("MQTT consumer connecting to %s as %s", b.url, self.client_id)
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until the first (or next) successful connect; False on timeout."""
@@ -221,7 +169,7 @@ class MembershipConsumer:
 
     def _connect_failed(self, exc: BaseException) -> None:
         self.connect_failures += 1
-        log.debug("MQTT connect to %s:%d failed: %s", self.settings.host, self.settings.port, exc)
+        log.debug("MQTT connect to %s failed: %s", self.broker.url, exc)
 
     # ----------------------------------------------------------------- events out
 
@@ -271,7 +219,7 @@ class MembershipConsumer:
         self._connected.set()
         if self._loop is not None:
             self.probe.connected(self._loop)
-        log.info("MQTT connected to %s:%d (connect #%d)", self.settings.host, self.settings.port, self.connects)
+        log.info("MQTT connected to %s (connect #%d)", self.broker.url, self.connects)
 
     def _on_disconnect(
         self,

@@ -6,7 +6,7 @@ from central.errors import AccuracyGuardFailed, QuantizationFailed
 from central.quantize.calibration import CalibrationData, generated_samples, load_calibration, split
 from central.quantize.guard import Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
-from central.quantize.step import QuantizeSettings, QuantizeStep
+from central.quantize.step import QuantizeStep
 
 __all__ = [
     "AccuracyGuardFailed",
@@ -15,7 +15,6 @@ __all__ = [
     "QuantizationError",
     "QuantizationFailed",
     "QuantizationResult",
-    "QuantizeSettings",
     "QuantizeStep",
     "generated_samples",
     "load_calibration",

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from pydantic import BaseModel, ConfigDict, Field
 
 from central.errors import AccuracyGuardFailed, QuantizationFailed
 from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
@@ -23,22 +22,8 @@ from central.quantize.guard import GUARD_BATCH, Agreement, measure_agreement
 from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
 from central.registry.pipeline import PushContext, report_progress
 from central.registry.validate import signature
+from central.settings import QuantizeSettings
 from fleetwire.manifest import TensorSpec
-
-
-class QuantizeSettings(BaseModel):
-    """How central quantizes pushed models (``CentralSettings.quantize``)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
-
-    enabled: bool = True
-    """Quantize every push; when off the upload is stored and served as FP32 only."""
-    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
-    """Minimum INT8-vs-FP32 agreement (top-1 share, or 1 - relative error) to serve INT8."""
-    generated_samples: int = Field(default=64, ge=1)
-    """Samples to generate for the guard when the push has no calibration file."""
-    seed: int = 0
-    """Seed of the generated samples, so a push's verdict is reproducible."""
 
 
 class QuantizeStep:

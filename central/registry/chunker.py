@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pyfastcdc import FastCDC
 
-if TYPE_CHECKING:  # settings imports the quantize step, which imports the pipeline
-    from central.settings import ChunkingSettings
+from central.settings import ChunkingSettings
 
 
 class Chunker:

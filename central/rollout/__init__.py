@@ -9,7 +9,6 @@ from central.rollout.fleet import DirectoryFleet, FleetView
 from central.rollout.model import Rollout, RolloutRequest
 from central.rollout.plan import ServingPlan
 from central.rollout.service import RolloutService
-from central.rollout.settings import RolloutSettings
 from central.rollout.store import RolloutStore
 
 __all__ = [
@@ -20,7 +19,6 @@ __all__ = [
     "RolloutController",
     "RolloutRequest",
     "RolloutService",
-    "RolloutSettings",
     "RolloutStore",
     "ServingPlan",
 ]

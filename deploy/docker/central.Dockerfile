@@ -42,11 +42,11 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
     MODELFLEET_TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
     MODELFLEET_TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem \
     MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true \
-    MODELFLEET_MQTT__PORT=8883 \
-    MODELFLEET_MQTT__TLS__ENABLED=true \
-    MODELFLEET_MQTT__TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
-    MODELFLEET_MQTT__TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
-    MODELFLEET_MQTT__TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem
+    MODELFLEET_BROKER__PORT=8883 \
+    MODELFLEET_BROKER__TLS__ENABLED=true \
+    MODELFLEET_BROKER__TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
+    MODELFLEET_BROKER__TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
+    MODELFLEET_BROKER__TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem
 USER 10001:10001
 WORKDIR /var/lib/modelfleet
 VOLUME ["/var/lib/modelfleet"]

@@ -23,7 +23,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm 
  && useradd --system --uid 10001 --gid modelfleet --home-dir /var/lib/modelfleet --create-home modelfleet
 COPY --from=build /opt/modelfleet /opt/modelfleet
 # MODELFLEET_NODE_ID and MODELFLEET_ADVERTISE_HOST differ per edge: set them where it runs,
-# and the broker login (MODELFLEET_HEARTBEAT__USERNAME = the node id, __PASSWORD).
+# and the broker login (MODELFLEET_BROKER__USERNAME = the node id, __PASSWORD).
 # Secure by default: it listens on every interface, so its HTTP API and the Peer service
 # take only clients with a fleet certificate, and it calls central (gRPC), its peers and
 # the broker over TLS with the certificate, key and fleet CA mounted at
@@ -45,11 +45,11 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
     MODELFLEET_TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
     MODELFLEET_TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem \
     MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true \
-    MODELFLEET_HEARTBEAT__BROKER_PORT=8883 \
-    MODELFLEET_HEARTBEAT__TLS__ENABLED=true \
-    MODELFLEET_HEARTBEAT__TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
-    MODELFLEET_HEARTBEAT__TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
-    MODELFLEET_HEARTBEAT__TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem
+    MODELFLEET_BROKER__PORT=8883 \
+    MODELFLEET_BROKER__TLS__ENABLED=true \
+    MODELFLEET_BROKER__TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
+    MODELFLEET_BROKER__TLS__KEY_FILE=/run/modelfleet/secrets/tls/key.pem \
+    MODELFLEET_BROKER__TLS__CA_FILE=/run/modelfleet/secrets/tls/ca.pem
 RUN mkdir -p /var/cache/modelfleet && chown 10001:10001 /var/cache/modelfleet
 USER 10001:10001
 WORKDIR /var/lib/modelfleet

@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
+import random
 import socket
 import threading
 import time
@@ -59,83 +59,24 @@ from typing import Any, Literal
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
-from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from edge_node.heartbeat.bdseq import BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody
+from edge_node.settings import HeartbeatSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Heartbeat, NodeStatus
-from fleetwire.mqtt.tls import MqttTlsSettings
-from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
+from fleetwire.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 
 
-class HeartbeatSettings(BaseModel):
-    """How the edge announces itself over MQTT (``MODELFLEET_HEARTBEAT__*`` when nested)."""
-
-    broker_host: str = Field("127.0.0.1", description="MQTT broker host.")
-    """MQTT broker host."""
-    broker_port: int = Field(1883, ge=1, le=65535, description="MQTT broker port.")
-    """MQTT broker port."""
-    topic_prefix: str = Field(DEFAULT_PREFIX, min_length=1, description="Prefix of every fleet topic.")
-    """Prefix of every fleet topic."""
-    interval_s: float = Field(5.0, gt=0, le=3600, description="Seconds between heartbeats.")
-    """Seconds between heartbeats."""
-    keepalive_s: int | None = Field(
-        None, ge=1, le=65535, description="MQTT keep-alive in whole seconds; default max(2, ceil(2 × interval_s))."
-    )
-    """MQTT keep-alive in whole seconds; default ``max(2, ceil(2 × interval_s))``. The
-    broker publishes the will after 1.5 × this when the node goes silent."""
-    enabled: bool = Field(True, description="Publish birth, death and heartbeats at all.")
-    """Publish birth, death and heartbeats at all."""
-    client_id: str | None = Field(
-        None,
-        description="MQTT client id of an anonymous connection; default edge-{node_id}. With a login: the user name.",
-    )
-    """MQTT client id of an anonymous connection; default ``edge-{node_id}``. With a
-    ``username`` the client id is the user name, whatever this says: the shipped brokers
-    (``use_username_as_clientid true``) bind client ids to logins, so that nobody can
-    close another node's session (and have the broker publish its Last Will) by
-    connecting under its client id."""
-    reconnect_min_s: float = Field(0.5, gt=0, description="First wait before reconnecting; doubles per failure.")
-    """First wait before reconnecting; doubles per failure."""
-    reconnect_max_s: float = Field(10.0, gt=0, description="Longest wait between reconnect attempts.")
-    """Longest wait between reconnect attempts."""
-    username: str | None = Field(
-        None, description="Broker user name (None: anonymous); with the shipped ACL it must be the node id."
-    )
-    """Broker user name (None: anonymous). With the shipped Mosquitto ACL it must be the
-    node id: a node may publish only under ``…/nodes/{its user name}/``."""
-    password: SecretStr | None = Field(None, description="Broker password.")
-    """Broker password."""
-    tls: MqttTlsSettings = Field(default_factory=MqttTlsSettings, description="MQTT over TLS (off by default).")
-    """MQTT over TLS (off by default)."""
-    max_queued_messages: int = Field(
-        8, ge=1, le=1000, description="QoS 1 messages paho may hold unacknowledged; beyond that they are refused."
-    )
-    """QoS 1 messages paho may hold unacknowledged; beyond that they are refused (QoS 0
-    heartbeats are never queued)."""
-    stop_timeout_s: float = Field(2.0, gt=0, description="How long stop() waits for the broker to take the offline.")
-    """How long ``stop()`` waits for the broker to acknowledge the offline status."""
-
-    @model_validator(mode="after")
-    def _check_backoff(self) -> HeartbeatSettings:
-        if self.reconnect_max_s < self.reconnect_min_s:
-            raise ValueError("reconnect_max_s must be at least reconnect_min_s")
-        return self
-
-    @property
-    def effective_keepalive_s(self) -> int:
-        """The keep-alive sent in CONNECT."""
-        if self.keepalive_s is not None:
-            return self.keepalive_s
-        return max(2, math.ceil(2 * self.interval_s))
-
-    def effective_client_id(self, node_id: str) -> str:
-        """The MQTT client id for ``node_id``: the user name when there is one (what a
-        broker with ``use_username_as_clientid`` makes of it anyway), else ``client_id``,
-        else ``edge-{node_id}``."""
-        return self.username or self.client_id or f"edge-{node_id}"
+def first_reconnect_delay_s(broker: BrokerSettings) -> float:
+    """paho's first wait after a lost connection, drawn anew each time in
+    ``[reconnect_min_s / 2, reconnect_min_s]``; paho doubles it per failed attempt up to
+    ``reconnect_max_s``. paho itself never jitters, so without this every edge that lost a
+    restarted broker would reconnect at the same instants (the equal jitter of
+    ``fleetwire.backoff``, which central's own reconnects use)."""
+    return random.uniform(broker.reconnect_min_s / 2, broker.reconnect_min_s)
 
 
 def _now_ms() -> int:
@@ -155,10 +96,14 @@ class HeartbeatPublisher:
         settings: HeartbeatSettings,
         snapshot: Callable[[], HeartbeatBody],
         data_dir: Path,
+        *,
+        broker: BrokerSettings | None = None,
     ) -> None:
+        """``broker``: where to connect (default: ``BrokerSettings()``, 127.0.0.1:1883)."""
         self.node_id = node_id
         self.settings = settings
-        self.topics = Topics(settings.topic_prefix)
+        self.broker = broker = broker or BrokerSettings()
+        self.topics = Topics(broker.topic_prefix)
         self.status_topic = self.topics.node_status(node_id)
         self.heartbeat_topic = self.topics.node_heartbeat(node_id)
         self._snapshot = snapshot
@@ -227,37 +172,35 @@ class HeartbeatPublisher:
             return
         if self._client is not None:
             return
-        s = self.settings
+        s, b = self.settings, self.broker
+        keepalive_s = b.effective_keepalive_s(s.default_keepalive_s)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stopping = False
         client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
-            client_id=s.effective_client_id(self.node_id),
+            client_id=b.effective_client_id(f"edge-{self.node_id}"),
             clean_session=True,
             protocol=mqtt.MQTTv311,
         )
-        if s.username is not None:
-            client.username_pw_set(s.username, s.password.get_secret_value() if s.password else None)
-        if s.tls.enabled:
-            client.tls_set_context(s.tls.ssl_context())
-        # paho sleeps these with time.sleep, so fractions of a second are fine
-        client.reconnect_delay_set(s.reconnect_min_s, s.reconnect_max_s)  # type: ignore[arg-type]
+        if b.username is not None:
+            client.username_pw_set(b.username, b.password.get_secret_value() if b.password else None)
+        if b.tls.enabled:
+            client.tls_set_context(b.tls.ssl_context())
+        self._jitter_reconnect(client)
         client.max_queued_messages_set(s.max_queued_messages)
-        client.connect_timeout = min(5.0, max(1.0, float(s.effective_keepalive_s)))
+        client.connect_timeout = min(5.0, max(1.0, float(keepalive_s)))
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_connect_fail = self._on_connect_fail
         self._will_bdseq = await asyncio.to_thread(self._store.reserve)
         self._will_used = False
         client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
-        client.connect_async(s.broker_host, s.broker_port, keepalive=s.effective_keepalive_s)
+        client.connect_async(b.host, b.port, keepalive=keepalive_s)
         log.info(
-            "heartbeat for %s: %s://%s:%d %s every %.3gs (next bdseq %d)",
+            "heartbeat for %s: %s %s every %.3gs (next bdseq %d)",
             self.node_id,
-            "mqtts" if s.tls.enabled else "mqtt",
-            s.broker_host,
-            s.broker_port,
+            b.url,
             self.heartbeat_topic,
             s.interval_s,
             self._will_bdseq,
@@ -337,7 +280,7 @@ class HeartbeatPublisher:
                 self._bdseq = bdseq
                 self._seq = 0
                 self.connects += 1
-            log.info("%s connected to mqtt://%s:%d, bdseq %d", self.node_id, *self._broker(), bdseq)
+            log.info("%s connected to %s, bdseq %d", self.node_id, self.broker.url, bdseq)
             self._call_in_loop(self._wake_up)
         except Exception:
             log.exception("heartbeat on_connect failed")
@@ -349,6 +292,7 @@ class HeartbeatPublisher:
             if was_live is not None:
                 self.disconnects += 1
                 log.warning("%s lost mqtt connection (bdseq %d): %s", self.node_id, was_live, reason_code)
+                self._jitter_reconnect(client)  # paho waits after this callback returns
             if self._stopping or not self._will_used:
                 return
             # the next CONNECT must carry a new number: set its will before paho reconnects
@@ -360,10 +304,13 @@ class HeartbeatPublisher:
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
         self.connect_failures += 1
-        log.debug("%s: no mqtt connection to %s:%d", self.node_id, *self._broker())
+        log.debug("%s: no mqtt connection to %s", self.node_id, self.broker.url)
 
-    def _broker(self) -> tuple[str, int]:
-        return self.settings.broker_host, self.settings.broker_port
+    def _jitter_reconnect(self, client: mqtt.Client) -> None:
+        """A new random first reconnect wait (``first_reconnect_delay_s``); paho starts
+        its doubling from it. paho sleeps with time.sleep, so fractions of a second work."""
+        first = first_reconnect_delay_s(self.broker)
+        client.reconnect_delay_set(first, self.broker.reconnect_max_s)  # type: ignore[arg-type]
 
     def _drop_stale_status(self, client: mqtt.Client) -> None:
         """Forget unacknowledged status messages of earlier connections.

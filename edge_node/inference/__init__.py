@@ -14,12 +14,11 @@ from edge_node.inference.errors import (
 )
 from edge_node.inference.metrics import CONTENT_TYPE_LATEST, ModelMetrics, render
 from edge_node.inference.providers import available_providers
-from edge_node.inference.repository import BatchSettings, LoadedModel, ModelRepository, ModelState
+from edge_node.inference.repository import LoadedModel, ModelRepository, ModelState
 from edge_node.inference.session import CreatedSession, SessionFactory
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
-    "BatchSettings",
     "CreatedSession",
     "DynamicBatcher",
     "InferenceError",

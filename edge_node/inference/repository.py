@@ -20,34 +20,17 @@ from typing import Literal
 import numpy as np
 import onnxruntime as ort
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field
 
 from edge_node.inference.batcher import DynamicBatcher, Tensors
 from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
 from edge_node.inference.metrics import ModelMetrics, render
 from edge_node.inference.session import SessionFactory, batchable, check_inputs, dummy_inputs, reconcile_manifest
+from edge_node.settings import BatchSettings
 from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
 ModelState = Literal["loading", "ready", "failed", "retired"]
-
-
-class BatchSettings(BaseModel):
-    """How each model version batches its requests."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
-
-    max_batch_size: int = Field(32, ge=1)
-    """Most rows one session run takes; larger requests are split into pieces this big."""
-    max_queue_delay_ms: float = Field(5.0, ge=0)
-    """Longest a request waits for others to join its batch (the latency paid for throughput)."""
-    max_queue_rows: int = Field(1024, ge=1)
-    """Rows that may wait per version; beyond that requests fail fast with QueueFull (503)."""
-    max_concurrent_batches: int = Field(1, ge=1)
-    """Batches of one version running at once; 1 suits CPU (ORT already uses all cores)."""
-    enabled: bool = True
-    """False runs every request alone (batch size 1, no delay), e.g. for latency tests."""
 
 
 class LoadedModel:

@@ -12,20 +12,16 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from fleetwire.exposure import wide_open
+from fleetwire.exposure import Listener, wide_open
 from modelfleet.cli import gpu_libs, output
 from modelfleet.cli.client import CentralClient, CliError
 from modelfleet.cli.config import CentralOption, ConfigError, JsonOption, TokenOption, load_config
-
-if TYPE_CHECKING:
-    from central.settings import CentralSettings
-    from edge_node.settings import EdgeSettings
 
 Status = Literal["ok", "warn", "fail"]
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
@@ -144,14 +140,18 @@ def check_exposure() -> list[Check]:
     from central.settings import CentralSettings
     from edge_node.settings import EdgeSettings
 
-    return [*_exposure("central", CentralSettings), *_exposure("edge", EdgeSettings)]
+    return [
+        *_exposure("central", lambda: CentralSettings().listeners()),
+        *_exposure("edge", lambda: EdgeSettings().listeners()),
+    ]
 
 
-def _exposure(kind: str, load: Callable[[], CentralSettings | EdgeSettings]) -> list[Check]:
-    """One ok line for ``kind``, or a warning per wide-open listener with the settings that close it."""
+def _exposure(kind: str, listeners_of: Callable[[], list[Listener]]) -> list[Check]:
+    """One ok line for ``kind``, or a warning per wide-open listener with the settings that close it
+    (``listeners_of`` reads the settings from the environment)."""
     name = f"{kind} exposure"
     try:
-        listeners = load().listeners()
+        listeners = listeners_of()
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))

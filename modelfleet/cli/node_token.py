@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _store(data_dir: Path, node_tokens_file: Path | None) -> TokenStore:
-    from central.auth import AuthSettings, TokenStore
+    from central.auth import TokenStore
+    from central.settings import AuthSettings
 
     return TokenStore(AuthSettings(node_tokens_file=node_tokens_file).node_tokens_path(data_dir))
 

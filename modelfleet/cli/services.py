@@ -29,7 +29,7 @@ def central(
 
     o = overrides(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, http_host=host, grpc_host=host)
     if (b := parse_broker(broker)) is not None:
-        o["mqtt"] = {"host": b[0], "port": b[1]}
+        o["broker"] = {"host": b[0], "port": b[1]}
     settings = build_settings(CentralSettings, o)
     setup_logging(settings.log_level)
     run_server(serve(settings))
@@ -62,7 +62,7 @@ def edge(
         capacity=capacity,
     )
     if (b := parse_broker(broker)) is not None:
-        o["heartbeat"] = {"broker_host": b[0], "broker_port": b[1]}
+        o["broker"] = {"host": b[0], "port": b[1]}
     if label:
         o["labels"] = parse_labels(label)
     settings = build_settings(EdgeSettings, o)

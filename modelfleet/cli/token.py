@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _store(data_dir: Path, tokens_file: Path | None) -> TokenStore:
-    from central.auth import AuthSettings, TokenStore
+    from central.auth import TokenStore
+    from central.settings import AuthSettings
 
     return TokenStore(AuthSettings(tokens_file=tokens_file).tokens_path(data_dir))
 

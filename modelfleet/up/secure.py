@@ -24,7 +24,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from central.auth import AuthSettings, Role, TokenStore
+from central.auth import Role, TokenStore
+from central.settings import AuthSettings
 from fleetwire.mqtt.topics import DEFAULT_PREFIX
 from fleetwire.signing import write_atomic
 from modelfleet.pki import LOOPBACK_SANS, CertAuthority, LeafFiles
@@ -121,9 +122,9 @@ class SecureFleet:
             "MODELFLEET_AUTH__NODE_TOKENS_FILE": str(AuthSettings().node_tokens_path(self.central_data)),
             **_tls_env("MODELFLEET_TLS__", self.central_tls),
             "MODELFLEET_TLS__REQUIRE_CLIENT_CERT": "true",
-            "MODELFLEET_MQTT__USERNAME": CENTRAL_MQTT_USER,
-            "MODELFLEET_MQTT__PASSWORD": self.mqtt_passwords[CENTRAL_MQTT_USER],
-            **_tls_env("MODELFLEET_MQTT__TLS__", self.central_tls),
+            "MODELFLEET_BROKER__USERNAME": CENTRAL_MQTT_USER,
+            "MODELFLEET_BROKER__PASSWORD": self.mqtt_passwords[CENTRAL_MQTT_USER],
+            **_tls_env("MODELFLEET_BROKER__TLS__", self.central_tls),
         }
 
     def edge_env(self, node_id: str) -> dict[str, str]:
@@ -134,9 +135,9 @@ class SecureFleet:
             "MODELFLEET_NODE_TOKEN_FILE": str(self.node_token_files[node_id]),
             **_tls_env("MODELFLEET_TLS__", tls),
             "MODELFLEET_TLS__REQUIRE_CLIENT_CERT": "true",
-            "MODELFLEET_HEARTBEAT__USERNAME": node_id,
-            "MODELFLEET_HEARTBEAT__PASSWORD": self.mqtt_passwords[node_id],
-            **_tls_env("MODELFLEET_HEARTBEAT__TLS__", tls),
+            "MODELFLEET_BROKER__USERNAME": node_id,
+            "MODELFLEET_BROKER__PASSWORD": self.mqtt_passwords[node_id],
+            **_tls_env("MODELFLEET_BROKER__TLS__", tls),
         }
 
 

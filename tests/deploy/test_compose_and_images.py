@@ -112,7 +112,7 @@ def test_compose_settings_are_real_and_edges_find_central_and_the_broker(made: P
         assert env["MODELFLEET_NODE_ID"] == env["MODELFLEET_ADVERTISE_HOST"] == name
         host, port = env["MODELFLEET_CENTRAL"].split(":")
         assert host == "central" and int(port) in central_ports
-        assert env["MODELFLEET_HEARTBEAT__BROKER_HOST"] == "mosquitto"
+        assert env["MODELFLEET_BROKER__HOST"] == "mosquitto"
 
 
 def test_compose_is_secure_by_default() -> None:
@@ -121,13 +121,13 @@ def test_compose_is_secure_by_default() -> None:
     central = _env("central")
     for key in ("AUTH__ENABLED", "AUTH__PROTECT_READS", "AUTH__NODES_REQUIRED", "TLS__ENABLED"):
         assert central[f"MODELFLEET_{key}"] == TRUE, key
-    assert central["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == central["MODELFLEET_MQTT__TLS__ENABLED"] == TRUE
-    assert central["MODELFLEET_MQTT__USERNAME"] == "central" and central["MODELFLEET_MQTT__PORT"] == "8883"
+    assert central["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == central["MODELFLEET_BROKER__TLS__ENABLED"] == TRUE
+    assert central["MODELFLEET_BROKER__USERNAME"] == "central" and central["MODELFLEET_BROKER__PORT"] == "8883"
     for name in EDGES:
         env = _env(name)
         assert env["MODELFLEET_TLS__ENABLED"] == env["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == TRUE, name
-        assert env["MODELFLEET_HEARTBEAT__TLS__ENABLED"] == TRUE and env["MODELFLEET_HEARTBEAT__BROKER_PORT"] == "8883"
-        assert env["MODELFLEET_HEARTBEAT__USERNAME"] == name  # the ACL's user = node id
+        assert env["MODELFLEET_BROKER__TLS__ENABLED"] == TRUE and env["MODELFLEET_BROKER__PORT"] == "8883"
+        assert env["MODELFLEET_BROKER__USERNAME"] == name  # the ACL's user = node id
         assert env["MODELFLEET_NODE_TOKEN_FILE"].startswith(CONTAINER_SECRETS)
     # every password comes from deploy/.env; none has a default to fall back on
     text = (DEPLOY / "docker-compose.yml").read_text()
@@ -193,10 +193,10 @@ def test_images_are_secure_by_default() -> None:
     """Both bind every interface, so both refuse what is not authenticated unless told otherwise."""
     central, edge = image_env("central.Dockerfile"), image_env("edge.Dockerfile")
     assert central["MODELFLEET_HTTP_HOST"] == edge["MODELFLEET_HTTP_HOST"] == "0.0.0.0"
-    for key in ("AUTH__ENABLED", "AUTH__PROTECT_READS", "AUTH__NODES_REQUIRED", "TLS__ENABLED", "MQTT__TLS__ENABLED"):
+    for key in ("AUTH__ENABLED", "AUTH__PROTECT_READS", "AUTH__NODES_REQUIRED", "TLS__ENABLED", "BROKER__TLS__ENABLED"):
         assert central[f"MODELFLEET_{key}"] == TRUE, key
     assert central["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == TRUE
-    for key in ("TLS__ENABLED", "TLS__REQUIRE_CLIENT_CERT", "HEARTBEAT__TLS__ENABLED"):
+    for key in ("TLS__ENABLED", "TLS__REQUIRE_CLIENT_CERT", "BROKER__TLS__ENABLED"):
         assert edge[f"MODELFLEET_{key}"] == TRUE, key
     assert "MODELFLEET_NODE_TOKEN_FILE" in edge
     for env in (central, edge):

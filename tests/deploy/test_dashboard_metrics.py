@@ -66,12 +66,13 @@ def _exposed_name(family: Metric) -> str:
 async def test_every_metric_in_the_dashboard_and_rules_is_exported(
     tmp_path: Path, mosquitto: MosquittoBroker, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    central = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    central = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker))
     await central.start()
     try:
-        heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
-        edge = await make_edge("edge-a", central, heartbeat=heartbeat)
+        heartbeat = {"enabled": True, "interval_s": 0.3}
+        edge = await make_edge("edge-a", central, heartbeat=heartbeat, broker=broker)
         async with httpx.AsyncClient(base_url=central.http_url, timeout=30) as api:
             assert (await push(api, "tiny", small_model_file)).status_code == 201
             tracker = central.central.membership

@@ -96,7 +96,7 @@ def test_central_is_one_deployment_on_its_claim_behind_a_service() -> None:
     ports = {p["name"]: p["port"] for p in _find("Service", "central")["spec"]["ports"]}
     assert ports == {"http": 8080, "grpc": 50051}
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
-    assert _find("ConfigMap", "central-settings")["data"]["MODELFLEET_MQTT__HOST"] == "mosquitto"
+    assert _find("ConfigMap", "central-settings")["data"]["MODELFLEET_BROKER__HOST"] == "mosquitto"
 
 
 def test_edges_are_a_daemonset_with_their_cache_on_the_host() -> None:
@@ -106,7 +106,7 @@ def test_edges_are_a_daemonset_with_their_cache_on_the_host() -> None:
     assert cache["hostPath"]["type"] == "DirectoryOrCreate"
     env = {e["name"]: e["valueFrom"] for e in pod["containers"][0]["env"]}
     node_name = {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env["MODELFLEET_NODE_ID"] == env["MODELFLEET_HEARTBEAT__USERNAME"] == node_name  # a login per node
+    assert env["MODELFLEET_NODE_ID"] == env["MODELFLEET_BROKER__USERNAME"] == node_name  # a login per node
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert settings["MODELFLEET_CENTRAL"] == "central:50051"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -274,11 +274,11 @@ def test_kubernetes_is_secure_by_default() -> None:
     central = _find("ConfigMap", "central-settings")["data"]
     for key in ("AUTH__ENABLED", "AUTH__PROTECT_READS", "AUTH__NODES_REQUIRED", "TLS__ENABLED"):
         assert central[f"MODELFLEET_{key}"] == "true", key
-    assert central["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == central["MODELFLEET_MQTT__TLS__ENABLED"] == "true"
+    assert central["MODELFLEET_TLS__REQUIRE_CLIENT_CERT"] == central["MODELFLEET_BROKER__TLS__ENABLED"] == "true"
     edge = _find("ConfigMap", "edge-settings")["data"]
-    for key in ("TLS__ENABLED", "TLS__REQUIRE_CLIENT_CERT", "HEARTBEAT__TLS__ENABLED"):
+    for key in ("TLS__ENABLED", "TLS__REQUIRE_CLIENT_CERT", "BROKER__TLS__ENABLED"):
         assert edge[f"MODELFLEET_{key}"] == "true", key
-    assert "MODELFLEET_HEARTBEAT__USERNAME" not in edge  # no shared login: the node's own name
+    assert "MODELFLEET_BROKER__USERNAME" not in edge  # no shared login: the node's own name
     # probes that need no plaintext: HTTPS for central, the edge's own certificate for edges
     central_probe = _pod("Deployment", "central")["containers"][0]["readinessProbe"]["httpGet"]
     assert central_probe["scheme"] == "HTTPS"

@@ -27,8 +27,9 @@ async def test_edge_metrics_count_sources_cache_heartbeats_versions_and_requests
     central: CentralServer, api: httpx.AsyncClient, mosquitto: MosquittoBroker, make_edge: EdgeFactory,
     small_model_file: Path,
 ) -> None:  # fmt: skip
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.2}
-    edges = [await make_edge(f"edge-{i}", central, heartbeat=heartbeat) for i in range(2)]
+    heartbeat = {"enabled": True, "interval_s": 0.2}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    edges = [await make_edge(f"edge-{i}", central, heartbeat=heartbeat, broker=broker) for i in range(2)]
     empty = await _scrape(edges[0])
     assert sample(empty, "modelfleet_edge_versions", state="complete") == 0
     assert sample(empty, "modelfleet_fetch_bytes_total", source="origin") == 0

@@ -35,11 +35,11 @@ EDGE_ENV = {
 def mqtt_envs(broker: MosquittoBroker, interval_s: float = 0.3) -> tuple[dict[str, str], dict[str, str]]:
     """(central env, edge env) additions for membership over ``broker``: heartbeats every
     ``interval_s``, reconnects within a second."""
-    central = {"MODELFLEET_MQTT__ENABLED": "true", "MODELFLEET_MQTT__HOST": broker.host,
-               "MODELFLEET_MQTT__PORT": str(broker.port), "MODELFLEET_MQTT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
-    edge = {"MODELFLEET_HEARTBEAT__ENABLED": "true", "MODELFLEET_HEARTBEAT__BROKER_HOST": broker.host,
-            "MODELFLEET_HEARTBEAT__BROKER_PORT": str(broker.port), "MODELFLEET_HEARTBEAT__INTERVAL_S": str(interval_s),
-            "MODELFLEET_HEARTBEAT__RECONNECT_MAX_S": "1.0"}  # fmt: skip
+    central = {"MODELFLEET_MQTT__ENABLED": "true", "MODELFLEET_BROKER__HOST": broker.host,
+               "MODELFLEET_BROKER__PORT": str(broker.port), "MODELFLEET_BROKER__RECONNECT_MAX_S": "1.0"}  # fmt: skip
+    edge = {"MODELFLEET_HEARTBEAT__ENABLED": "true", "MODELFLEET_BROKER__HOST": broker.host,
+            "MODELFLEET_BROKER__PORT": str(broker.port), "MODELFLEET_HEARTBEAT__INTERVAL_S": str(interval_s),
+            "MODELFLEET_BROKER__RECONNECT_MAX_S": "1.0"}  # fmt: skip
     return central, edge
 
 

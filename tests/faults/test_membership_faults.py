@@ -167,7 +167,7 @@ def test_a_broker_frozen_during_a_heartbeat_burst_declares_no_node_dead(
     # The edges' MQTT keep-alive (5 s) outlasts the freeze: with the default (2 s at a 0.3 s
     # interval) paho drops the link 2-4 s into a hang and the broker publishes its will on
     # SIGCONT, a real disconnection (docs/reliability.md, row 25).
-    keepalive = {"MODELFLEET_HEARTBEAT__KEEPALIVE_S": "5"}
+    keepalive = {"MODELFLEET_BROKER__KEEPALIVE_S": "5"}
     with serving_fleet(mosquitto, tmp_path, keepalive) as fleet, HeartbeatBurst(mosquitto, 40) as burst:
         everyone = dict.fromkeys([*fleet.edges, *burst.nodes], "alive")
         wait_until(lambda: _states(fleet) == everyone, 30, "the burst's nodes alive")

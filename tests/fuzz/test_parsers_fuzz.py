@@ -16,12 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.registry.chunker import Chunker
-from central.settings import ChunkingSettings
+from central.settings import ChunkingSettings, MqttSettings
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import DecodeError, FastHeartbeat, decode_heartbeat
-from fleetwire.mqtt.topics import Topics
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 #: Tiny chunks, so that a few KB of input make dozens of them.
@@ -124,13 +123,13 @@ def test_decode_heartbeat_returns_a_heartbeat_or_a_decode_error(raw: bytes) -> N
 def test_central_counts_every_malformed_heartbeat_and_never_raises(doc: dict[str, Any], garbage: bytes) -> None:
     loop = asyncio.new_event_loop()  # the tracker's timers need one; it never runs here
     try:
-        _feed(MembershipConsumer(MqttSettings(), MqttSettings().make_tracker(loop), loop), doc, garbage)
+        _feed(MembershipConsumer(MqttSettings(), make_tracker(MqttSettings(), loop), loop), doc, garbage)
     finally:
         loop.close()
 
 
 def _feed(consumer: MembershipConsumer, doc: dict[str, Any], garbage: bytes) -> None:
-    tracker, topics = consumer.tracker, Topics(MqttSettings().topic_prefix)
+    tracker, topics = consumer.tracker, consumer.topics
     for topic, payload in (
         (topics.node_heartbeat("n1"), json.dumps(doc).encode()),
         (topics.node_heartbeat("n1"), garbage),

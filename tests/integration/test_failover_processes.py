@@ -47,17 +47,17 @@ def running_fleet(
     yields the fleet and the number of unique chunks of the version."""
     central_env = {
         "MODELFLEET_MQTT__ENABLED": "true",
-        "MODELFLEET_MQTT__HOST": broker.host,
-        "MODELFLEET_MQTT__PORT": str(broker.port),
-        "MODELFLEET_MQTT__RECONNECT_MAX_S": "1.0",
+        "MODELFLEET_BROKER__HOST": broker.host,
+        "MODELFLEET_BROKER__PORT": str(broker.port),
+        "MODELFLEET_BROKER__RECONNECT_MAX_S": "1.0",
         **CHUNKING_ENV,
     }
     edge_env = {
         "MODELFLEET_HEARTBEAT__ENABLED": "true",
-        "MODELFLEET_HEARTBEAT__BROKER_HOST": broker.host,
-        "MODELFLEET_HEARTBEAT__BROKER_PORT": str(broker.port),
+        "MODELFLEET_BROKER__HOST": broker.host,
+        "MODELFLEET_BROKER__PORT": str(broker.port),
         "MODELFLEET_HEARTBEAT__INTERVAL_S": str(interval),
-        "MODELFLEET_HEARTBEAT__RECONNECT_MAX_S": "1.0",
+        "MODELFLEET_BROKER__RECONNECT_MAX_S": "1.0",
         "MODELFLEET_RECONNECT_BACKOFF_MAX_S": "0.5",
     }
     with Fleet(root=root, central_env=central_env, edge_env=edge_env) as fleet:

@@ -17,15 +17,17 @@ from conftest import EdgeFactory, central_settings, push, wait_for
 
 @pytest.fixture
 async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker))
     await server.start()
     yield server
     await server.stop()
 
 
 def _heartbeat(broker: MosquittoBroker) -> dict[str, object]:
-    return {"enabled": True, "broker_host": broker.host, "broker_port": broker.port, "interval_s": 0.3}
+    """Edge settings overrides: heartbeats every 0.3 s through ``broker``."""
+    return {"heartbeat": {"enabled": True, "interval_s": 0.3}, "broker": {"host": broker.host, "port": broker.port}}
 
 
 def _alive(central: CentralServer) -> set[str]:
@@ -35,7 +37,7 @@ def _alive(central: CentralServer) -> set[str]:
 async def test_gateway_routes_by_heartbeats_and_a_leaving_node_loses_its_chunks(
     mqtt_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
-    edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=_heartbeat(mosquitto)) for i in range(3)]
+    edges = [await make_edge(f"edge-{i}", mqtt_central, **_heartbeat(mosquitto)) for i in range(3)]
     await wait_for(lambda: _alive(mqtt_central) == {e.node_id for e in edges}, 20, "three alive nodes")
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         assert (await push(api, "tiny", small_model_file)).status_code == 201
@@ -76,7 +78,7 @@ async def test_no_node_can_serve_gives_503_naming_the_model(mqtt_central: Centra
 async def test_central_and_edges_reconverge_after_the_broker_restarts(
     mqtt_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory
 ) -> None:
-    edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=_heartbeat(mosquitto)) for i in range(2)]
+    edges = [await make_edge(f"edge-{i}", mqtt_central, **_heartbeat(mosquitto)) for i in range(2)]
     names = {e.node_id for e in edges}
     await wait_for(lambda: _alive(mqtt_central) == names, 20, "two alive nodes")
     mosquitto.kill()

@@ -36,8 +36,11 @@ def _unloadable_model(path: Path) -> Path:
 
 @pytest.fixture
 async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, rollout={"interval_s": 0.2}))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    server = CentralServer(
+        central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
+    )
     await server.start()
     yield server
     await server.stop()
@@ -73,9 +76,13 @@ async def _wait_rollout(
 async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_load(
     fleet_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, tmp_path: Path
 ) -> None:
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
     zones = {"edge-a1": "a", "edge-a2": "a", "edge-b1": "b"}
-    edges = {n: await make_edge(n, fleet_central, heartbeat=heartbeat, labels={"zone": z}) for n, z in zones.items()}
+    edges = {
+        n: await make_edge(n, fleet_central, heartbeat=heartbeat, broker=broker, labels={"zone": z})
+        for n, z in zones.items()
+    }
     v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
     tracker = fleet_central.central.membership

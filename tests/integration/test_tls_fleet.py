@@ -32,9 +32,12 @@ def pki(tmp_path: Path) -> CertAuthority:
 async def tls_central(tmp_path: Path, pki: CertAuthority, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
     """Central with TLS on and client certificates required on gRPC; one owner per chunk,
     so every edge fetches the chunks it does not own from the other edge."""
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
     tls = pki.issue("central").tls(require_client_cert=True)
-    server = CentralServer(central_settings(tmp_path / "central", tls=tls, mqtt=mqtt, placement={"replicas": 1}))
+    server = CentralServer(
+        central_settings(tmp_path / "central", tls=tls, mqtt=mqtt, broker=broker, placement={"replicas": 1})
+    )
     await server.start()
     yield server
     await server.stop()
@@ -76,9 +79,12 @@ async def _get_manifest(channel: grpc.aio.Channel) -> grpc.StatusCode:
 async def test_a_tls_fleet_moves_chunks_over_mutual_tls_and_serves_through_the_https_gateway(
     tls_central: CentralServer, pki: CertAuthority, mosquitto: MosquittoBroker, make_edge: EdgeFactory, model_file: Path
 ) -> None:
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
     edges = [
-        await make_edge(name, tls_central, tls=pki.issue(name).tls(require_client_cert=True), heartbeat=heartbeat)
+        await make_edge(
+            name, tls_central, tls=pki.issue(name).tls(require_client_cert=True), heartbeat=heartbeat, broker=broker
+        )
         for name in ("edge-0", "edge-1")
     ]
     assert tls_central.http_url.startswith("https://")

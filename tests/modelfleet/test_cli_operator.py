@@ -29,8 +29,9 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
 @pytest.fixture
 async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
     """Central with quantization on and heartbeats through the test's Mosquitto."""
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, quantize={"enabled": True}))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, quantize={"enabled": True}))
     await server.start()
     yield server
     await server.stop()
@@ -43,8 +44,9 @@ async def test_push_digits_then_read_models_nodes_and_events(
     make_edge: EdgeFactory,
     digits: DigitsModel,
 ) -> None:
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
-    await make_edge("edge-0", mqtt_central, heartbeat=heartbeat)
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    await make_edge("edge-0", mqtt_central, heartbeat=heartbeat, broker=broker)
     tracker = mqtt_central.central.membership
     await wait_for(lambda: [str(v.state) for v in tracker.nodes()] == ["alive"], 20, "edge-0 alive")
     cli = Cli(tmp_path, mqtt_central.http_url)

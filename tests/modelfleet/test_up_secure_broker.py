@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from brokers import Login, connect_once
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker, NodeLiveness
-from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher, HeartbeatSettings
+from central.settings import MqttSettings
+from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
+from edge_node.settings import HeartbeatSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.tls import MqttTlsSettings
 from modelfleet.up.broker import RunningBroker, find_mosquitto, start_broker
 from modelfleet.up.children import ChildGroup
@@ -72,13 +75,13 @@ async def more_heartbeats(tracker: MembershipTracker, count: int) -> None:
 async def test_one_edges_login_cannot_close_another_edges_session(
     secure: SecureFleet, broker: RunningBroker, tmp_path: Path
 ) -> None:
-    settings = MqttSettings(host=broker.host, port=broker.port, keepalive_s=5, **credentials(secure, "central"))
-    tracker = settings.make_tracker()
-    consumer = MembershipConsumer(settings, tracker, central_id="secure-central")
-    edge_settings = HeartbeatSettings(
-        broker_host=broker.host, broker_port=broker.port, interval_s=0.2, **credentials(secure, "edge-2")
+    central_broker = BrokerSettings(host=broker.host, port=broker.port, keepalive_s=5, **credentials(secure, "central"))
+    tracker = make_tracker(MqttSettings())
+    consumer = MembershipConsumer(MqttSettings(), tracker, broker=central_broker, central_id="secure-central")
+    edge_broker = BrokerSettings(host=broker.host, port=broker.port, **credentials(secure, "edge-2"))
+    edge = HeartbeatPublisher(
+        "edge-2", HeartbeatSettings(interval_s=0.2), lambda: HeartbeatBody(), tmp_path / "edge-2", broker=edge_broker
     )
-    edge = HeartbeatPublisher("edge-2", edge_settings, lambda: HeartbeatBody(), tmp_path / "edge-2")
     await consumer.start()
     try:
         assert await consumer.wait_connected(10)
@@ -87,7 +90,7 @@ async def test_one_edges_login_cannot_close_another_edges_session(
         await wait_for(lambda: tracker.state_of("edge-2") is NodeLiveness.ALIVE, "edge-2 alive")
         # With edge-1's certificate and password, under edge-2's client id: the default one
         # before logins named it, and the one it has now.
-        for client_id in ("edge-edge-2", edge_settings.effective_client_id("edge-2")):
+        for client_id in ("edge-edge-2", edge_broker.effective_client_id("edge-edge-2")):
             accepted = await asyncio.to_thread(
                 connect_once, broker.host, broker.port, client_id, login(secure, "edge-1")
             )

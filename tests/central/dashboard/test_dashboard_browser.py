@@ -56,8 +56,8 @@ def fleet(mosquitto: MosquittoBroker, tmp_path: Path) -> Iterator[Fleet]:
     }
     edge_env = {
         "MODELFLEET_HEARTBEAT__ENABLED": "true",
-        "MODELFLEET_HEARTBEAT__BROKER_HOST": mosquitto.host,
-        "MODELFLEET_HEARTBEAT__BROKER_PORT": str(mosquitto.port),
+        "MODELFLEET_BROKER__HOST": mosquitto.host,
+        "MODELFLEET_BROKER__PORT": str(mosquitto.port),
         "MODELFLEET_HEARTBEAT__INTERVAL_S": "0.3",
         "MODELFLEET_RECONNECT_BACKOFF_MAX_S": "0.5",
     }

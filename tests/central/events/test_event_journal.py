@@ -92,6 +92,8 @@ def test_events_survive_a_sigkill_and_no_number_is_used_twice(tmp_path: Path) ->
 
 def test_the_older_setting_name_still_sets_how_many_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODELFLEET_MQTT__EVENTS_KEPT", "7")
-    assert CentralSettings().events_kept == 7
+    with pytest.warns(FutureWarning, match=r"mqtt\.events_kept .*use events\.kept"):
+        assert CentralSettings().events.kept == 7
     monkeypatch.setenv("MODELFLEET_EVENTS__KEPT", "9")  # the newer name wins
-    assert CentralSettings().events_kept == 9
+    with pytest.warns(FutureWarning, match="events.kept is set too and wins"):
+        assert CentralSettings().events.kept == 9

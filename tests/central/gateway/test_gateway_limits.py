@@ -13,8 +13,9 @@ import orjson
 import uvicorn
 from fastapi import FastAPI
 
-from central.gateway import Candidate, GatewaySettings, StaticNodeSource, create_gateway, create_gateway_router
+from central.gateway import Candidate, StaticNodeSource, create_gateway, create_gateway_router
 from central.server import CentralServer
+from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 
 REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}

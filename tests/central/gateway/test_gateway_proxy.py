@@ -21,12 +21,12 @@ from central.gateway import (
     NODE_HEADER,
     Candidate,
     GatewayProxy,
-    GatewaySettings,
     StaticNodeSource,
     create_gateway,
     create_gateway_router,
 )
 from central.server import CentralServer
+from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
 from modelfleet.up.ports import free_port

@@ -22,11 +22,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 from pydantic import ValidationError
 
 from brokers import BrokerTls, Login, MosquittoBroker, Subscriber, close_wakeup_pair, takeover_closes_session
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker, NodeLiveness
-from central.settings import CentralSettings
+from central.settings import CentralSettings, MqttSettings
 from certs import CertAuthority, LeafFiles
-from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher, HeartbeatSettings
+from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
+from edge_node.settings import HeartbeatSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import Topics
@@ -103,24 +105,18 @@ class RawClient:
             info.wait_for_publish(5)  # Mosquitto acks a denied QoS 1 publish too, then drops it
 
 
-def consumer_settings(port: int, **kw: Any) -> MqttSettings:
-    base: dict[str, Any] = {
-        "port": port,
-        "keepalive_s": 5,
-        "reconnect_min_s": 0.1,
-        "reconnect_max_s": 0.3,
-        "default_interval_s": 60,
-    }
-    base.update(kw)
-    return MqttSettings(**base)
+def central_broker(port: int, **kw: Any) -> BrokerSettings:
+    """Central's link to the broker on ``port``: quick reconnects, ``kw`` (login, TLS) on top."""
+    return BrokerSettings(port=port, keepalive_s=5, reconnect_min_s=0.1, reconnect_max_s=0.3, **kw)
 
 
 class Central:
     """Central's membership side: a tracker fed by the real consumer."""
 
-    def __init__(self, settings: MqttSettings) -> None:
-        self.tracker: MembershipTracker = settings.make_tracker()
-        self.consumer = MembershipConsumer(settings, self.tracker, central_id="acl-central")
+    def __init__(self, broker: BrokerSettings) -> None:
+        settings = MqttSettings(default_interval_s=60)
+        self.tracker: MembershipTracker = make_tracker(settings)
+        self.consumer = MembershipConsumer(settings, self.tracker, broker=broker, central_id="acl-central")
 
     async def __aenter__(self) -> Central:
         await self.consumer.start()
@@ -133,10 +129,9 @@ class Central:
 
 @contextlib.asynccontextmanager
 async def edge(node_id: str, port: int, tmp_path: Path, **kw: Any) -> AsyncIterator[HeartbeatPublisher]:
-    s = HeartbeatSettings(
-        broker_port=port, interval_s=0.2, reconnect_min_s=0.1, reconnect_max_s=0.3, stop_timeout_s=1.0, **kw
-    )
-    publisher = HeartbeatPublisher(node_id, s, lambda: HeartbeatBody(), tmp_path / node_id)
+    s = HeartbeatSettings(interval_s=0.2, stop_timeout_s=1.0)
+    broker = BrokerSettings(port=port, reconnect_min_s=0.1, reconnect_max_s=0.3, **kw)
+    publisher = HeartbeatPublisher(node_id, s, lambda: HeartbeatBody(), tmp_path / node_id, broker=broker)
     await publisher.start()
     try:
         yield publisher
@@ -158,7 +153,7 @@ def credentials(user: str) -> dict[str, Any]:
 async def test_an_edge_with_credentials_is_seen_alive_and_others_are_refused(
     secured: MosquittoBroker, tmp_path: Path
 ) -> None:
-    async with Central(consumer_settings(secured.port, **credentials("central"))) as central:
+    async with Central(central_broker(secured.port, **credentials("central"))) as central:
         assert await central.consumer.wait_connected(5)
         async with edge("edge-a", secured.port, tmp_path, **credentials("edge-a")) as a:
             assert await a.wait_connected(5)
@@ -176,14 +171,14 @@ async def test_an_edge_with_credentials_is_seen_alive_and_others_are_refused(
         assert not b.connected and b.heartbeats_sent == 0
 
     # So is central without its credentials: it never connects, and counts the refusals.
-    async with Central(consumer_settings(secured.port)) as central:
+    async with Central(central_broker(secured.port)) as central:
         await wait_for(lambda: central.consumer.connect_failures >= 1, "central refused")
         assert not central.consumer.connected
 
 
 async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: MosquittoBroker) -> None:
-    settings = consumer_settings(secured.port, **credentials("central"))
-    async with Central(settings) as central:
+    broker = central_broker(secured.port, **credentials("central"))
+    async with Central(broker) as central:
         assert await central.consumer.wait_connected(5)
         tracker = central.tracker
         with (
@@ -225,7 +220,7 @@ async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: Mos
 
 
 async def test_a_heartbeat_whose_payload_names_another_node_is_dropped_and_counted(secured: MosquittoBroker) -> None:
-    async with Central(consumer_settings(secured.port, **credentials("central"))) as central:
+    async with Central(central_broker(secured.port, **credentials("central"))) as central:
         assert await central.consumer.wait_connected(5)
         tracker = central.tracker
         with RawClient(secured.host, secured.port, **credentials("edge-a")) as a:
@@ -272,8 +267,8 @@ async def test_edge_heartbeats_reach_central_over_tls(
 ) -> None:
     assert tls_broker.tls_port is not None
     tls = {"enabled": True, "ca_file": pki["broker"].ca_file}
-    settings = consumer_settings(tls_broker.tls_port, tls=tls, **credentials("central"))
-    async with Central(settings) as central:
+    broker = central_broker(tls_broker.tls_port, tls=tls, **credentials("central"))
+    async with Central(broker) as central:
         assert await central.consumer.wait_connected(5)
         async with edge("edge-a", tls_broker.tls_port, tmp_path, tls=tls, **credentials("edge-a")) as a:
             assert await a.wait_connected(5)
@@ -299,7 +294,7 @@ async def test_a_broker_that_requires_client_certificates_takes_central_with_one
     with MosquittoBroker(users=USERS, acl=ACL, tls=tls) as broker:
         assert broker.tls_port is not None
         mutual = {"enabled": True, **{k: getattr(central_leaf, k) for k in ("ca_file", "cert_file", "key_file")}}
-        async with Central(consumer_settings(broker.tls_port, tls=mutual, **credentials("central"))) as central:
+        async with Central(central_broker(broker.tls_port, tls=mutual, **credentials("central"))) as central:
             assert await central.consumer.wait_connected(5)
         # without a certificate the broker ends the handshake
         no_cert = MqttTlsSettings(enabled=True, ca_file=central_leaf.ca_file).ssl_context()
@@ -347,15 +342,15 @@ def test_tls_and_credential_settings_are_checked_at_start_up(
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate")
     with pytest.raises(ValidationError, match="ca_file"):
-        HeartbeatSettings(tls={"enabled": True, "ca_file": garbage})
-    monkeypatch.setenv("MODELFLEET_MQTT__USERNAME", "central")
-    monkeypatch.setenv("MODELFLEET_MQTT__PASSWORD", "s3cret")
-    monkeypatch.setenv("MODELFLEET_MQTT__TLS__ENABLED", "true")
-    monkeypatch.setenv("MODELFLEET_MQTT__TLS__CA_FILE", str(pki["broker"].ca_file))
-    mqtt_settings = CentralSettings(data_dir=tmp_path).mqtt
-    assert mqtt_settings.username == "central" and mqtt_settings.tls.enabled
-    assert mqtt_settings.password is not None and mqtt_settings.password.get_secret_value() == "s3cret"
-    assert "s3cret" not in repr(mqtt_settings)
+        BrokerSettings(tls={"enabled": True, "ca_file": garbage})
+    monkeypatch.setenv("MODELFLEET_BROKER__USERNAME", "central")
+    monkeypatch.setenv("MODELFLEET_BROKER__PASSWORD", "s3cret")
+    monkeypatch.setenv("MODELFLEET_BROKER__TLS__ENABLED", "true")
+    monkeypatch.setenv("MODELFLEET_BROKER__TLS__CA_FILE", str(pki["broker"].ca_file))
+    broker = CentralSettings(data_dir=tmp_path).broker
+    assert broker.username == "central" and broker.tls.enabled
+    assert broker.password is not None and broker.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(broker)
 
 
 def test_the_shipped_broker_config_requires_a_password_and_the_acl(pki: dict[str, LeafFiles]) -> None:

@@ -24,8 +24,10 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from brokers import MosquittoBroker
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker, NodeLiveness
+from central.settings import MqttSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
 
@@ -157,25 +159,19 @@ async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10
         await asyncio.sleep(0.02)
 
 
-def settings(broker: MosquittoBroker, **kw: Any) -> MqttSettings:
-    base: dict[str, Any] = {
-        "host": broker.host,
-        "port": broker.port,
-        "keepalive_s": 5,
-        "reconnect_min_s": 0.1,
-        "reconnect_max_s": 0.5,
-        "default_interval_s": 0.3,
-    }
-    base.update(kw)
-    return MqttSettings(**base)
+def broker_settings(broker: MosquittoBroker) -> BrokerSettings:
+    """Where ``broker`` listens, with quick reconnects."""
+    return BrokerSettings(host=broker.host, port=broker.port, keepalive_s=5, reconnect_min_s=0.1, reconnect_max_s=0.5)
 
 
 class Harness:
     def __init__(self, broker: MosquittoBroker) -> None:
         self.broker = broker
-        self.settings = settings(broker)
-        self.tracker = self.settings.make_tracker()
-        self.consumer = MembershipConsumer(self.settings, self.tracker, central_id="test-central")
+        self.settings = MqttSettings(default_interval_s=0.3)
+        self.tracker = make_tracker(self.settings)
+        self.consumer = MembershipConsumer(
+            self.settings, self.tracker, broker=broker_settings(broker), central_id="test-central"
+        )
         self.nodes: list[FakeNode] = []
         self.watchers: list[Watcher] = []
 
@@ -306,11 +302,14 @@ async def test_central_status_and_events_are_published(harness: Harness) -> None
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+    from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
+    from central.settings import MqttSettings
+    from fleetwire.mqtt.broker import BrokerSettings
 
     async def main():
-        s = MqttSettings(port=int(sys.argv[1]), keepalive_s=2, reconnect_min_s=0.1, reconnect_max_s=0.5)
-        consumer = MembershipConsumer(s, s.make_tracker(), central_id="child-central")
+        b = BrokerSettings(port=int(sys.argv[1]), keepalive_s=2, reconnect_min_s=0.1, reconnect_max_s=0.5)
+        s = MqttSettings()
+        consumer = MembershipConsumer(s, make_tracker(s), broker=b, central_id="child-central")
         await consumer.start()
         assert await consumer.wait_connected(10)
         print("connected", flush=True)
@@ -358,7 +357,7 @@ async def test_sigkilled_central_goes_offline_by_last_will(mosquitto: MosquittoB
 async def test_consumer_started_before_the_broker_connects_later() -> None:
     broker = MosquittoBroker()  # not started yet
     tracker = MembershipTracker(default_interval_s=0.3)
-    consumer = MembershipConsumer(settings(broker), tracker)
+    consumer = MembershipConsumer(MqttSettings(), tracker, broker=broker_settings(broker))
     await consumer.start()
     try:
         await asyncio.sleep(0.5)

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker, NodeLiveness, TransitionInfo
+from central.settings import MqttSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Event, Heartbeat, ModelInfo, NodeStatus
 from fleetwire.mqtt.topics import Topics
 
@@ -332,8 +334,8 @@ async def test_bad_settings_are_rejected() -> None:
         MembershipTracker(suspect_after=3, dead_after=2)
     with pytest.raises(ValueError):
         MqttSettings(suspect_after=4, dead_after=3)
-    with pytest.raises(ValueError):
-        MqttSettings(reconnect_min_s=5, reconnect_max_s=1)
+    with pytest.raises(ValueError, match="reconnect_min_s must not exceed"):
+        BrokerSettings(reconnect_min_s=5, reconnect_max_s=1)
 
 
 async def drained() -> None:

@@ -20,8 +20,9 @@ _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "dat
 
 @pytest.fixture
 async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker))
     await server.start()
     yield server
     await server.stop()
@@ -37,8 +38,9 @@ async def _scrape(api: httpx.AsyncClient) -> dict[tuple[str, frozenset[tuple[str
 async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     mqtt_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
-    edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=heartbeat) for i in range(2)]
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=heartbeat, broker=broker) for i in range(2)]
     tracker = mqtt_central.central.membership
     await wait_for(lambda: tracker.counts()["alive"] == 2, 20, "two alive nodes")
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:

@@ -11,10 +11,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from central.errors import BadRequest
-from central.quantize import AccuracyGuardFailed, QuantizeSettings, QuantizeStep
+from central.quantize import AccuracyGuardFailed, QuantizeStep
 from central.quantize.calibration import MIN_SAMPLES, load_calibration, split
 from central.registry.pipeline import PushContext
 from central.registry.validate import load_checked, signature
+from central.settings import QuantizeSettings
 from modelfleet.zoo import build_digits, build_mlp
 from modelfleet.zoo.digits import DigitsModel, onnx_accuracy
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import orjson
 
-from central.membership.mqtt_consumer import MembershipConsumer, MqttSettings
+from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker
 from central.server import CentralServer
+from central.settings import MqttSettings
 from conftest import central_settings, push
 from fleetwire.mqtt.payloads import Heartbeat
 from fleetwire.mqtt.topics import Topics

@@ -27,11 +27,13 @@ from edge_node.heartbeat import (
     BdseqStore,
     HeartbeatBody,
     HeartbeatPublisher,
-    HeartbeatSettings,
     HeartbeatSources,
     LoadTracker,
     percentile,
 )
+from edge_node.heartbeat.publisher import first_reconnect_delay_s
+from edge_node.settings import HeartbeatSettings
+from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo
 from fleetwire.mqtt.topics import Topics
 
@@ -55,16 +57,16 @@ def body() -> HeartbeatBody:
     )
 
 
-def settings(broker: MosquittoBroker, **overrides: Any) -> HeartbeatSettings:
-    base: dict[str, Any] = {
-        "broker_port": broker.port,
-        "interval_s": INTERVAL,
-        "reconnect_min_s": 0.1,
-        "reconnect_max_s": 0.3,
-        "stop_timeout_s": 1.0,
-    }
+def settings(**overrides: Any) -> HeartbeatSettings:
+    base: dict[str, Any] = {"interval_s": INTERVAL, "stop_timeout_s": 1.0}
     base.update(overrides)
     return HeartbeatSettings(**base)
+
+
+def broker_settings(broker: MosquittoBroker, **overrides: Any) -> BrokerSettings:
+    base: dict[str, Any] = {"port": broker.port, "reconnect_min_s": 0.1, "reconnect_max_s": 0.3}
+    base.update(overrides)
+    return BrokerSettings(**base)
 
 
 PublisherFactory = Callable[..., HeartbeatPublisher]
@@ -82,7 +84,14 @@ async def publishers(tmp_path: Path) -> AsyncIterator[PublisherFactory]:
         snapshot: Callable[[], HeartbeatBody] = body,
         **overrides: Any,
     ) -> HeartbeatPublisher:
-        publisher = HeartbeatPublisher(node_id, settings(broker, **overrides), snapshot, data_dir or tmp_path / node_id)
+        link = {name: overrides.pop(name) for name in BrokerSettings.model_fields if name in overrides}
+        publisher = HeartbeatPublisher(
+            node_id,
+            settings(**overrides),
+            snapshot,
+            data_dir or tmp_path / node_id,
+            broker=broker_settings(broker, **link),
+        )
         made.append(publisher)
         return publisher
 
@@ -189,16 +198,19 @@ async def test_a_failing_snapshot_skips_beats_without_stopping(
 CHILD = """
 import asyncio, sys
 from pathlib import Path
-from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher, HeartbeatSettings
+from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
+from edge_node.settings import HeartbeatSettings
+from fleetwire.mqtt.broker import BrokerSettings
 
 async def main():
-    settings = HeartbeatSettings(broker_port=int(sys.argv[1]), interval_s=float(sys.argv[3]))
-    publisher = HeartbeatPublisher("edge-child", settings, HeartbeatBody, Path(sys.argv[2]))
+    settings = HeartbeatSettings(interval_s=float(sys.argv[3]))
+    broker = BrokerSettings(port=int(sys.argv[1]))
+    publisher = HeartbeatPublisher("edge-child", settings, HeartbeatBody, Path(sys.argv[2]), broker=broker)
     await publisher.start()
     if not await publisher.wait_connected(10):
         print("no connection", flush=True)
         return
-    print(f"ready {publisher.bdseq} {settings.effective_keepalive_s}", flush=True)
+    print(f"ready {publisher.bdseq} {broker.effective_keepalive_s(settings.default_keepalive_s)}", flush=True)
     await asyncio.Event().wait()
 
 asyncio.run(main())
@@ -364,6 +376,37 @@ async def test_reconnects_after_broker_restart_with_the_next_bdseq_and_drops_bea
     assert BdseqStore.in_dir(publisher._store.path.parent).last == 2
 
 
+async def test_each_lost_connection_draws_a_new_random_first_reconnect_wait(
+    mosquitto: MosquittoBroker, publishers: PublisherFactory
+) -> None:
+    """paho never jitters: edges that lost a restarted broker together would all come back at
+    the same instants. Each publisher gives paho a first wait of its own, drawn again whenever
+    a connection is lost (paho doubles it from there)."""
+    fleet = [publishers(mosquitto, f"edge-{i}", reconnect_min_s=0.2, reconnect_max_s=1.0) for i in range(4)]
+    for publisher in fleet:
+        await publisher.start()
+    for publisher in fleet:
+        assert await publisher.wait_connected(5)
+    before = [_first_wait(p) for p in fleet]
+    for publisher in fleet:
+        assert publisher._client is not None
+        sock = publisher._client.socket()
+        assert isinstance(sock, socket.socket)
+        sock.shutdown(socket.SHUT_RDWR)
+    for publisher in fleet:
+        await wait_until(lambda p=publisher: p.connects == 2 and p.connected, 5)
+    after = [_first_wait(p) for p in fleet]
+    assert all(0.1 <= wait <= 0.2 for wait in before + after)
+    assert len(set(before)) == len(fleet)  # not one instant for the whole fleet
+    assert all(a != b for a, b in zip(before, after, strict=True))  # a new draw per lost connection
+
+
+def _first_wait(publisher: HeartbeatPublisher) -> float:
+    """The first reconnect wait paho's client holds now (paho has no public getter)."""
+    assert publisher._client is not None
+    return float(publisher._client._reconnect_min_delay)
+
+
 async def test_the_will_of_every_connection_carries_the_bdseq_of_its_birth(
     mosquitto: MosquittoBroker, publishers: PublisherFactory
 ) -> None:
@@ -400,8 +443,9 @@ async def test_starts_without_a_broker_and_connects_once_it_appears(
 
 
 async def test_stop_is_quick_when_the_broker_never_came(tmp_path: Path) -> None:
-    s = HeartbeatSettings(broker_port=free_port(), interval_s=INTERVAL, reconnect_min_s=0.1, reconnect_max_s=0.2)
-    publisher = HeartbeatPublisher("edge-x", s, body, tmp_path)
+    s = HeartbeatSettings(interval_s=INTERVAL)
+    broker = BrokerSettings(port=free_port(), reconnect_min_s=0.1, reconnect_max_s=0.2)
+    publisher = HeartbeatPublisher("edge-x", s, body, tmp_path, broker=broker)
     await publisher.start()
     await asyncio.sleep(0.3)
     started = time.monotonic()
@@ -459,26 +503,29 @@ def test_bdseq_store_keeps_counting_when_the_disk_fails(tmp_path: Path) -> None:
 
 
 def test_settings_defaults_and_keepalive() -> None:
-    s = HeartbeatSettings()
-    assert (s.broker_host, s.broker_port, s.topic_prefix, s.interval_s, s.enabled) == (
-        "127.0.0.1",
-        1883,
-        "modelfleet/v1",
-        5.0,
-        True,
-    )
-    assert s.effective_keepalive_s == 10 and s.effective_client_id("n1") == "edge-n1"
-    assert HeartbeatSettings(interval_s=0.2).effective_keepalive_s == 2
-    assert HeartbeatSettings(interval_s=1.2).effective_keepalive_s == 3
-    assert HeartbeatSettings(interval_s=0.2, keepalive_s=7).effective_keepalive_s == 7
-    assert HeartbeatSettings(client_id="x").effective_client_id("n1") == "x"
+    s, b = HeartbeatSettings(), BrokerSettings()
+    assert (b.host, b.port, b.topic_prefix, s.interval_s, s.enabled) == ("127.0.0.1", 1883, "modelfleet/v1", 5.0, True)
+    assert b.effective_keepalive_s(s.default_keepalive_s) == 10 and b.effective_client_id("edge-n1") == "edge-n1"
+    assert HeartbeatSettings(interval_s=0.2).default_keepalive_s == 2
+    assert HeartbeatSettings(interval_s=1.2).default_keepalive_s == 3
+    assert BrokerSettings(keepalive_s=7).effective_keepalive_s(2) == 7
+    assert BrokerSettings(client_id="x").effective_client_id("edge-n1") == "x"
     # with a login the client id is the user name (the shipped brokers bind them)
-    assert HeartbeatSettings(username="n1", client_id="x").effective_client_id("n1") == "n1"
-    for bad in ({"interval_s": 0}, {"keepalive_s": 0}, {"reconnect_min_s": 5, "reconnect_max_s": 1}):
+    assert BrokerSettings(username="n1", client_id="x").effective_client_id("edge-n1") == "n1"
+    with pytest.raises(ValidationError):
+        HeartbeatSettings(interval_s=0)
+    for bad in ({"keepalive_s": 0}, {"reconnect_min_s": 5, "reconnect_max_s": 1}):
         with pytest.raises(ValidationError):
-            HeartbeatSettings(**bad)
+            BrokerSettings(**bad)
     for name, info in HeartbeatSettings.model_fields.items():
         assert info.description, name
+
+
+def test_the_first_reconnect_wait_is_drawn_in_the_upper_half_of_reconnect_min_s() -> None:
+    broker = BrokerSettings(reconnect_min_s=0.4, reconnect_max_s=10)
+    waits = [first_reconnect_delay_s(broker) for _ in range(200)]
+    assert all(0.2 <= w <= 0.4 for w in waits)
+    assert min(waits) < 0.25 and max(waits) > 0.35  # spread over the window, not one instant
 
 
 def test_load_tracker_reports_inflight_rps_latency_and_cpu() -> None:

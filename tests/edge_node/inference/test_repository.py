@@ -15,8 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
-from edge_node.inference.repository import BatchSettings, ModelRepository
+from edge_node.inference.repository import ModelRepository
 from edge_node.inference.session import SessionFactory
+from edge_node.settings import BatchSettings
 from fleetwire.manifest import Manifest, TensorSpec
 from modelfleet.zoo import build_mlp
 
