@@ -1,4 +1,4 @@
-"""The gateway's HTTP surface and settings.
+"""The gateway's HTTP surface.
 
 ``POST /v2/models/{m}/infer`` and ``POST /v2/models/{m}/versions/{v}/infer`` take an
 OIP v2 inference request (JSON, or the binary tensor extension with
