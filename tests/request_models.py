@@ -5,6 +5,7 @@ Runtime refuse the request) and a MatMul chain whose run time grows with the bat
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -70,3 +71,27 @@ def build_matmul_chain(path: Path, width: int = 1024, depth: int = 32, features:
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", features])
     y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 10])
     return _save(helper.make_graph(nodes, "chain", [x], [y], inits), path)
+
+
+def token_request(
+    ids: Any, mask: Any, ids_shape: list[int] | None = None, mask_shape: list[int] | None = None
+) -> dict[str, Any]:
+    """An OIP JSON request for the token model (shapes default to the data's)."""
+    return {
+        "inputs": [
+            {"name": "input_ids", "datatype": "INT64", "shape": ids_shape or list(np.shape(ids)), "data": ids},
+            {"name": "attention_mask", "datatype": "INT64", "shape": mask_shape or list(np.shape(mask)), "data": mask},
+        ]
+    }
+
+
+#: Requests the token model refuses: (request, words the 400's error must contain).
+BAD_TOKEN_REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "id past the vocabulary": (token_request([[1, 2, VOCAB]], [[1, 1, 1]]), ["input_ids", str(VOCAB)]),
+    "negative id past the vocabulary": (token_request([[1, -VOCAB - 7, 3]], [[1, 1, 1]]), ["input_ids"]),
+    "mask shape unlike the ids": (token_request([[1, 2, 3]], [[1, 1, 1, 1, 1]]), ["attention_mask", "[1, 5]"]),
+    "mask of the wrong rank": (token_request([[1, 2, 3]], [[[1], [1], [1]]]), ["attention_mask", "rank"]),
+    "fractional id": (token_request([[1, 2.5, 3]], [[1, 1, 1]]), ["input_ids", "2.5", "not an integer"]),
+    "id beyond INT64": (token_request([[1, 2**63, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
+    "float id beyond INT64": (token_request([[1, 1e20, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
+}

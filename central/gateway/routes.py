@@ -19,11 +19,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
 from central.gateway.candidates import NodeSource
+from central.gateway.metadata import create_metadata_router
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter, Policy
+from central.gateway.timeouts import ReadTimeouts
 from fleetwire.names import InvalidName, check_name
 
 
@@ -61,6 +63,19 @@ class GatewaySettings(BaseModel):
     """Inference requests the gateway holds at once (bodies being read, forwarded or retried); beyond
     them a request gets 503 with Retry-After before its body is read. Bodies are held in memory, so
     the gateway's worst case is about max_outstanding × max_body_bytes."""
+    read_timeout_factor: float = Field(4.0, gt=0)
+    """An inference request's read timeout is this many times its model's p99 latency (learned from the
+    answers the gateway forwarded), scaled by the request's rows over the model's usual rows. Before a
+    model has an answer a request may use its whole deadline_s; a request's deadline is at least its read
+    timeout. A request that times out is answered 504 and not sent to another node (the node may still be
+    running it). read_timeout_s bounds only requests that run no model: liveness probes and metadata."""
+    read_timeout_floor_s: float = Field(5.0, gt=0)
+    """The least read timeout of an inference request, whatever its model's latency."""
+    read_timeout_cap_s: float = Field(120.0, gt=0)
+    """The most read timeout an inference request gets from its model's latency (deadline_s still bounds it)."""
+    model_timeouts: dict[str, PositiveFloat] = Field(default_factory=dict)
+    """Read timeout in seconds per model name, instead of the learned one (and so that model's deadline
+    is at least this long). E.g. {"resnet50": 30}."""
 
 
 def create_gateway(
@@ -74,12 +89,19 @@ def create_gateway(
     ``scheme`` (verified with ``ssl_context`` for https); ``close()`` it at shutdown."""
     s = settings or GatewaySettings()
     router = GatewayRouter(source, policy=s.policy, failure_threshold=s.failure_threshold, open_s=s.open_s)
+    timeouts = ReadTimeouts(
+        factor=s.read_timeout_factor,
+        floor_s=s.read_timeout_floor_s,
+        cap_s=max(s.read_timeout_cap_s, s.read_timeout_floor_s),
+        fixed=s.model_timeouts,
+    )
     return GatewayProxy(
         router,
         attempts=s.attempts,
         deadline_s=s.deadline_s,
         connect_timeout_s=s.connect_timeout_s,
         read_timeout_s=s.read_timeout_s,
+        timeouts=timeouts,
         max_body_bytes=s.max_body_bytes,
         max_connections=s.max_connections,
         max_outstanding=s.max_outstanding,
@@ -160,6 +182,8 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     @router.post("/v2/models/{name}/versions/{version}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer_version(name: str, version: str, request: Request) -> Response:
         return await forward(name, version, request)
+
+    router.include_router(create_metadata_router(proxy))
 
     @router.get("/api/v1/gateway")
     async def gateway_status() -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -17,33 +16,9 @@ import pytest
 from central.server import CentralServer
 from conftest import EdgeFactory, metric_samples, push, sample, wait_for
 from edge_node.server import EdgeServer
-from request_models import VOCAB, build_token_model
+from request_models import BAD_TOKEN_REQUESTS, VOCAB, build_token_model, token_request
 
 MODEL = "tokens"
-
-
-def token_request(
-    ids: Any, mask: Any, ids_shape: list[int] | None = None, mask_shape: list[int] | None = None
-) -> dict[str, Any]:
-    """An OIP JSON request for the token model (shapes default to the data's)."""
-    return {
-        "inputs": [
-            {"name": "input_ids", "datatype": "INT64", "shape": ids_shape or list(np.shape(ids)), "data": ids},
-            {"name": "attention_mask", "datatype": "INT64", "shape": mask_shape or list(np.shape(mask)), "data": mask},
-        ]
-    }
-
-
-#: (request, words the 400's error must contain)
-BAD_REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "id past the vocabulary": (token_request([[1, 2, VOCAB]], [[1, 1, 1]]), ["input_ids", str(VOCAB)]),
-    "negative id past the vocabulary": (token_request([[1, -VOCAB - 7, 3]], [[1, 1, 1]]), ["input_ids"]),
-    "mask shape unlike the ids": (token_request([[1, 2, 3]], [[1, 1, 1, 1, 1]]), ["attention_mask", "[1, 5]"]),
-    "mask of the wrong rank": (token_request([[1, 2, 3]], [[[1], [1], [1]]]), ["attention_mask", "rank"]),
-    "fractional id": (token_request([[1, 2.5, 3]], [[1, 1, 1]]), ["input_ids", "2.5", "not an integer"]),
-    "id beyond INT64": (token_request([[1, 2**63, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
-    "float id beyond INT64": (token_request([[1, 1e20, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
-}
 
 
 @pytest.fixture
@@ -67,7 +42,7 @@ async def test_every_bad_request_is_a_400_naming_the_input_and_the_model_keeps_s
     token_edge: EdgeServer,
 ) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{token_edge.http_port}", timeout=30) as oip:
-        for case, (body, words) in BAD_REQUESTS.items():
+        for case, (body, words) in BAD_TOKEN_REQUESTS.items():
             response = await oip.post(f"/v2/models/{MODEL}/infer", json=body)
             assert response.status_code == 400, (case, response.status_code, response.text)
             error = response.json()["error"]
