@@ -3,7 +3,7 @@ to another node.
 
 The rule is the one of Envoy's ``retry_on: connect-failure,refused-stream`` and a 503 from
 an upstream that did no work: a request goes to another node only when the first one
-never ran it. A request that was sent and then timed out, or that the node answered, has
+never ran it (or cannot be running it: a node down). A request that was sent and then timed out, or that the node answered, has
 cost that node its work; sending it again would double the load of a slow model, or
 carry a request that kills nodes ("query of death") across the fleet.
 
@@ -12,7 +12,8 @@ carry a request that kills nodes ("query of death") across the fleet.
   often a keep-alive connection the node closed as the request went out (a node stopping,
   an idle timeout), which ran nothing; but a request that crashes a node looks the same,
   so the gateway sends it to one more node at most.
-- ``TIMEOUT``: no answer within the read timeout; the node may still be running it.
+- ``TIMEOUT``: no answer within the read timeout; the node may still be running it,
+  unless it is down, which a liveness probe tells (``central.gateway.probe``).
 - ``POOL``: the gateway's own connection pool had no free connection: says nothing of the node."""
 
 from __future__ import annotations

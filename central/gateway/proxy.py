@@ -24,10 +24,10 @@ Per attempt, in the router's order (one overall deadline across attempts, at mos
   failure of the node's); a 500 counts against the node's breaker (it failed a request
   it ran: out of memory, a broken device) but is not sent elsewhere;
 - no answer within the read timeout (``central.gateway.timeouts``: learned per model
-  and scaled by the request's rows): 504, not retried, since the node may still be
-  running it. Whether the node is dead or only busy, a liveness probe (``GET
-  /v2/health/live``) tells in the background; only a node that does not answer it
-  counts as failed;
+  and scaled by the request's rows): a liveness probe (``central.gateway.probe``) tells a
+  busy node from a down one. Busy: 504, not sent elsewhere since the node is still
+  running it, and nothing against its breaker. Down (frozen, hung): a failure, then the
+  next candidate;
 - the connection closed after the request was sent, before an answer: a failure; one
   more node is tried (at most once per request), then 502.
 
@@ -52,6 +52,7 @@ import orjson
 
 from central.gateway.candidates import Candidate
 from central.gateway.outcomes import Failure, FailureKind, failure_of, node_error
+from central.gateway.probe import LivenessProber
 from central.gateway.rolling import RollingStats
 from central.gateway.router import GatewayRouter
 from central.gateway.timeouts import ReadTimeouts, request_rows
@@ -184,17 +185,15 @@ class GatewayProxy:
             verify=ssl_context if ssl_context is not None else True,
         )
 
-        self._probes: set[asyncio.Task[None]] = set()
+        #: Tells a node that timed out from one that is down (``central.gateway.probe``).
+        self.prober = LivenessProber(
+            self._client, self.node_url, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
+        )
 
     @property
     def client(self) -> httpx.AsyncClient:
         """The pooled client to the nodes (metadata requests share it)."""
         return self._client
-
-    @property
-    def probes_running(self) -> int:
-        """Liveness probes in flight (each follows a timed-out request)."""
-        return len(self._probes)
 
     def node_url(self, candidate: Candidate, path: str) -> str:
         """The URL of ``path`` on ``candidate``."""
@@ -202,9 +201,7 @@ class GatewayProxy:
 
     async def close(self) -> None:
         """Stop the liveness probes and close the pooled connections."""
-        for task in list(self._probes):
-            task.cancel()
-        await asyncio.gather(*self._probes, return_exceptions=True)
+        await self.prober.close()
         await self._client.aclose()
 
     @contextmanager
@@ -306,7 +303,10 @@ class GatewayProxy:
                 if outcome.kind is FailureKind.POOL:
                     continue
                 if outcome.kind is FailureKind.TIMEOUT:
-                    return self._timed_out(candidate, request, timeout)
+                    down = await self._after_timeout(candidate, deadline - loop.time())
+                    if down is None:
+                        return self._timed_out(candidate, request, timeout)
+                    reason = f"node {candidate.node_id} at {candidate.http_address}: {down}"
                 if outcome.kind is FailureKind.RESET:
                     resets += 1
                     if resets > 1:
@@ -319,11 +319,27 @@ class GatewayProxy:
             return self._pass_through(*all_not_found)
         return self._unavailable(request.model, version, reason, retry_after)
 
+    async def _after_timeout(self, candidate: Candidate, remaining: float) -> str | None:
+        """Whether a node that timed out is down (why) or busy (None), told to its breaker.
+        Without time left to ask, the request ends (None) and the probe runs in the background."""
+        breaker = self.router.breaker(candidate.node_id)
+        if remaining <= 0:
+            self.prober.judge_later(candidate, breaker)
+            return None
+        try:
+            down = await self.prober.why_down(candidate, remaining)
+        except BaseException:
+            breaker.release()
+            raise
+        if down is None:
+            breaker.release()  # busy, not down: nothing against the node
+        else:
+            breaker.record_failure(down)
+        return down
+
     def _timed_out(self, candidate: Candidate, request: _Request, timeout: float) -> GatewayResponse:
-        """504 for a request a node did not answer in time; a probe tells whether the node is down."""
-        self.stats.node_failures += 1
+        """504 for a request a live node (or one there was no time left to ask) did not answer in time."""
         self.stats.timeouts += 1
-        self._probe_later(candidate)
         message = (
             f"node {candidate.node_id} did not answer model {request.model!r} within {timeout:.3g}s"
             f" ({request.rows} rows; the read timeout follows the model's latency, gateway.model_timeouts"
@@ -353,7 +369,7 @@ class GatewayProxy:
             failure = failure_of(exc)
             if failure.kind is FailureKind.POOL:
                 breaker.release()  # the gateway's pool was exhausted: says nothing about the node
-            elif failure.kind is not FailureKind.TIMEOUT:  # a timeout's verdict waits for the probe
+            elif failure.kind is not FailureKind.TIMEOUT:  # a timeout's verdict comes from a liveness probe
                 breaker.record_failure(failure.reason)
             return failure
         except BaseException:
@@ -366,31 +382,6 @@ class GatewayProxy:
         else:
             breaker.record_success()
         return response
-
-    def _probe_later(self, candidate: Candidate) -> None:
-        task = asyncio.get_running_loop().create_task(self._probe(candidate), name=f"probe-{candidate.node_id}")
-        self._probes.add(task)
-        task.add_done_callback(self._probes.discard)
-
-    async def _probe(self, candidate: Candidate) -> None:
-        """After a timeout: a node that answers ``/v2/health/live`` is busy, not down (the
-        breaker is left as it was); one that does not counts as failed."""
-        breaker = self.router.breaker(candidate.node_id)
-        timeout = httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
-        try:
-            response = await self._client.get(self.node_url(candidate, "/v2/health/live"), timeout=timeout)
-            alive = response.status_code == 200
-            why = f"a request timed out and /v2/health/live answered {response.status_code}"
-        except httpx.RequestError as exc:
-            alive, why = False, f"a request timed out and /v2/health/live failed: {failure_of(exc).reason}"
-        except BaseException:
-            breaker.release()
-            raise
-        if alive:
-            breaker.release()
-        else:
-            breaker.record_failure(why)
-            log.info("gateway: node %s: %s", candidate.node_id, why)
 
     def _pass_through(self, candidate: Candidate, response: httpx.Response) -> GatewayResponse:
         headers = {out: response.headers[k] for k, out in _PASSED_RESPONSE_HEADERS.items() if k in response.headers}

@@ -4,7 +4,9 @@ model pushed through the REST API, and the gateway's routes served by a real uvi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -262,20 +264,31 @@ async def test_no_node_can_serve_and_body_limit() -> None:
         assert {n["node_id"]: n["breaker"]["state"] for n in status["nodes"]} == {"down-0": "open", "down-1": "open"}
 
 
-async def test_a_silent_node_is_a_504_not_sent_elsewhere_and_its_probe_counts_against_it() -> None:
-    """Two nodes that accept connections and never answer. Before the model has any answer
-    the request may wait its whole deadline; then 504, and the other node is not tried
-    (the first may still be running it). Whether the node is down or only slow its
-    liveness probe tells: this one does not answer it either, so its breaker counts it."""
+@contextlib.asynccontextmanager
+async def _silent_nodes(n: int) -> AsyncIterator[list[Candidate]]:
+    """``n`` nodes that accept connections and never answer (as a frozen process does)."""
     held: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         held.append(writer)
         await reader.read(65536)
 
-    servers = [await asyncio.start_server(silent, "127.0.0.1", 0) for _ in range(2)]
+    servers = [await asyncio.start_server(silent, "127.0.0.1", 0) for _ in range(n)]
     try:
-        nodes = [Candidate(f"mute-{i}", f"127.0.0.1:{s.sockets[0].getsockname()[1]}") for i, s in enumerate(servers)]
+        yield [Candidate(f"mute-{i}", f"127.0.0.1:{s.sockets[0].getsockname()[1]}") for i, s in enumerate(servers)]
+    finally:
+        for w in held:
+            w.close()
+        for s in servers:
+            s.close()
+            await s.wait_closed()
+
+
+async def test_a_silent_node_with_no_time_left_is_a_504_and_its_probe_counts_against_it() -> None:
+    """Before the model has any answer a request may wait its whole deadline; then 504,
+    and no other node is tried. Whether the node is down or only busy a liveness probe
+    tells, in the background: this one does not answer it either, so its breaker counts it."""
+    async with _silent_nodes(2) as nodes:
         proxy, _ = _gateway(nodes, deadline_s=0.8, read_timeout_s=0.3)
         async with serve_gateway(proxy) as gw:
             loop = asyncio.get_running_loop()
@@ -283,15 +296,24 @@ async def test_a_silent_node_is_a_504_not_sent_elsewhere_and_its_probe_counts_ag
             r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
             elapsed = loop.time() - started
             assert r.status_code == 504 and "did not answer" in r.json()["error"], r.text
-            node = r.headers[NODE_HEADER]
             assert 0.7 < elapsed < 1.5, elapsed
             assert proxy.stats.attempts == 1 and proxy.stats.retries == 0 and proxy.stats.timeouts == 1
-            breaker = proxy.router.breaker(node)
+            breaker = proxy.router.breaker(r.headers[NODE_HEADER])
             await wait_for(lambda: breaker.consecutive_failures == 1, 5, "the probe's verdict")
             assert "/v2/health/live" in (breaker.last_failure or "")
-    finally:
-        for w in held:
-            w.close()
-        for s in servers:
-            s.close()
-            await s.wait_closed()
+
+
+async def test_a_frozen_node_is_skipped_once_its_liveness_probe_fails_too(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    """The request times out on a node that is down (it does not answer its liveness
+    probe either): it cannot be running the request, so the next node gets it."""
+    (edge,) = await _fleet(central, api, make_edge, small_model_file, 1)
+    async with _silent_nodes(1) as (mute,):
+        proxy, _ = _gateway([mute, candidate(edge)], read_timeout_s=0.3, model_timeouts={MODEL: 0.5})
+        key = next(k for k in (f"k{i}" for i in range(1000)) if proxy.router.owner(MODEL, None, k) == mute.node_id)
+        async with serve_gateway(proxy) as gw:
+            r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request(), headers={AFFINITY_HEADER: key})
+        assert r.status_code == 200 and r.headers[NODE_HEADER] == edge.node_id, r.text
+        assert proxy.stats.retries == 1 and proxy.stats.timeouts == 0
+        assert "/v2/health/live failed" in (proxy.router.breaker(mute.node_id).last_failure or "")

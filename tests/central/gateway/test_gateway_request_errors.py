@@ -203,7 +203,6 @@ async def test_a_request_past_its_read_timeout_is_a_504_and_a_live_node_keeps_it
         assert "within 0.3s" in r.json()["error"] and "gateway.model_timeouts" in r.json()["error"]
         assert proxy.stats.attempts == 1 and proxy.stats.retries == 0
         breaker = proxy.router.breaker(r.headers[NODE_HEADER])
-        await wait_for(lambda: proxy.probes_running == 0, 10, "the liveness probe")
         assert breaker.state.value == "closed" and breaker.consecutive_failures == 0, breaker.snapshot()
         small, small_headers = _binary_request(x[:1])
         assert (await gw.post("/v2/models/chain/infer", content=small, headers=small_headers)).status_code == 200
