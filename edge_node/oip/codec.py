@@ -107,8 +107,8 @@ def _integers(data: Any, dtype: np.dtype, name: str) -> np.ndarray:
     datatype = oip_datatype(dtype.name)
     if values.dtype.kind not in "iuf":
         raise OipError(f"input {name!r}: datatype {datatype} needs integers, the data holds {values.dtype}")
-    if not values.size:
-        return values.astype(dtype).ravel()
+    if values.dtype == dtype or not values.size:  # parsed as the very dtype (INT64 ids): nothing can be off
+        return values.astype(dtype, copy=False).ravel()
     info, low, high = np.iinfo(dtype), values.min(), values.max()
     if values.dtype.kind == "f":
         whole = np.isfinite(values) & (values == np.floor(values))
