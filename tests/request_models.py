@@ -95,3 +95,13 @@ BAD_TOKEN_REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
     "id beyond INT64": (token_request([[1, 2**63, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
     "float id beyond INT64": (token_request([[1, 1e20, 3]], [[1, 1, 1]]), ["input_ids", "outside the range of INT64"]),
 }
+
+
+def build_fill_model(path: Path) -> Path:
+    """``shape`` (INT64, [2]) → ``filled`` (FP32, a matrix of that shape, all zeros): a
+    request for 2**30 × 2**30 asks for 4 EiB, which ONNX Runtime fails to allocate (the
+    node's failure, not the data's: what an out-of-memory looks like)."""
+    node = helper.make_node("ConstantOfShape", ["shape"], ["filled"], name="fill")
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    filled = helper.make_tensor_value_info("filled", TensorProto.FLOAT, ["rows", "cols"])
+    return _save(helper.make_graph([node], "fill", [shape], [filled]), path)

@@ -29,7 +29,14 @@ from central.gateway import (
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
-from request_models import BAD_TOKEN_REQUESTS, VOCAB, build_matmul_chain, build_token_model, token_request
+from request_models import (
+    BAD_TOKEN_REQUESTS,
+    VOCAB,
+    build_fill_model,
+    build_matmul_chain,
+    build_token_model,
+    token_request,
+)
 
 TINY_REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.25] * 32}]}
 GOOD_TOKENS = token_request([[3, 1, VOCAB - 1]], [[1, 1, 0]])
@@ -116,6 +123,24 @@ async def test_a_node_that_is_gone_is_skipped_but_a_400_is_never_sent_twice(
         assert r.status_code == 400 and r.headers[NODE_HEADER] == "edge-1"
         assert proxy.stats.retries == 1 and proxy.stats.attempts == 4  # one more attempt, no retry
         assert proxy.router.breaker("edge-1").consecutive_failures == 0
+
+
+async def test_a_nodes_own_failure_is_its_500_passed_through_and_not_resent(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    """Out of memory (a 4 EiB fill): the node failed a request it ran. The client gets the
+    node's 500; the node's breaker counts it; no other node runs it again."""
+    edges = await _fleet(central, api, make_edge, {"fill": build_fill_model(tmp_path / "fill.onnx")})
+    proxy = _gateway(edges)
+    huge = {"inputs": [{"name": "shape", "datatype": "INT64", "shape": [2], "data": [2**30, 2**30]}]}
+    small = {"inputs": [{"name": "shape", "datatype": "INT64", "shape": [2], "data": [2, 3]}]}
+    async with serve_gateway(proxy) as gw:
+        r = await gw.post("/v2/models/fill/infer", json=huge)
+        assert r.status_code == 500 and "Failed to allocate memory" in r.json()["error"], r.text
+        assert proxy.stats.attempts == 1 and proxy.stats.node_failures == 1
+        assert proxy.router.breaker(r.headers[NODE_HEADER]).consecutive_failures == 1
+        r = await gw.post("/v2/models/fill/infer", json=small)
+        assert r.status_code == 200 and r.json()["outputs"][0]["shape"] == [2, 3]
 
 
 def _binary_request(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
