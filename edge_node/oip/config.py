@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_node.inference.repository import BatchSettings, LoadedModel
+from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.inference.session import batchable
 from edge_node.oip.datatypes import oip_datatype
 from fleetwire.manifest import TensorSpec
@@ -31,8 +31,9 @@ def _tensors(specs: list[TensorSpec], batched: bool) -> list[dict[str, Any]]:
     ]
 
 
-def triton_config(model: LoadedModel, batching: BatchSettings) -> dict[str, Any]:
-    """Triton's model configuration of ``model`` as this edge serves it."""
+def triton_config(model: LoadedModel, repository: ModelRepository) -> dict[str, Any]:
+    """Triton's model configuration of ``model`` as ``repository`` serves it."""
+    batching = repository.batching
     batched = batchable(model.manifest)
     config: dict[str, Any] = {
         "name": model.name,

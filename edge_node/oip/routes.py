@@ -279,7 +279,7 @@ def create_oip_router(
             model = repository.get(name, model_version)
         except (ModelNotFound, ModelNotReady) as exc:
             return _lookup_error(exc)
-        return json_response(triton_config(model, repository.batching))
+        return json_response(triton_config(model, repository))
 
     @router.get("/v2/models/{name}/config", responses=_LOOKUP)
     async def model_config(name: str) -> Response:

@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx
 from gateway_harness import candidate, serve_gateway
 
-from central.gateway import Candidate, GatewaySettings, StaticNodeSource, create_gateway
+from central.gateway import Candidate, StaticNodeSource, create_gateway
 from central.server import CentralServer
+from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 from modelfleet.up.ports import free_port
 

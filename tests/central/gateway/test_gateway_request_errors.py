@@ -22,11 +22,11 @@ from central.gateway import (
     AFFINITY_HEADER,
     NODE_HEADER,
     GatewayProxy,
-    GatewaySettings,
     StaticNodeSource,
     create_gateway,
 )
 from central.server import CentralServer
+from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
 from request_models import (

@@ -7,8 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from central.gateway import GatewaySettings, StaticNodeSource, create_gateway
+from central.gateway import StaticNodeSource, create_gateway
 from central.gateway.timeouts import ReadTimeouts, request_rows
+from central.settings import GatewaySettings
 
 
 def test_unknown_models_have_no_timeout_and_known_ones_follow_their_p99() -> None:
