@@ -12,6 +12,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
 
 from edge_node.heartbeat.load import LoadTracker
 from edge_node.inference.errors import (
@@ -232,6 +233,8 @@ def create_oip_router(
                 return await _infer(repository, name, model_version, request, caps)
             finally:
                 load.end(started)
+        except ClientDisconnect:
+            raise  # nobody to answer
         except Exception as exc:  # a bug here must still answer in the OIP error shape
             log.exception("inference request for %s failed", name)
             return error_response(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
