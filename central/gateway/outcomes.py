@@ -3,9 +3,10 @@ to another node.
 
 The rule is the one of Envoy's ``retry_on: connect-failure,refused-stream`` and a 503 from
 an upstream that did no work: a request goes to another node only when the first one
-never ran it (or cannot be running it: a node down). A request that was sent and then timed out, or that the node answered, has
-cost that node its work; sending it again would double the load of a slow model, or
-carry a request that kills nodes ("query of death") across the fleet.
+never ran it (or cannot be running it: a node down). A request that was sent and then
+timed out, or that the node answered, has cost that node its work; sending it again would
+double the load of a slow model, or carry a request that kills nodes ("query of death")
+across the fleet.
 
 - ``UNSENT``: no connection, or the body could not be written: the node never ran it.
 - ``RESET``: the connection closed after the request was sent, before any answer. Most
