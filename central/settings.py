@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetwire.deprecated import adopt_moved, refuse_moved
@@ -180,9 +180,8 @@ class GatewaySettings(BaseModel):
     connect_timeout_s: float = Field(1.0, gt=0)
     """Longest wait for a TCP connection to a node; beyond it the next node is tried."""
     read_timeout_s: float = Field(2.0, gt=0)
-    """Longest a node may stay silent while answering one request (then: next node). A frozen
-    node keeps accepting TCP, so this is what a request caught on it waits; edge inference
-    takes milliseconds to a few hundred, so 2 s leaves room for a loaded node."""
+    """Longest a node may stay silent on a request that runs no model (liveness probe, metadata);
+    inference reads follow read_timeout_factor/floor/cap."""
     failure_threshold: int = Field(3, ge=1)
     """Consecutive failures (unreachable, timeout, 5xx) that open a node's circuit breaker."""
     open_s: float = Field(2.0, ge=0)
@@ -195,6 +194,19 @@ class GatewaySettings(BaseModel):
     """Inference requests the gateway holds at once (bodies being read, forwarded or retried); beyond
     them a request gets 503 with Retry-After before its body is read. Bodies are held in memory, so
     the gateway's worst case is about max_outstanding × max_body_bytes."""
+    read_timeout_factor: float = Field(4.0, gt=0)
+    """An inference request's read timeout is this many times its model's p99 latency (learned from the
+    answers the gateway forwarded), scaled by the request's rows over the model's usual rows. Before a
+    model has an answer a request may use its whole deadline_s; a request's deadline is at least its read
+    timeout. A request that times out is answered 504 and not sent to another node (the node may still be
+    running it). read_timeout_s bounds only requests that run no model: liveness probes and metadata."""
+    read_timeout_floor_s: float = Field(5.0, gt=0)
+    """The least read timeout of an inference request, whatever its model's latency."""
+    read_timeout_cap_s: float = Field(120.0, gt=0)
+    """The most read timeout an inference request gets from its model's latency (deadline_s still bounds it)."""
+    model_timeouts: dict[str, PositiveFloat] = Field(default_factory=dict)
+    """Read timeout in seconds per model name, instead of the learned one (and so that model's deadline
+    is at least this long). E.g. {"resnet50": 30}."""
 
 
 class RolloutSettings(BaseModel):

@@ -1,4 +1,5 @@
-"""Forwarding OIP v2 inference requests to edges, with retries on other nodes.
+"""Forwarding OIP v2 inference requests to edges, with retries on other nodes only where
+the request never ran.
 
 Bodies are bytes end to end: the route reads the client's body once (size-limited),
 and the same bytes go to every attempt; a node's response is read fully into memory
@@ -8,23 +9,32 @@ headers that carry meaning: ``content-type``, ``Inference-Header-Content-Length`
 always resend the whole request, and a client never sees half a response.
 
 Per attempt, in the router's order (one overall deadline across attempts, at most
-``attempts`` nodes tried):
+``attempts`` nodes tried), as ``central.gateway.outcomes`` explains:
 
-- connection error, timeout or a 5xx (503 included) from the node: a failure for that
-  node's breaker, then the next candidate. Inference has no side effects, so resending
-  a request a node may have run is safe;
-- a 4xx other than 404: the answer to the client (bad input stays bad on any node),
-  passed through at once; the node is healthy, so it counts as a success for its breaker;
+- no connection, or the body could not be sent: a failure for that node's breaker, then
+  the next candidate;
+- a 503 (a node answers 503 before it runs anything: model not loaded, queue full, too
+  many requests): a failure for its breaker, then the next candidate;
 - a 404 (the node does not serve that model or version): the node's entry in the
   ``NodeSource`` is stale (it unloaded the model, or is shutting down and has retired
   its models but still answers HTTP), so the next candidate is tried; the node is
   healthy (breaker success). When every node tried answered 404 that 404 is the answer;
-- 2xx/3xx: passed through, a success.
+- any other answer is the client's, passed through at once with the node's status and
+  body: 2xx, and 4xx (bad input stays bad on any node; a request's own fault is no
+  failure of the node's); a 500 counts against the node's breaker (it failed a request
+  it ran: out of memory, a broken device) but is not sent elsewhere;
+- no answer within the read timeout (``central.gateway.timeouts``: learned per model
+  and scaled by the request's rows): a liveness probe (``central.gateway.probe``) tells a
+  busy node from a down one. Busy: 504, not sent elsewhere since the node is still
+  running it, and nothing against its breaker. Down (frozen, hung): a failure, then the
+  next candidate;
+- the connection closed after the request was sent, before an answer: a failure; one
+  more node is tried (at most once per request), then 502.
 
 When no node can serve (none reports the model ready, every breaker is open, or every
-attempt failed) the gateway answers 503 ``{"error": "no node can serve model 'm'
-(version 'v'): <last reason>"}``, with the node's ``Retry-After`` when the last failure
-carried one. Every proxied answer carries ``X-Modelfleet-Node`` (the node that gave it)."""
+attempt failed before it ran) the gateway answers 503 ``{"error": "no node can serve
+model 'm' (version 'v'): <last reason>"}``, with the node's ``Retry-After`` when the last
+failure carried one. Every answer from a node carries ``X-Modelfleet-Node``."""
 
 from __future__ import annotations
 
@@ -41,8 +51,11 @@ import httpx
 import orjson
 
 from central.gateway.candidates import Candidate
+from central.gateway.outcomes import Failure, FailureKind, failure_of, node_error
+from central.gateway.probe import LivenessProber
 from central.gateway.rolling import RollingStats
 from central.gateway.router import GatewayRouter
+from central.gateway.timeouts import ReadTimeouts, request_rows
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +71,6 @@ _PASSED_RESPONSE_HEADERS = {
     "inference-header-content-length": HEADER_LENGTH,
     "retry-after": "Retry-After",
 }
-_REASON_CHARS = 300
 
 
 class GatewayResponse(NamedTuple):
@@ -87,31 +99,24 @@ class GatewayStats:
     """Requests refused with 413."""
     overloaded: int = 0
     """Requests refused with 503 because ``max_outstanding`` requests were in progress."""
+    timeouts: int = 0
+    """Requests answered 504: the node did not answer within the request's read timeout."""
+
+
+class _Request(NamedTuple):
+    """One inference request as every attempt sends it."""
+
+    model: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    rows: int
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> GatewayResponse:
     return GatewayResponse(
         status, {"content-type": "application/json", **(headers or {})}, orjson.dumps({"error": message})
     )
-
-
-def _node_error(response: httpx.Response) -> str:
-    """The ``error`` of a node's error body, or the start of the body."""
-    try:
-        doc = orjson.loads(response.content)
-        text = str(doc["error"]) if isinstance(doc, dict) and "error" in doc else response.text
-    except (orjson.JSONDecodeError, UnicodeDecodeError):
-        text = response.content[:_REASON_CHARS].decode(errors="replace")
-    return text[:_REASON_CHARS]
-
-
-def _describe(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect ({text})"
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
-        return f"timed out ({type(exc).__name__})"
-    return f"{type(exc).__name__}: {text}"[:_REASON_CHARS]
 
 
 def infer_path(model: str, version: str | None) -> str:
@@ -132,7 +137,8 @@ class GatewayProxy:
         attempts: int = 3,
         deadline_s: float = 10.0,
         connect_timeout_s: float = 1.0,
-        read_timeout_s: float = 5.0,
+        read_timeout_s: float = 2.0,
+        timeouts: ReadTimeouts | None = None,
         max_body_bytes: int = 64 * 1024 * 1024,
         max_connections: int = 1024,
         max_outstanding: int = 256,
@@ -147,7 +153,10 @@ class GatewayProxy:
         self.attempts = attempts
         self.deadline_s = deadline_s
         self.connect_timeout_s = connect_timeout_s
+        #: How long a node may stay silent on a request that runs no model (liveness probes, metadata).
         self.read_timeout_s = read_timeout_s
+        #: The read timeout of each inference request, learned per model.
+        self.timeouts = timeouts or ReadTimeouts()
         self.max_body_bytes = max_body_bytes
         #: Requests the routes may hold at once, and how many they hold now.
         self.max_outstanding = max_outstanding
@@ -176,8 +185,23 @@ class GatewayProxy:
             verify=ssl_context if ssl_context is not None else True,
         )
 
+        #: Tells a node that timed out from one that is down (``central.gateway.probe``).
+        self.prober = LivenessProber(
+            self._client, self.node_url, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
+        )
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The pooled client to the nodes (metadata requests share it)."""
+        return self._client
+
+    def node_url(self, candidate: Candidate, path: str) -> str:
+        """The URL of ``path`` on ``candidate``."""
+        return f"{self.scheme}://{candidate.http_address}{path}"
+
     async def close(self) -> None:
-        """Close the pooled connections."""
+        """Stop the liveness probes and close the pooled connections."""
+        await self.prober.close()
         await self._client.aclose()
 
     @contextmanager
@@ -227,10 +251,18 @@ class GatewayProxy:
             return self._unavailable(model, version, self._no_candidates_reason(model, version), None)
         lowered = {k.lower(): v for k, v in headers.items()}
         sent_headers = {k: lowered[k] for k in _FORWARDED_REQUEST_HEADERS if k in lowered}
-        path = infer_path(model, version)
+        rows = request_rows(request_body, _header_length(lowered))
+        request = _Request(model, infer_path(model, version), request_body, sent_headers, rows)
+        return await self._try_nodes(request, version, candidates)
+
+    async def _try_nodes(self, request: _Request, version: str | None, candidates: list[Candidate]) -> GatewayResponse:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadline_s
-        tried = 0
+        read_timeout = self.timeouts.timeout_for(request.model, request.rows)
+        # deadline_s bounds the attempts before one runs the request; the one that runs it
+        # gets its whole read timeout, which follows the model and the rows (or is fixed).
+        deadline_s = max(self.deadline_s, read_timeout or 0.0)
+        deadline = loop.time() + deadline_s
+        tried, resets = 0, 0
         reason = "every candidate node was being probed by another request"
         retry_after: str | None = None
         all_not_found: tuple[Candidate, httpx.Response] | None = None  # while every answer was 404
@@ -239,7 +271,7 @@ class GatewayProxy:
                 break
             remaining = deadline - loop.time()
             if remaining <= 0:
-                reason = f"deadline of {self.deadline_s:g}s exceeded; last: {reason}"
+                reason = f"deadline of {deadline_s:g}s exceeded; last: {reason}"
                 break
             if not self.router.breaker(candidate.node_id).allow():  # half-open, its one trial taken
                 continue
@@ -247,13 +279,19 @@ class GatewayProxy:
                 self.stats.retries += 1
             tried += 1
             self.stats.attempts += 1
-            outcome = await self._attempt(candidate, path, request_body, sent_headers, remaining)
+            started = loop.time()
+            timeout = min(read_timeout or remaining, remaining)
+            outcome = await self._attempt(candidate, request, remaining, timeout)
             retry_after = None
             if isinstance(outcome, httpx.Response):
                 status = outcome.status_code
-                if status < 500 and status != 404:
+                if status < 400:
+                    self.timeouts.observe(request.model, loop.time() - started, request.rows)
+                if status not in (404, 503):
+                    if status >= 500:
+                        self.stats.node_failures += 1
                     return self._pass_through(candidate, outcome)
-                reason = f"node {candidate.node_id} answered {status}: {_node_error(outcome)}"
+                reason = f"node {candidate.node_id} answered {status}: {node_error(outcome)}"
                 if status == 404:
                     if tried == 1:
                         all_not_found = (candidate, outcome)
@@ -261,44 +299,86 @@ class GatewayProxy:
                     continue
                 retry_after = outcome.headers.get("retry-after")
             else:
-                reason = f"node {candidate.node_id} at {candidate.http_address}: {outcome}"
+                reason = f"node {candidate.node_id} at {candidate.http_address}: {outcome.reason}"
+                if outcome.kind is FailureKind.POOL:
+                    continue
+                if outcome.kind is FailureKind.TIMEOUT:
+                    down = await self._after_timeout(candidate, deadline - loop.time())
+                    if down is None:
+                        return self._timed_out(candidate, request, timeout)
+                    reason = f"node {candidate.node_id} at {candidate.http_address}: {down}"
+                if outcome.kind is FailureKind.RESET:
+                    resets += 1
+                    if resets > 1:
+                        self.stats.node_failures += 1
+                        return _error(502, f"{reason}; the connection closed before an answer, twice", _node(candidate))
             all_not_found = None
             self.stats.node_failures += 1
             log.info("gateway: %s", reason)
         if all_not_found is not None:
             return self._pass_through(*all_not_found)
-        return self._unavailable(model, version, reason, retry_after)
+        return self._unavailable(request.model, version, reason, retry_after)
+
+    async def _after_timeout(self, candidate: Candidate, remaining: float) -> str | None:
+        """Whether a node that timed out is down (why) or busy (None), told to its breaker.
+        Without time left to ask, the request ends (None) and the probe runs in the background."""
+        breaker = self.router.breaker(candidate.node_id)
+        if remaining <= 0:
+            self.prober.judge_later(candidate, breaker)
+            return None
+        try:
+            down = await self.prober.why_down(candidate, remaining)
+        except BaseException:
+            breaker.release()
+            raise
+        if down is None:
+            breaker.release()  # busy, not down: nothing against the node
+        else:
+            breaker.record_failure(down)
+        return down
+
+    def _timed_out(self, candidate: Candidate, request: _Request, timeout: float) -> GatewayResponse:
+        """504 for a request a live node (or one there was no time left to ask) did not answer in time."""
+        self.stats.timeouts += 1
+        message = (
+            f"node {candidate.node_id} did not answer model {request.model!r} within {timeout:.3g}s"
+            f" ({request.rows} rows; the read timeout follows the model's latency, gateway.model_timeouts"
+            " fixes it); not sent elsewhere: the node may still be running it"
+        )
+        log.info("gateway: %s", message)
+        return _error(504, message, _node(candidate))
 
     async def _attempt(
-        self, candidate: Candidate, path: str, body: bytes, headers: dict[str, str], remaining: float
-    ) -> httpx.Response | str:
-        """One request to one node, its outcome recorded in the node's breaker: the
-        response, or why there is none."""
+        self, candidate: Candidate, request: _Request, remaining: float, read_timeout: float
+    ) -> httpx.Response | Failure:
+        """One request to one node, its outcome recorded in the node's breaker (a timeout's
+        later, by the probe): the response, or the failure."""
         node = candidate.node_id
         breaker = self.router.breaker(node)
-        timeout = httpx.Timeout(
-            min(self.read_timeout_s, remaining), connect=min(self.connect_timeout_s, remaining), pool=remaining
-        )
+        timeout = httpx.Timeout(read_timeout, connect=min(self.connect_timeout_s, remaining), pool=remaining)
         self.router.acquire(node)
         try:
             async with asyncio.timeout(remaining):
                 response = await self._client.post(
-                    f"{self.scheme}://{candidate.http_address}{path}", content=body, headers=headers, timeout=timeout
+                    self.node_url(candidate, request.path),
+                    content=request.body,
+                    headers=request.headers,
+                    timeout=timeout,
                 )
-        except httpx.PoolTimeout:
-            breaker.release()  # the gateway's pool was exhausted: says nothing about the node
-            return "no free connection in the gateway's pool before the deadline"
         except (httpx.RequestError, httpx.InvalidURL, TimeoutError) as exc:
-            why = _describe(exc)
-            breaker.record_failure(why)
-            return why
+            failure = failure_of(exc)
+            if failure.kind is FailureKind.POOL:
+                breaker.release()  # the gateway's pool was exhausted: says nothing about the node
+            elif failure.kind is not FailureKind.TIMEOUT:  # a timeout's verdict comes from a liveness probe
+                breaker.record_failure(failure.reason)
+            return failure
         except BaseException:
             breaker.release()  # cancelled: nothing learnt about the node
             raise
         finally:
             self.router.release(node)
         if response.status_code >= 500:
-            breaker.record_failure(f"answered {response.status_code}: {_node_error(response)}")
+            breaker.record_failure(f"answered {response.status_code}: {node_error(response)}")
         else:
             breaker.record_success()
         return response
@@ -309,10 +389,20 @@ class GatewayProxy:
         return GatewayResponse(response.status_code, headers, response.content)
 
     def snapshot(self) -> dict[str, Any]:
-        """Router state, settings and counters, for the status endpoint."""
+        """Router state, settings, counters and learned read timeouts, for the status endpoint."""
         return {
             **self.router.snapshot(),
             "attempts": self.attempts,
             "deadline_s": self.deadline_s,
             "stats": asdict(self.stats),
+            "read_timeouts": self.timeouts.snapshot(),
         }
+
+
+def _node(candidate: Candidate) -> dict[str, str]:
+    return {NODE_HEADER: candidate.node_id}
+
+
+def _header_length(lowered_headers: Mapping[str, str]) -> int | None:
+    raw = lowered_headers.get("inference-header-content-length", "")
+    return int(raw) if raw.isascii() and raw.isdigit() else None

@@ -22,8 +22,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from central.gateway.candidates import NodeSource
+from central.gateway.metadata import create_metadata_router
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter
+from central.gateway.timeouts import ReadTimeouts
 from central.settings import GatewaySettings
 from fleetwire.names import InvalidName, check_name
 
@@ -39,12 +41,19 @@ def create_gateway(
     ``scheme`` (verified with ``ssl_context`` for https); ``close()`` it at shutdown."""
     s = settings or GatewaySettings()
     router = GatewayRouter(source, policy=s.policy, failure_threshold=s.failure_threshold, open_s=s.open_s)
+    timeouts = ReadTimeouts(
+        factor=s.read_timeout_factor,
+        floor_s=s.read_timeout_floor_s,
+        cap_s=max(s.read_timeout_cap_s, s.read_timeout_floor_s),
+        fixed=s.model_timeouts,
+    )
     return GatewayProxy(
         router,
         attempts=s.attempts,
         deadline_s=s.deadline_s,
         connect_timeout_s=s.connect_timeout_s,
         read_timeout_s=s.read_timeout_s,
+        timeouts=timeouts,
         max_body_bytes=s.max_body_bytes,
         max_connections=s.max_connections,
         max_outstanding=s.max_outstanding,
@@ -125,6 +134,8 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     @router.post("/v2/models/{name}/versions/{version}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer_version(name: str, version: str, request: Request) -> Response:
         return await forward(name, version, request)
+
+    router.include_router(create_metadata_router(proxy))
 
     @router.get("/api/v1/gateway")
     async def gateway_status() -> dict[str, Any]:

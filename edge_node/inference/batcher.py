@@ -28,7 +28,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from edge_node.inference.errors import InferenceError, InvalidInputs, ModelUnavailable, QueueFull
-from edge_node.inference.metrics import ModelMetrics
+from edge_node.inference.metrics import ModelMetrics, Outcome
+from edge_node.inference.run_errors import explain_run_error
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,13 @@ class DynamicBatcher:
         metrics: ModelMetrics | None = None,
         split_oversized: bool = True,
         name: str = "model",
+        explain: Callable[[Exception, Tensors], Exception] = explain_run_error,
     ) -> None:
         if max_batch_size < 1 or max_queue_rows < 1 or max_concurrent_batches < 1 or max_queue_delay_s < 0:
             raise ValueError("batch size, queue rows and concurrency must be >= 1 and the delay >= 0")
         self._run = run
+        #: Turns what ``run`` raised for a request's inputs into the error its caller gets.
+        self._explain = explain
         self.max_batch_size = max_batch_size
         self.max_queue_delay_s = max_queue_delay_s
         self.max_queue_rows = max_queue_rows
@@ -154,7 +158,7 @@ class DynamicBatcher:
         except BaseException as exc:
             for f in futures:
                 f.cancel()
-            self._metrics.request("cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
+            self._metrics.request(_outcome(exc))
             raise
         self._metrics.request("ok")
         return result
@@ -300,26 +304,62 @@ class DynamicBatcher:
         return taken
 
     async def _execute(self, batch: list[_Pending]) -> None:
-        """Run one batch in the executor and hand each caller its rows (or the error)."""
+        """Run one batch in the executor and hand each caller its rows (or the error).
+        A batch of several that fails is run again one piece at a time, so a request
+        whose data the model refuses fails alone; the others get their rows."""
         try:
             if all(p.future.done() for p in batch):
                 return  # every caller gave up while it waited for a slot
             rows = sum(p.rows for p in batch)
-            merged = _concat([p.inputs for p in batch])
-            start = time.perf_counter()
-            outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, merged)
-            self._observe(rows, time.perf_counter() - start)
+            try:
+                outputs = await self._timed_run(_concat([p.inputs for p in batch]), rows)
+            except Exception as exc:
+                if len(batch) == 1:
+                    _fail(batch[0], self._explain(exc, batch[0].inputs))
+                    return
+                log.info("batch of %d requests to %s failed (%s); running them one by one", len(batch), self.name, exc)
+                await self._one_by_one(batch)
+                return
             _deliver(batch, outputs, rows)
         except Exception as exc:
             for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(exc)
+                _fail(p, exc)
         finally:
             self._slots.release()
+
+    async def _one_by_one(self, batch: list[_Pending]) -> None:
+        """Run each still-waiting piece of a failed batch alone; each gets its own outcome."""
+        for p in batch:
+            if p.future.done():
+                continue
+            try:
+                outputs = await self._timed_run(p.inputs, p.rows)
+            except Exception as exc:
+                _fail(p, self._explain(exc, p.inputs))
+            else:
+                _deliver([p], outputs, p.rows)
+
+    async def _timed_run(self, inputs: Tensors, rows: int) -> Tensors:
+        start = time.perf_counter()
+        outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, inputs)
+        self._observe(rows, time.perf_counter() - start)
+        return outputs
 
     def _observe(self, rows: int, seconds: float) -> None:
         self._batch_s = 0.8 * self._batch_s + 0.2 * seconds
         self._metrics.batch(rows, seconds)
+
+
+def _outcome(exc: BaseException) -> Outcome:
+    """The metrics outcome of a request that raised ``exc``: a bad request is not a model error."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return "invalid" if isinstance(exc, InvalidInputs) else "error"
+
+
+def _fail(pending: _Pending, exc: BaseException) -> None:
+    if not pending.future.done():
+        pending.future.set_exception(exc)
 
 
 def _deliver(batch: list[_Pending], outputs: Tensors, rows: int) -> None:

@@ -49,3 +49,14 @@ class InvalidInputs(InferenceError, ValueError):
 
     Checked before a request joins a batch, so one bad request can never fail the
     other requests it would have been batched with."""
+
+
+class InvalidRequestData(InvalidInputs):
+    """The model could not run on this request's values although their names, dtypes and
+    ranks fit: an index past an embedding's vocabulary, shapes that do not fit together.
+    ONNX Runtime found it while running; the node and the model are fine (400)."""
+
+
+class InferenceFailed(InferenceError):
+    """The node failed to run a request it accepted: out of memory, a broken session or
+    device. The node's fault, not the request's (500)."""

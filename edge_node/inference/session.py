@@ -29,9 +29,12 @@ from fleetwire.manifest import Manifest, TensorSpec
 
 log = logging.getLogger(__name__)
 
-#: Session log severity: ERROR. Normal loads print nothing (ORT warns on every
-#: serialization of an ENABLE_ALL model and on node placement), real errors still show.
-SESSION_LOG_SEVERITY = 3
+#: Session log severity: FATAL. Normal loads print nothing (ORT warns on every
+#: serialization of an ENABLE_ALL model and on node placement), and a run that fails
+#: prints nothing either: ORT logs at ERROR every request a kernel refuses (a token id
+#: past the vocabulary), so any client could fill the log, and every such error is also
+#: raised, then answered (400) or logged (500) by the edge, as are load failures.
+SESSION_LOG_SEVERITY = 4
 #: Protobuf cannot serialize a single-file model of 2 GiB or more; larger models are
 #: served without the cache rather than failing to load.
 MAX_CACHEABLE_BYTES = 1_800_000_000

@@ -100,6 +100,29 @@ def _shape(tensor: dict[str, Any], name: str) -> list[int]:
     return shape
 
 
+def _integers(data: Any, dtype: np.dtype, name: str) -> np.ndarray:
+    """JSON numbers as ``dtype`` integers, refusing what a plain cast would silently change:
+    a fraction (1.5 would become 1), a value outside the dtype's range, a bool or a string."""
+    values = np.asarray(data)
+    datatype = oip_datatype(dtype.name)
+    if values.dtype.kind not in "iuf":
+        raise OipError(f"input {name!r}: datatype {datatype} needs integers, the data holds {values.dtype}")
+    if values.dtype == dtype or not values.size:  # parsed as the very dtype (INT64 ids): nothing can be off
+        return values.astype(dtype, copy=False).ravel()
+    info, low, high = np.iinfo(dtype), values.min(), values.max()
+    if values.dtype.kind == "f":
+        whole = np.isfinite(values) & (values == np.floor(values))
+        if not whole.all():
+            raise OipError(f"input {name!r}: {values[~whole].flat[0]} is not an integer (datatype {datatype})")
+        too_high = high >= info.max + 1  # float(2**63 - 1) rounds up to 2**63: compare with the bound above
+    else:
+        too_high = high > info.max
+    if low < info.min or too_high:
+        outside = low if low < info.min else high
+        raise OipError(f"input {name!r}: {outside} is outside the range of {datatype} [{info.min}, {info.max}]")
+    return values.astype(dtype, copy=False).ravel()
+
+
 def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> np.ndarray:
     if data is None:
         raise OipError(f"input {name!r}: no data")
@@ -107,8 +130,13 @@ def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> 
         if dtype == np.object_:
             items = np.ravel(np.array(data, dtype=object))
             flat = np.array([d.encode() if isinstance(d, str) else d for d in items], dtype=object)
+        elif dtype.kind in "iu":
+            flat = _integers(data, dtype, name)
         else:
-            flat = np.asarray(data, dtype=dtype).ravel()
+            with np.errstate(over="raise"):  # 1e39 as FP32 would be inf
+                flat = np.asarray(data, dtype=dtype).ravel()
+    except FloatingPointError as exc:
+        raise OipError(f"input {name!r}: a value is outside the range of {oip_datatype(dtype.name)}") from exc
     except (TypeError, ValueError, OverflowError) as exc:
         raise OipError(f"input {name!r}: data does not match datatype {dtype.name}: {exc}") from exc
     return _reshape(flat, shape, name)

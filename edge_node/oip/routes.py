@@ -12,12 +12,21 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
 
 from edge_node.heartbeat.load import LoadTracker
-from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull
+from edge_node.inference.errors import (
+    InferenceFailed,
+    InvalidInputs,
+    ModelNotFound,
+    ModelNotReady,
+    ModelUnavailable,
+    QueueFull,
+)
 from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.oip.body import DEFAULT_MAX_BODY_BYTES, read_body
 from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
+from edge_node.oip.config import triton_config
 from edge_node.oip.datatypes import oip_datatype
 from edge_node.oip.validate import check_request
 from fleetwire.manifest import TensorSpec
@@ -26,7 +35,7 @@ from fleetwire.names import InvalidName, check_name
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "modelfleet-edge"
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 
 
 class ErrorBody(BaseModel):
@@ -77,7 +86,13 @@ _LOOKUP: dict[int | str, dict[str, Any]] = {
 }
 _METADATA: dict[int | str, dict[str, Any]] = {200: {"model": ModelMetadata}, **_LOOKUP}
 _NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
-_INFER: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 413: {"model": ErrorBody}, **_LOOKUP}
+#: 500: the node failed to run a request it accepted (out of memory, a failed device).
+_INFER: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody},
+    413: {"model": ErrorBody},
+    **_LOOKUP,
+    500: {"model": ErrorBody},
+}
 #: The OIP v2 JSON request (binary tensor data is also accepted; the body is read raw).
 _INFER_BODY: dict[str, Any] = {
     "requestBody": {
@@ -164,6 +179,9 @@ async def _infer(
         return error_response(str(exc), exc.status if isinstance(exc, OipError) else 400)
     except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
         return _lookup_error(exc)
+    except InferenceFailed as exc:
+        log.warning("%s: %s", name, exc)
+        return error_response(str(exc), 500)
     wanted = decoded.requested_outputs
     selected = {k: v for k, v in outputs.items() if wanted is None or k in wanted}
     payload, header_length = encode_response(model.name, model.version, decoded, selected)
@@ -215,6 +233,11 @@ def create_oip_router(
                 return await _infer(repository, name, model_version, request, caps)
             finally:
                 load.end(started)
+        except ClientDisconnect:
+            raise  # nobody to answer
+        except Exception as exc:  # a bug here must still answer in the OIP error shape
+            log.exception("inference request for %s failed", name)
+            return error_response(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
         finally:
             inflight -= 1
 
@@ -251,6 +274,23 @@ def create_oip_router(
         except ModelNotReady:
             return json_response({"name": name, "ready": False}, 400)
         return json_response({"name": name, "ready": True})
+
+    async def config(name: str, model_version: str | None) -> Response:
+        if (invalid := _name_error(name, model_version)) is not None:
+            return invalid
+        try:
+            model = repository.get(name, model_version)
+        except (ModelNotFound, ModelNotReady) as exc:
+            return _lookup_error(exc)
+        return json_response(triton_config(model, repository))
+
+    @router.get("/v2/models/{name}/config", responses=_LOOKUP)
+    async def model_config(name: str) -> Response:
+        return await config(name, None)
+
+    @router.get("/v2/models/{name}/versions/{v}/config", responses=_LOOKUP)
+    async def version_config(name: str, v: str) -> Response:
+        return await config(name, v)
 
     @router.get("/v2/models/{name}", responses=_METADATA)
     async def model_metadata(name: str) -> Response:

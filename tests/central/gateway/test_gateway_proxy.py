@@ -13,8 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
-import uvicorn
-from fastapi import FastAPI
+from gateway_harness import candidate, serve_gateway
 
 from central.gateway import (
     AFFINITY_HEADER,
@@ -23,7 +22,6 @@ from central.gateway import (
     GatewayProxy,
     StaticNodeSource,
     create_gateway,
-    create_gateway_router,
 )
 from central.server import CentralServer
 from central.settings import GatewaySettings
@@ -54,31 +52,6 @@ def _binary_request(rows: int = 4) -> tuple[bytes, dict[str, str]]:
     return header + x.tobytes(), headers
 
 
-def _candidate(edge: EdgeServer) -> Candidate:
-    return Candidate(edge.node_id, f"127.0.0.1:{edge.http_port}")
-
-
-@contextlib.asynccontextmanager
-async def _serve(proxy: GatewayProxy) -> AsyncIterator[httpx.AsyncClient]:
-    """The gateway's routes on a real uvicorn (port 0) and a client on it; closes all."""
-    app = FastAPI()
-    app.include_router(create_gateway_router(proxy))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30, trust_env=False) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        await task
-        await proxy.close()
-
-
 async def _fleet(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model: Path, n: int, **overrides: Any
 ) -> list[EdgeServer]:
@@ -97,8 +70,8 @@ async def test_requests_spread_over_edges_and_affinity_pins_keys(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
     edges = await _fleet(central, api, make_edge, small_model_file, 3)
-    proxy, _ = _gateway([_candidate(e) for e in edges])
-    async with _serve(proxy) as gw:
+    proxy, _ = _gateway([candidate(e) for e in edges])
+    async with serve_gateway(proxy) as gw:
         served: Counter[str] = Counter()
 
         async def client() -> None:
@@ -135,12 +108,12 @@ async def test_a_stopped_edge_fails_no_client_request_and_opens_its_breaker(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
     edges = await _fleet(central, api, make_edge, small_model_file, 3)
-    proxy, _ = _gateway([_candidate(e) for e in edges], open_s=60.0)
+    proxy, _ = _gateway([candidate(e) for e in edges], open_s=60.0)
     outcomes: Counter[int] = Counter()
     after_stop: Counter[str] = Counter()
     stopped = asyncio.Event()
     done = asyncio.Event()
-    async with _serve(proxy) as gw:
+    async with serve_gateway(proxy) as gw:
 
         async def client() -> None:
             while not done.is_set():
@@ -177,8 +150,8 @@ async def test_a_503_is_retried_elsewhere_and_a_400_is_passed_through(
     free = await make_edge("edge-free", central)
     assert (await push(api, MODEL, small_model_file)).status_code == 201
     await wait_for(lambda: busy.edge.repository.ready() and free.edge.repository.ready(), 30, "both edges serving")
-    proxy, source = _gateway([_candidate(busy), _candidate(free)], failure_threshold=100)
-    async with _serve(proxy) as gw, httpx.AsyncClient(trust_env=False, timeout=30) as direct:
+    proxy, source = _gateway([candidate(busy), candidate(free)], failure_threshold=100)
+    async with serve_gateway(proxy) as gw, httpx.AsyncClient(trust_env=False, timeout=30) as direct:
         holder = asyncio.create_task(
             direct.post(f"http://127.0.0.1:{busy.http_port}/v2/models/{MODEL}/infer", json=_json_request())
         )
@@ -192,14 +165,14 @@ async def test_a_503_is_retried_elsewhere_and_a_400_is_passed_through(
         assert proxy.stats.retries >= 2 and proxy.router.breaker("edge-busy").consecutive_failures >= 2
         assert "503" in (proxy.router.breaker("edge-busy").last_failure or "")
 
-        source.set([_candidate(busy)])  # only the busy node: the gateway's own 503, with its Retry-After
+        source.set([candidate(busy)])  # only the busy node: the gateway's own 503, with its Retry-After
         r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
         assert r.status_code == 503 and "Retry-After" in r.headers
         error = r.json()["error"]
         assert error.startswith(f"no node can serve model '{MODEL}': node edge-busy answered 503"), error
         assert (await holder).status_code == 200
 
-        source.set([_candidate(free), _candidate(busy)])
+        source.set([candidate(free), candidate(busy)])
         attempts = proxy.stats.attempts
         bad = _json_request(width=31)
         r = await gw.post(f"/v2/models/{MODEL}/infer", json=bad)
@@ -213,9 +186,9 @@ async def test_binary_responses_pass_through_byte_identical(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
     edges = await _fleet(central, api, make_edge, small_model_file, 2)
-    proxy, _ = _gateway([_candidate(e) for e in edges])
+    proxy, _ = _gateway([candidate(e) for e in edges])
     body, headers = _binary_request()
-    async with _serve(proxy) as gw, httpx.AsyncClient(trust_env=False, timeout=30) as direct:
+    async with serve_gateway(proxy) as gw, httpx.AsyncClient(trust_env=False, timeout=30) as direct:
         for version_path in ("", "/versions/1"):
             r = await gw.post(f"/v2/models/{MODEL}{version_path}/infer", content=body, headers=headers)
             assert r.status_code == 200, r.text
@@ -245,9 +218,9 @@ async def test_half_open_breaker_closes_once_the_node_answers_again(
     port = free_port()
     (first,) = await _fleet(central, api, make_edge, small_model_file, 1)
     late_candidate = Candidate("edge-late", f"127.0.0.1:{port}")
-    proxy, _ = _gateway([_candidate(first), late_candidate], failure_threshold=2, open_s=0.3)
+    proxy, _ = _gateway([candidate(first), late_candidate], failure_threshold=2, open_s=0.3)
     breaker = proxy.router.breaker("edge-late")
-    async with _serve(proxy) as gw:
+    async with serve_gateway(proxy) as gw:
         while breaker.times_opened == 0:
             r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
             assert r.status_code == 200 and r.headers[NODE_HEADER] == "edge-0"
@@ -268,7 +241,7 @@ async def test_half_open_breaker_closes_once_the_node_answers_again(
 
 async def test_no_node_can_serve_and_body_limit() -> None:
     proxy, source = _gateway([], max_body_bytes=1000, connect_timeout_s=0.5)
-    async with _serve(proxy) as gw:
+    async with serve_gateway(proxy) as gw:
         r = await gw.post("/v2/models/ghost/infer", json=_json_request(1, 4))
         assert r.status_code == 503
         assert r.json() == {"error": "no node can serve model 'ghost': no alive node reports it ready"}
@@ -291,31 +264,56 @@ async def test_no_node_can_serve_and_body_limit() -> None:
         assert {n["node_id"]: n["breaker"]["state"] for n in status["nodes"]} == {"down-0": "open", "down-1": "open"}
 
 
-async def test_one_deadline_bounds_all_attempts() -> None:
-    """Two nodes that accept connections and never answer: the read timeout moves the
-    request on once, then the overall deadline ends it, well before 2 × read timeout."""
+@contextlib.asynccontextmanager
+async def _silent_nodes(n: int) -> AsyncIterator[list[Candidate]]:
+    """``n`` nodes that accept connections and never answer (as a frozen process does)."""
     held: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         held.append(writer)
         await reader.read(65536)
 
-    servers = [await asyncio.start_server(silent, "127.0.0.1", 0) for _ in range(2)]
+    servers = [await asyncio.start_server(silent, "127.0.0.1", 0) for _ in range(n)]
     try:
-        nodes = [Candidate(f"mute-{i}", f"127.0.0.1:{s.sockets[0].getsockname()[1]}") for i, s in enumerate(servers)]
-        proxy, _ = _gateway(nodes, deadline_s=0.8, read_timeout_s=0.5)
-        async with _serve(proxy) as gw:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
-            elapsed = loop.time() - started
-        assert r.status_code == 503 and "timed out" in r.json()["error"], r.text
-        assert 0.7 < elapsed < 1.5, elapsed
-        assert proxy.stats.attempts == 2
-        assert all(proxy.router.breaker(n.node_id).consecutive_failures == 1 for n in nodes)
+        yield [Candidate(f"mute-{i}", f"127.0.0.1:{s.sockets[0].getsockname()[1]}") for i, s in enumerate(servers)]
     finally:
         for w in held:
             w.close()
         for s in servers:
             s.close()
             await s.wait_closed()
+
+
+async def test_a_silent_node_with_no_time_left_is_a_504_and_its_probe_counts_against_it() -> None:
+    """Before the model has any answer a request may wait its whole deadline; then 504,
+    and no other node is tried. Whether the node is down or only busy a liveness probe
+    tells, in the background: this one does not answer it either, so its breaker counts it."""
+    async with _silent_nodes(2) as nodes:
+        proxy, _ = _gateway(nodes, deadline_s=0.8, read_timeout_s=0.3)
+        async with serve_gateway(proxy) as gw:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request())
+            elapsed = loop.time() - started
+            assert r.status_code == 504 and "did not answer" in r.json()["error"], r.text
+            assert 0.7 < elapsed < 1.5, elapsed
+            assert proxy.stats.attempts == 1 and proxy.stats.retries == 0 and proxy.stats.timeouts == 1
+            breaker = proxy.router.breaker(r.headers[NODE_HEADER])
+            await wait_for(lambda: breaker.consecutive_failures == 1, 5, "the probe's verdict")
+            assert "/v2/health/live" in (breaker.last_failure or "")
+
+
+async def test_a_frozen_node_is_skipped_once_its_liveness_probe_fails_too(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    """The request times out on a node that is down (it does not answer its liveness
+    probe either): it cannot be running the request, so the next node gets it."""
+    (edge,) = await _fleet(central, api, make_edge, small_model_file, 1)
+    async with _silent_nodes(1) as (mute,):
+        proxy, _ = _gateway([mute, candidate(edge)], read_timeout_s=0.3, model_timeouts={MODEL: 0.5})
+        key = next(k for k in (f"k{i}" for i in range(1000)) if proxy.router.owner(MODEL, None, k) == mute.node_id)
+        async with serve_gateway(proxy) as gw:
+            r = await gw.post(f"/v2/models/{MODEL}/infer", json=_json_request(), headers={AFFINITY_HEADER: key})
+        assert r.status_code == 200 and r.headers[NODE_HEADER] == edge.node_id, r.text
+        assert proxy.stats.retries == 1 and proxy.stats.timeouts == 0
+        assert "/v2/health/live failed" in (proxy.router.breaker(mute.node_id).last_failure or "")

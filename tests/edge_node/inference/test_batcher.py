@@ -12,7 +12,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from edge_node.inference.batcher import DynamicBatcher, Tensors
-from edge_node.inference.errors import InvalidInputs, ModelUnavailable, QueueFull
+from edge_node.inference.errors import (
+    InferenceFailed,
+    InvalidInputs,
+    InvalidRequestData,
+    ModelUnavailable,
+    QueueFull,
+)
 from edge_node.inference.metrics import ModelMetrics, render
 from modelfleet.zoo import build_mlp
 
@@ -146,15 +152,46 @@ async def test_higher_priority_runs_first_fifo_within() -> None:
     await batcher.close()
 
 
-async def test_exception_reaches_every_caller_of_the_batch() -> None:
+async def test_a_request_that_fails_its_batch_fails_alone() -> None:
+    """The batch fails as a whole; each of its requests then runs alone, and only the one
+    whose data the run refused (a ValueError here) fails: a 400, counted as invalid."""
     run = Recorder(fail_on=13.0)
-    batcher = DynamicBatcher(run, max_batch_size=32, max_queue_delay_s=0.05)
-    results = await asyncio.gather(*(batcher.submit(rows(v)) for v in (1.0, 13.0, 2.0, 3.0)), return_exceptions=True)
-    assert run.sizes == [4]
-    assert all(isinstance(r, ValueError) for r in results)
+    registry = CollectorRegistry()
+    batcher = DynamicBatcher(
+        run, max_batch_size=32, max_queue_delay_s=0.05, metrics=ModelMetrics(registry, "m", "v1"), name="m"
+    )
+    values = (1.0, 13.0, 2.0, 3.0)
+    results = await asyncio.gather(*(batcher.submit(rows(v)) for v in values), return_exceptions=True)
+    assert run.sizes == [4, 1, 1, 1, 1]  # the batch, then each request alone
+    assert isinstance(results[1], InvalidRequestData) and "poisoned batch" in str(results[1])
+    for value, result in zip(values, results, strict=True):
+        if value != 13.0:
+            assert isinstance(result, dict), result
+            np.testing.assert_array_equal(result["y"], rows(value)["x"] * 2)
     out = await batcher.submit(rows(4.0))  # the batcher survives
     np.testing.assert_array_equal(out["y"], rows(4.0)["x"] * 2)
     await batcher.close()
+    text = render(registry).decode()
+    assert 'modelfleet_inference_requests_total{model="m",outcome="invalid",version="v1"} 1.0' in text
+    assert 'modelfleet_inference_requests_total{model="m",outcome="ok",version="v1"} 4.0' in text
+    assert 'outcome="error"' not in text
+
+
+async def test_a_failure_of_the_node_is_an_inference_failure_for_every_request() -> None:
+    """A run that fails whatever the data (here a RuntimeError, as a broken device would
+    raise) fails every request, each as InferenceFailed (500), counted as an error."""
+
+    def broken(inputs: Tensors) -> Tensors:
+        raise RuntimeError("device lost")
+
+    registry = CollectorRegistry()
+    batcher = DynamicBatcher(broken, max_queue_delay_s=0.05, metrics=ModelMetrics(registry, "m", "v1"), name="m")
+    results = await asyncio.gather(*(batcher.submit(rows(float(v))) for v in range(3)), return_exceptions=True)
+    assert all(isinstance(r, InferenceFailed) and "device lost" in str(r) for r in results), results
+    await batcher.close()
+    assert (
+        'modelfleet_inference_requests_total{model="m",outcome="error",version="v1"} 3.0' in render(registry).decode()
+    )
 
 
 async def test_cancelled_caller_is_removed_from_queue() -> None:

@@ -68,6 +68,25 @@ async def test_model_metadata_and_readiness(oip: httpx.AsyncClient) -> None:
         assert response.status_code == 404 and response.json()["error"]
 
 
+async def test_model_config_in_tritons_shape(oip: httpx.AsyncClient) -> None:
+    """Triton's model configuration: dims without the batch axis, as max_batch_size > 0 means."""
+    config = (await oip.get("/v2/models/tiny/config")).json()
+    assert config == {
+        "name": "tiny",
+        "platform": "onnxruntime_onnx",
+        "backend": "onnxruntime",
+        "max_batch_size": 32,
+        "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": [32]}],
+        "output": [{"name": "logits", "data_type": "TYPE_FP32", "dims": [10]}],
+        "dynamic_batching": {"max_queue_delay_microseconds": 5000},
+    }
+    assert (await oip.get("/v2/models/tiny/versions/1/config")).json() == config
+    for path in ("/v2/models/nope/config", "/v2/models/tiny/versions/9/config"):
+        response = await oip.get(path)
+        assert response.status_code == 404 and response.json()["error"]
+    assert "model_configuration" in (await oip.get("/v2")).json()["extensions"]
+
+
 async def test_json_inference_echoes_the_id_and_matches_onnx_runtime(
     oip: httpx.AsyncClient, serving_edge: EdgeServer
 ) -> None:
