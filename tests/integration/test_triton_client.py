@@ -30,8 +30,9 @@ from request_models import VOCAB, build_token_model
 @pytest.fixture
 async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
     """A central that learns from heartbeats which edges serve what (its gateway routes by it)."""
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt))
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker))
     await server.start()
     yield server
     await server.stop()
@@ -46,8 +47,9 @@ async def fleet(
     tmp_path: Path,
 ) -> tuple[CentralServer, EdgeServer, dict[str, Path]]:
     """A central and one edge serving "tiny" (FP32) and "tokens" (INT64), both known to the gateway."""
-    heartbeat = {"enabled": True, "broker_host": mosquitto.host, "broker_port": mosquitto.port, "interval_s": 0.3}
-    edge = await make_edge("edge-0", mqtt_central, heartbeat=heartbeat)
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    edge = await make_edge("edge-0", mqtt_central, heartbeat=heartbeat, broker=broker)
     files = {"tiny": small_model_file, "tokens": build_token_model(tmp_path / "tokens.onnx")}
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         for name, path in files.items():
