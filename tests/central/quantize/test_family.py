@@ -6,11 +6,17 @@ from pathlib import Path
 
 import onnx
 import pytest
+from quant_models import digits_model
 
 from bench.graphs import build_cnn, build_transformer
 from central.quantize.family import detect_family, embedding_vocab, name_nodes, sensitive_nodes
 from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    return digits_model(tmp_path_factory)
 
 
 def _load(path: Path) -> onnx.ModelProto:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from quant_models import digits_model
 
 from central.errors import BadRequest
 from central.quantize import quantize
@@ -20,6 +21,11 @@ from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel
 
 Z95 = z_score(0.95)
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    return digits_model(tmp_path_factory)
 
 
 def measure(

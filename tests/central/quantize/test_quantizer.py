@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from quant_models import digits_model
 
 from bench.graphs import build_cnn, build_transformer
 from central.quantize import load_calibration, quantize, split
@@ -29,6 +30,11 @@ from central.quantize.synthetic import generated_samples, input_hints
 from central.registry.validate import signature
 from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel, onnx_accuracy
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    return digits_model(tmp_path_factory)
 
 
 def _calibration(model: DigitsModel) -> dict[str, np.ndarray]:
