@@ -5,7 +5,8 @@ array and what was expected, and it is read with ``allow_pickle=False``. Arrays 
 match no model input are ignored (and reported), so a file that also carries labels
 still works. The split is a seeded permutation, not the file order, so a file sorted
 by class still gives a representative held-out part: ``HELD_OUT_FRACTION`` (at least
-``MIN_HELD_OUT`` samples) is held out for the accuracy guard and never calibrates.
+``MIN_HELD_OUT`` samples, more up to half the file when the guard's bound needs them) is
+held out for the accuracy guard and never calibrates.
 Inputs made up when there is no file live in ``central.quantize.synthetic``."""
 
 from __future__ import annotations
@@ -95,9 +96,13 @@ def load_calibration(path: Path, inputs: list[TensorSpec]) -> CalibrationData:
     return CalibrationData(arrays=arrays, samples=samples, ignored=ignored)
 
 
-def split(data: CalibrationData) -> tuple[Samples, Samples]:
-    """(calibration part, held-out part) of a seeded permutation of the samples."""
-    held = max(MIN_HELD_OUT, round(data.samples * HELD_OUT_FRACTION))
+def split(data: CalibrationData, wanted_held_out: int = 0) -> tuple[Samples, Samples]:
+    """(calibration part, held-out part) of a seeded permutation of the samples.
+
+    ``wanted_held_out``: hold out that many when the usual fraction is fewer (the guard's
+    lower bound needs them to reach its threshold), but never more than half the file."""
+    usual = max(MIN_HELD_OUT, round(data.samples * HELD_OUT_FRACTION))
+    held = max(usual, min(wanted_held_out, data.samples // 2))
     order = np.random.default_rng(SPLIT_SEED).permutation(data.samples)
     calib_idx, held_idx = np.sort(order[held:]), np.sort(order[:held])
     calib = {name: a[calib_idx] for name, a in data.arrays.items()}

@@ -150,10 +150,11 @@ def _named(source: Path, work_dir: Path, external_data: bool) -> Path:
     return out
 
 
-def prepare(fp32: Path, work_dir: Path, family: Family) -> Source:
-    """The push's ``Source``: optimised for transformers, pre-processed otherwise."""
+def prepare(fp32: Path, work_dir: Path, family: Family, external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Source:
+    """The push's ``Source``: optimised for transformers, pre-processed otherwise; results
+    are written with external data when the model exceeds ``external_data_bytes``."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    large = model_bytes(fp32) > EXTERNAL_DATA_BYTES
+    large = model_bytes(fp32) > external_data_bytes
     if family == "transformer":
         optimized = optimize_transformer(fp32, work_dir / "optimized.onnx", external_data=large)
         if optimized.path != fp32:

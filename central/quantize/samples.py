@@ -112,7 +112,7 @@ def push_samples(
     if calibration is not None:
         data = load_calibration(calibration, inputs)
         report["calibration_ignored"] = data.ignored
-        calib, held = split(data) if static else (None, data.arrays)
+        calib, held = split(data, gen.min_samples) if static else (None, data.arrays)
     elif static:
         calib = _calibration_part(inputs, hints, gen, fixed_batch, generate_calibration)
         report["calibration_source"] = "generated" if calib is not None else None

@@ -21,7 +21,15 @@ from central.quantize.cpu import cpu_flags
 from central.quantize.family import Family, detect_family, sensitive_nodes
 from central.quantize.guard import GUARD_BATCH
 from central.quantize.plan import Candidate, QuantizePlan
-from central.quantize.quantizer import Calibration, QuantizationError, model_bytes, prepare, quantize_recipe, shorten
+from central.quantize.quantizer import (
+    EXTERNAL_DATA_BYTES,
+    Calibration,
+    QuantizationError,
+    model_bytes,
+    prepare,
+    quantize_recipe,
+    shorten,
+)
 from central.quantize.recipes import DEFAULT_RECIPES, RECIPES, Recipe, candidates
 from central.quantize.report import publish, quantization_failed
 from central.quantize.samples import Generation, push_samples
@@ -76,6 +84,9 @@ class QuantizeSettings(BaseModel):
     """Size of dynamic sequence dimensions in generated samples (a push's --dim overrides)."""
     image_size: int = Field(default=DEFAULT_IMAGE, ge=1)
     """Size of dynamic height/width dimensions of generated images (a push's --dim overrides)."""
+    external_data_bytes: int = Field(default=EXTERNAL_DATA_BYTES, ge=0)
+    """Models larger than this (graph plus data files) are quantized into a graph plus an
+    external-data file (model.onnx.data): protobuf stops at 2 GiB."""
     cpu_flags: list[str] | None = None
     """ISA flags that choose the default artifact (e.g. ["avx2"]); None reads central's
     /proc/cpuinfo. Set when the fleet's CPUs are not central's."""
@@ -149,9 +160,10 @@ class QuantizeStep:
         )  # fmt: skip
         generated = samples.source == "generated" or samples.report.get("calibration_source") == "generated"
         samples.report["generated_shapes"] = _generated_dims(ctx.inputs, hints, self._sizes(ctx)) if generated else None
-        source = prepare(ctx.upload, _work_dir(ctx) / "quantize", family)
+        source = prepare(ctx.upload, _work_dir(ctx) / "quantize", family, s.external_data_bytes)
         sensitive = sensitive_nodes(onnx.load(str(source.path), load_external_data=False), family)
         cache = source.path.parent / "calibration-ranges.json"
+        cache.unlink(missing_ok=True)  # ranges are this push's model's and samples' only
         calibration = Calibration(samples.calibration, size, fixed, cache) if samples.calibration is not None else None
         plan = QuantizePlan(
             family, source, samples, calibration, sensitive, self._threshold(ctx), s.confidence, flags,
