@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from central.errors import AccuracyGuardFailed
 from central.quantize.guard import accuracy, compare, run_outputs
 from central.quantize.plan import Candidate, QuantizePlan
@@ -52,7 +54,7 @@ class GuardStep:
         plan.guard_seconds = round(time.perf_counter() - started, 4)
         _decide(ctx, plan)
 
-    def _judge(self, ctx: PushContext, plan: QuantizePlan, name: str, reference: list) -> None:
+    def _judge(self, ctx: PushContext, plan: QuantizePlan, name: str, reference: list[np.ndarray]) -> None:
         """The candidate's verdict; on failure, a retry with sensitive nodes in FP32."""
         candidate = plan.candidates[name]
         verdict = _verdict(ctx, plan, candidate, reference)
@@ -73,7 +75,7 @@ def _margin(verdict: Verdict) -> float:
     return verdict.decided_by.lower_bound - verdict.threshold
 
 
-def _verdict(ctx: PushContext, plan: QuantizePlan, candidate: Candidate, reference: list) -> Verdict:
+def _verdict(ctx: PushContext, plan: QuantizePlan, candidate: Candidate, reference: list[np.ndarray]) -> Verdict:
     """Run the candidate on the guard's samples and judge it against ``reference``."""
     names = [spec.name for spec in ctx.outputs]
     got = run_outputs(candidate.path, plan.samples.guard, names, plan.batch_size, plan.fixed_batch)

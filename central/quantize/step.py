@@ -136,9 +136,18 @@ class QuantizeStep:
             self._quantize(ctx, plan, recipe)
         plan.quantize_seconds = round(time.perf_counter() - started, 4)
         ctx.quantize_plan = plan
-        if not plan.candidates:
-            quantization_failed(ctx, plan)
-        publish(ctx, plan)
+        if plan.candidates:
+            publish(ctx, plan)
+        else:
+            quantization_failed(ctx, plan)  # refuses, or serves FP32 when the operator asked for it
+
+    def _recipes(self, ctx: PushContext, family: Family, flags: frozenset[str]) -> list[Recipe]:
+        """This push's recipes: the family's, one for a small model."""
+        s = self.settings
+        small = model_bytes(ctx.upload) < s.small_model_bytes
+        calibrated = ctx.calibration is not None or family == "cnn"
+        limit = 1 if small else s.max_candidates
+        return candidates(family, calibrated=calibrated, configured=s.recipes, limit=limit, flags=flags)
 
     def _plan(self, ctx: PushContext) -> tuple[QuantizePlan, list[Recipe]]:
         """Family, recipes, samples and the prepared source of this push."""
@@ -148,10 +157,7 @@ class QuantizeStep:
         del model
         check_dims(ctx.dims, hints)
         flags = frozenset(s.cpu_flags) if s.cpu_flags is not None else cpu_flags()
-        small = model_bytes(ctx.upload) < s.small_model_bytes
-        calibrated = ctx.calibration is not None or family == "cnn"
-        limit = 1 if small else s.max_candidates
-        recipes = candidates(family, calibrated=calibrated, configured=s.recipes, limit=limit, flags=flags)
+        recipes = self._recipes(ctx, family, flags)
         static = any(r.method == "static" for r in recipes)
         size, fixed = _batching(ctx.inputs)
         samples = push_samples(
