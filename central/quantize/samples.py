@@ -10,8 +10,9 @@ The guard judges on real inputs whenever it has them, best first:
    as many as the sample budget allows and at least as many as the threshold's
    lower bound needs.
 
-Static recipes calibrate on the calibration split, or, for a CNN without data, on
-generated images made with another seed than the guard's."""
+Static recipes calibrate on the calibration split (on the whole file when an eval set
+judges), or, for a CNN without data, on generated images made with another seed than the
+guard's."""
 
 from __future__ import annotations
 
@@ -112,7 +113,10 @@ def push_samples(
     if calibration is not None:
         data = load_calibration(calibration, inputs)
         report["calibration_ignored"] = data.ignored
-        calib, held = split(data, gen.min_samples) if static else (None, data.arrays)
+        if eval_data is not None:  # the guard judges on the eval set: every sample calibrates
+            calib, held = (data.arrays if static else None), None
+        else:
+            calib, held = split(data, gen.min_samples) if static else (None, data.arrays)
     elif static:
         calib = _calibration_part(inputs, hints, gen, fixed_batch, generate_calibration)
         report["calibration_source"] = "generated" if calib is not None else None

@@ -140,6 +140,7 @@ def test_eval_file_gives_task_accuracy(digits: DigitsModel, tmp_path: Path) -> N
     ctx = _ctx(digits.onnx_path, tmp_path, digits.calibration_path, eval_data=tmp_path / "eval.npz")
     report = _push(ctx)
     assert report["samples_source"] == "eval" and report["samples"] == 450
+    assert report["calibration_samples"] == 1347  # nothing held out: the eval set judges
     assert report["fp32_accuracy"] == pytest.approx(digits.fp32_test_accuracy)
     expected = onnx_accuracy(ctx.artifacts[U8S8_QDQ], digits.test_x, digits.test_y)
     assert report["int8_accuracy"] == pytest.approx(expected)
