@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from bench._fleet import Fleet, Proc, parse_env_pairs, sigterm_raises
+from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, Proc, parse_env_pairs, sigterm_raises
 from modelfleet.up.ports import free_port
 from modelfleet.zoo import build_bench_model, build_digits
 
@@ -113,9 +113,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     if args.model == "digits":
         digits = build_digits()
         model_path, calibration, name = digits.onnx_path, digits.calibration_path, "digits"
+        threshold = None
     else:
         bench = build_bench_model(width=args.width, hidden_layers=args.layers)
         model_path, calibration, name = bench.onnx_path, bench.calibration_path, "bench-mlp"
+        threshold = RANDOM_MODEL_THRESHOLD
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.gettempdir())
     edge_env, central_env = parse_env_pairs(args.edge_env), parse_env_pairs(args.central_env)
     cold: list[dict[str, Any]] = []
@@ -123,10 +125,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     log(f"model {name}: {model_path.stat().st_size / 1e6:.1f} MB FP32; {args.repeats} repeat(s); {os.cpu_count()} CPUs")
     with Fleet(root=work, central_env=central_env, edge_env=edge_env, keep=args.keep) as fleet:
         fleet.start_central()
-        pushed = fleet.push_files(name, VERSION, model_path, calibration=calibration)
+        pushed = fleet.push_files(name, VERSION, model_path, calibration=calibration, threshold=threshold)
         artifact = pushed.manifest.get("artifact")
         log(f"served artifact: {artifact} ({pushed.manifest.get('size', 0) / 1e6:.1f} MB)")
-        if args.require_int8 and artifact != "int8":
+        if args.require_int8 and not str(artifact).startswith("int8"):
             raise Int8Required(f"--require-int8: central serves {name} as {artifact!r}")
         for i in range(args.repeats):
             node = f"w{i}"

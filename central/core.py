@@ -17,7 +17,7 @@ from central.membership.tracker import MembershipTracker
 from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
-from central.quantize import QuantizeStep
+from central.quantize import GuardStep, QuantizeStep
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
@@ -63,6 +63,7 @@ class Central:
         steps: list[PushStep] = [
             ValidateStep(),
             QuantizeStep(settings.quantize),
+            *([GuardStep()] if settings.quantize.enabled else []),
             ChunkStep(Chunker(settings.chunking), self.blobs),
             ManifestStep(self.signer),
         ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetwire.deprecated import adopt_moved, refuse_moved
@@ -118,12 +118,48 @@ class QuantizeSettings(BaseModel):
 
     enabled: bool = True
     """Quantize every push; when off the upload is stored and served as FP32 only."""
-    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
-    """Minimum INT8-vs-FP32 agreement (top-1 share, or 1 - relative error) to serve INT8."""
-    generated_samples: int = Field(default=64, ge=1)
-    """Samples to generate for the guard when the push has no calibration file."""
+    threshold: float = Field(default=0.97, ge=0.0, le=1.0)
+    """Minimum INT8-vs-FP32 agreement, compared with each measure's lower confidence bound
+    (top-1 share, cosine similarity, or 1 - relative error); a push may set its own."""
+    generated_samples: int = Field(default=256, ge=1)
+    """Samples to generate for the guard when the push has neither eval nor calibration data."""
     seed: int = 0
     """Seed of the generated samples, so a push's verdict is reproducible."""
+    recipes: dict[Literal["cnn", "transformer", "mlp"], list[str]] = Field(default_factory=dict)
+    """INT8 recipes produced per model family (cnn, transformer, mlp), in order; names from
+    central.quantize.recipes.RECIPES. A family not listed gets the built-in list."""
+    max_candidates: int = Field(default=3, ge=1)
+    """At most this many recipes per push: each costs a quantization and a guard run."""
+    small_model_bytes: int = Field(default=1024 * 1024, ge=0)
+    """Models smaller than this get only the recipe fastest on central's CPU."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    """One-sided confidence of the lower bounds the threshold is compared with."""
+    generated_max_elements: int = Field(default=16_000_000, ge=1)
+    """Cap on the values of all generated guard samples (fewer samples for big inputs), though
+    never fewer samples than the threshold's bound needs."""
+    generated_calibration_samples: int = Field(default=64, ge=1)
+    """Generated images that calibrate a CNN pushed without calibration data."""
+    sequence_length: int = Field(default=32, ge=1)
+    """Size of dynamic sequence dimensions in generated samples (a push's --dim overrides)."""
+    image_size: int = Field(default=224, ge=1)
+    """Size of dynamic height/width dimensions of generated images (a push's --dim overrides)."""
+    external_data_bytes: int = Field(default=1536 * 1024 * 1024, ge=0)
+    """Models larger than this (graph plus data files) are quantized into a graph plus an
+    external-data file (model.onnx.data): protobuf stops at 2 GiB."""
+    cpu_flags: list[str] | None = None
+    """ISA flags that choose the default artifact (e.g. ["avx2"]); None reads central's
+    /proc/cpuinfo. Set when the fleet's CPUs are not central's."""
+
+    @field_validator("recipes")
+    @classmethod
+    def _known_recipes(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        # Imported here: the recipes live with the quantizer, which imports these settings.
+        from central.quantize.recipes import RECIPES
+
+        unknown = sorted({n for names in value.values() for n in names} - set(RECIPES))
+        if unknown:
+            raise ValueError(f"unknown recipes {unknown}; known: {sorted(RECIPES)}")
+        return value
 
 
 class MqttSettings(BaseModel):

@@ -5,7 +5,9 @@ array and what was expected, and it is read with ``allow_pickle=False``. Arrays 
 match no model input are ignored (and reported), so a file that also carries labels
 still works. The split is a seeded permutation, not the file order, so a file sorted
 by class still gives a representative held-out part: ``HELD_OUT_FRACTION`` (at least
-``MIN_HELD_OUT`` samples) is held out for the accuracy guard and never calibrates."""
+``MIN_HELD_OUT`` samples, more up to half the file when the guard's bound needs them) is
+held out for the accuracy guard and never calibrates.
+Inputs made up when there is no file live in ``central.quantize.synthetic``."""
 
 from __future__ import annotations
 
@@ -40,21 +42,21 @@ class CalibrationData:
     ignored: list[str] = field(default_factory=list)
 
 
-def _check_array(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+def _check_array(spec: TensorSpec, array: np.ndarray, what: str) -> np.ndarray:
     """The array cast to the input's dtype, or ``BadRequest`` saying what is wrong."""
     target = np.dtype(spec.dtype)
     if not np.can_cast(array.dtype, target, casting="same_kind"):
-        raise BadRequest(f"calibration array {spec.name!r} has dtype {array.dtype}, not castable to {target}")
+        raise BadRequest(f"{what} array {spec.name!r} has dtype {array.dtype}, not castable to {target}")
     expected = ["N" if d < 0 else d for d in spec.shape]
     if array.ndim != len(spec.shape) or array.ndim == 0:
-        raise BadRequest(f"calibration array {spec.name!r} has shape {list(array.shape)}, expected {expected}")
+        raise BadRequest(f"{what} array {spec.name!r} has shape {list(array.shape)}, expected {expected}")
     for got, want in zip(array.shape[1:], spec.shape[1:], strict=True):
         if want >= 0 and got != want:
-            raise BadRequest(f"calibration array {spec.name!r} has shape {list(array.shape)}, expected {expected}")
+            raise BadRequest(f"{what} array {spec.name!r} has shape {list(array.shape)}, expected {expected}")
     return array.astype(target, copy=False)
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path, what: str = "calibration") -> dict[str, np.ndarray]:
     """Every array of the file; anything that is not a plain npz is a ``BadRequest``.
 
     The file is opened here, not by ``np.load``, which leaks its handle when the zip
@@ -63,62 +65,49 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         with path.open("rb") as handle:
             loaded = np.load(handle, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise BadRequest("calibration file is a single .npy array, not an .npz archive")
+                raise BadRequest(f"{what} file is a single .npy array, not an .npz archive")
             with loaded as npz:
                 return {name: npz[name] for name in npz.files}
     except BadRequest:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise BadRequest(f"calibration file is not a readable .npz archive: {exc}") from exc
+        raise BadRequest(f"{what} file is not a readable .npz archive: {exc}") from exc
+
+
+def input_arrays(raw: dict[str, np.ndarray], inputs: list[TensorSpec], what: str) -> tuple[Samples, int]:
+    """(arrays by input name, cast and checked; sample count): ``BadRequest`` on the first problem."""
+    missing = [spec.name for spec in inputs if spec.name not in raw]
+    if missing:
+        raise BadRequest(f"{what} file lacks arrays for inputs {missing} (it has {sorted(raw)})")
+    arrays = {spec.name: _check_array(spec, raw[spec.name], what) for spec in inputs}
+    counts = {name: int(a.shape[0]) for name, a in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise BadRequest(f"{what} arrays disagree on the number of samples: {counts}")
+    return arrays, next(iter(counts.values()), 0)
 
 
 def load_calibration(path: Path, inputs: list[TensorSpec]) -> CalibrationData:
     """Check the file against the model's inputs; ``BadRequest`` on the first problem."""
-    raw = _read_npz(path)
-    missing = [spec.name for spec in inputs if spec.name not in raw]
-    if missing:
-        raise BadRequest(f"calibration file lacks arrays for inputs {missing} (it has {sorted(raw)})")
-    arrays = {spec.name: _check_array(spec, raw[spec.name]) for spec in inputs}
-    counts = {name: int(a.shape[0]) for name, a in arrays.items()}
-    if len(set(counts.values())) > 1:
-        raise BadRequest(f"calibration arrays disagree on the number of samples: {counts}")
-    samples = next(iter(counts.values()), 0)
+    raw = read_npz(path)
+    arrays, samples = input_arrays(raw, inputs, "calibration")
     if samples < MIN_SAMPLES:
         raise BadRequest(f"calibration file has {samples} samples; at least {MIN_SAMPLES} are needed")
     ignored = sorted(set(raw) - set(arrays))
     return CalibrationData(arrays=arrays, samples=samples, ignored=ignored)
 
 
-def split(data: CalibrationData) -> tuple[Samples, Samples]:
-    """(calibration part, held-out part) of a seeded permutation of the samples."""
-    held = max(MIN_HELD_OUT, round(data.samples * HELD_OUT_FRACTION))
+def split(data: CalibrationData, wanted_held_out: int = 0) -> tuple[Samples, Samples]:
+    """(calibration part, held-out part) of a seeded permutation of the samples.
+
+    ``wanted_held_out``: hold out that many when the usual fraction is fewer (the guard's
+    lower bound needs them to reach its threshold), but never more than half the file."""
+    usual = max(MIN_HELD_OUT, round(data.samples * HELD_OUT_FRACTION))
+    held = max(usual, min(wanted_held_out, data.samples // 2))
     order = np.random.default_rng(SPLIT_SEED).permutation(data.samples)
     calib_idx, held_idx = np.sort(order[held:]), np.sort(order[:held])
     calib = {name: a[calib_idx] for name, a in data.arrays.items()}
     held_out = {name: a[held_idx] for name, a in data.arrays.items()}
     return calib, held_out
-
-
-def _generated(spec: TensorSpec, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` samples for one input: standard normal floats, small ints, random bools."""
-    if not spec.shape:
-        raise BadRequest(f"input {spec.name!r} is a scalar; it has no batch dimension to sample")
-    shape = (n, *[d if d >= 0 else 1 for d in spec.shape[1:]])
-    dtype = np.dtype(spec.dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 10, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def generated_samples(inputs: list[TensorSpec], n: int, seed: int = 0) -> Samples:
-    """Stand-in samples when the operator sent no calibration file.
-
-    Variable non-batch dimensions become 1. These only tell whether INT8 reproduces
-    FP32 on *some* inputs; the report says the samples were generated."""
-    rng = np.random.default_rng(seed)
-    return {spec.name: _generated(spec, n, rng) for spec in inputs}
 
 
 def batch_size(inputs: list[TensorSpec], preferred: int = DEFAULT_BATCH) -> int:

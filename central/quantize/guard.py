@@ -1,40 +1,32 @@
-"""The accuracy guard's measurement: how often INT8 makes the same call as FP32.
+"""The accuracy guard's measurements: does INT8 make the same calls as FP32?
 
-For classifiers the decision is what matters, not the logits, so they are compared by
-top-1: the label output if the model has one (an integer tensor ``[N]``, as skl2onnx
-exports), else the argmax of the first float ``[N, C≥2]`` output. Anything else is
-compared by relative L2 error over all float outputs, reported as
-``agreement = max(0, 1 - error)`` so one threshold serves both. Both models run in
-onnxruntime CPU sessions with every graph optimisation, as edges run them."""
+For classifiers the decision is what matters, so they are compared by top-1: the
+label output if the model has one (an integer tensor ``[N]``, as skl2onnx exports),
+else the argmax of the first float ``[N, C≥2]`` output. Top-1 alone misses INT8
+that keeps the argmax but garbles the scores, so classifiers are also compared by a
+continuous measure: the per-sample cosine similarity of their first float ``[N, C≥2]``
+output (logits or probabilities). Anything else is compared by the relative L2
+error over all float outputs, reported as ``max(0, 1 - error)`` so one threshold
+serves every measure. Bounds and the decision are in ``central.quantize.verdict``.
+With labels (``--eval``) the task accuracy of both models is reported too. Both
+models run in onnxruntime CPU sessions with every graph optimisation, as edges run
+them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
 
 from central.errors import BadRequest
 from central.quantize.calibration import Samples, batches
+from central.quantize.verdict import Measure, mean_lower_bound, wilson_lower_bound
 from fleetwire.manifest import TensorSpec
 
 GUARD_BATCH = 64
 _INT_DTYPES = {"int64", "int32"}
 _FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16"}
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """One comparison of INT8 against FP32 on the same samples."""
-
-    metric: Literal["top1", "relative_error"]
-    #: 0..1: the share of equal top-1 decisions, or ``max(0, 1 - relative error)``.
-    agreement: float
-    samples: int
-    #: Which output was compared, how; for the report and the error message.
-    detail: str
 
 
 def _session(path: Path) -> ort.InferenceSession:
@@ -55,22 +47,36 @@ def run_outputs(path: Path, samples: Samples, names: list[str], size: int, fixed
     return [np.concatenate(p) if p[0].ndim else np.stack(p) for p in parts]
 
 
-def _classifier_output(outputs: list[TensorSpec], values: list[np.ndarray]) -> tuple[int, str] | None:
+def _scores_output(outputs: list[TensorSpec], values: list[np.ndarray]) -> int | None:
+    """The first float ``[N, C≥2]`` output (logits or probabilities), if any."""
+    for i, spec in enumerate(outputs):
+        if spec.dtype in _FLOAT_DTYPES and values[i].ndim == 2 and values[i].shape[1] >= 2:
+            return i
+    return None
+
+
+def classifier_output(outputs: list[TensorSpec], values: list[np.ndarray]) -> tuple[int, str] | None:
     """(index, how) of the output that carries the decision, or None for non-classifiers."""
     for i, spec in enumerate(outputs):
         if spec.dtype in _INT_DTYPES and len(spec.shape) == 1:
             return i, "label"
-    for i, spec in enumerate(outputs):
-        if spec.dtype in _FLOAT_DTYPES and values[i].ndim == 2 and values[i].shape[1] >= 2:
-            return i, "argmax"
-    return None
+    scores = _scores_output(outputs, values)
+    return None if scores is None else (scores, "argmax")
 
 
-def _top1(ref: np.ndarray, got: np.ndarray, how: str) -> np.ndarray:
-    """Per-sample equality of the decisions."""
-    if how == "label":
-        return np.asarray(ref == got)
-    return np.asarray(np.argmax(ref, axis=1) == np.argmax(got, axis=1))
+def decisions(values: list[np.ndarray], found: tuple[int, str]) -> np.ndarray:
+    """Per-sample class decisions of a classifier's outputs."""
+    index, how = found
+    return np.asarray(values[index]) if how == "label" else np.argmax(values[index], axis=1)
+
+
+def _cosine(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Per-row cosine similarity; 1 where both rows are zero, 0 where only one is."""
+    a, b = ref.astype(np.float64), got.astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.sum(a * b, axis=1)
+    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), np.where(both_zero, 1.0, 0.0))
 
 
 def _relative_error(outputs: list[TensorSpec], ref: list[np.ndarray], got: list[np.ndarray]) -> tuple[float, list[str]]:
@@ -83,26 +89,34 @@ def _relative_error(outputs: list[TensorSpec], ref: list[np.ndarray], got: list[
     return float(np.sqrt(diff / norm)), [outputs[i].name for i in chosen]
 
 
-def measure_agreement(
-    fp32: Path,
-    int8: Path,
-    samples: Samples,
-    outputs: list[TensorSpec],
-    *,
-    batch_size: int = GUARD_BATCH,
-    fixed_batch: bool = False,
-) -> Agreement:
-    """Run both models on ``samples`` and compare them (see the module docstring)."""
-    names = [spec.name for spec in outputs]
-    ref = run_outputs(fp32, samples, names, batch_size, fixed_batch)
-    got = run_outputs(int8, samples, names, batch_size, fixed_batch)
+def compare(outputs: list[TensorSpec], ref: list[np.ndarray], got: list[np.ndarray], z: float) -> list[Measure]:
+    """The measures of INT8 (``got``) against FP32 (``ref``): top-1 and cosine for
+    classifiers, 1 − relative L2 error otherwise (see the module docstring)."""
     count = int(ref[0].shape[0]) if ref[0].ndim else 1
-    found = _classifier_output(outputs, ref)
-    if found is not None:
-        index, how = found
-        same = _top1(ref[index], got[index], how)
-        detail = f"{how} of output {names[index]!r}"
-        return Agreement("top1", float(np.mean(same)), count, detail)
-    error, compared = _relative_error(outputs, ref, got)
-    detail = f"relative L2 error {error:.4g} over outputs {compared}"
-    return Agreement("relative_error", max(0.0, 1.0 - error), count, detail)
+    found = classifier_output(outputs, ref)
+    if found is None:
+        error, compared = _relative_error(outputs, ref, got)
+        value = max(0.0, 1.0 - error)
+        detail = f"relative L2 error {error:.4g} over outputs {compared}"
+        return [Measure("relative_error", value, value, count, detail)]
+    same = decisions(ref, found) == decisions(got, found)
+    name = outputs[found[0]].name
+    top1 = float(np.mean(same))
+    measures = [
+        Measure("top1", top1, wilson_lower_bound(int(np.sum(same)), count, z), count, f"{found[1]} of output {name!r}")
+    ]
+    scores = _scores_output(outputs, ref)
+    if scores is not None:
+        cosines = _cosine(ref[scores], got[scores])
+        detail = f"cosine of output {outputs[scores].name!r} per sample"
+        measures.append(Measure("cosine", float(np.mean(cosines)), mean_lower_bound(cosines, z), count, detail))
+    return measures
+
+
+def accuracy(outputs: list[TensorSpec], values: list[np.ndarray], labels: np.ndarray) -> float:
+    """Share of samples whose decision equals the label; ``BadRequest`` for non-classifiers."""
+    found = classifier_output(outputs, values)
+    if found is None:
+        raise BadRequest("eval labels need a classifier: the model has no label output and no [N, classes] scores")
+    chosen = decisions(values, found)
+    return float(np.mean(chosen == labels[: chosen.shape[0]]))

@@ -1,105 +1,51 @@
-"""The push pipeline's quantization step: INT8 artifact, accuracy guard, served choice.
+"""The push pipeline's quantize step: INT8 candidates, one per recipe, each verified.
 
-Edges get INT8 by default because it is ~4x smaller and faster; the guard makes sure
-that choice never silently costs accuracy. When INT8 disagrees with FP32 on
-held-out calibration samples (or generated ones, without a calibration file) more
-than the threshold allows, the push is refused with a message that says by how much
-and what to do, unless the operator asked for ``keep_fp32``: then FP32 is served and
-the INT8 artifact is still stored, so the decision can be revisited."""
+Edges get INT8 by default because it is ~4x smaller and faster, but which INT8 is
+faster depends on the CPU, so this step produces a few candidates for the model's
+family (``central.quantize.recipes``); the guard step that follows judges each
+against FP32 and chooses what is served (``central.quantize.guard_step``). A model
+below ``small_model_bytes`` gets only the recipe fastest on central's CPU: INT8
+buys such a model little and pushes of it stay quick."""
 
 from __future__ import annotations
 
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import onnx
 
-from central.errors import AccuracyGuardFailed, QuantizationFailed
-from central.quantize.calibration import Samples, batch_size, generated_samples, load_calibration, split
-from central.quantize.guard import GUARD_BATCH, Agreement, measure_agreement
-from central.quantize.quantizer import QuantizationError, QuantizationResult, quantize
-from central.registry.pipeline import PushContext, report_progress
+from central.quantize.calibration import batch_size
+from central.quantize.cpu import cpu_flags
+from central.quantize.family import Family, detect_family, sensitive_nodes
+from central.quantize.guard import GUARD_BATCH
+from central.quantize.plan import Candidate, QuantizePlan
+from central.quantize.quantizer import (
+    Calibration,
+    QuantizationError,
+    model_bytes,
+    prepare,
+    quantize_recipe,
+    shorten,
+)
+from central.quantize.recipes import Recipe, candidates
+from central.quantize.report import publish, quantization_failed
+from central.quantize.samples import Generation, push_samples
+from central.quantize.synthetic import (
+    InputHints,
+    Sizes,
+    check_dims,
+    input_hints,
+    sample_shape,
+)
+from central.quantize.verdict import samples_needed, z_score
+from central.registry.pipeline import PushContext
 from central.registry.validate import signature
 from central.settings import QuantizeSettings
-from fleetwire.manifest import TensorSpec
+from fleetwire.manifest import MODEL_FILE, TensorSpec
 
-
-class QuantizeStep:
-    """Adds the "int8" artifact and chooses the served one (see the module docstring)."""
-
-    name = "quantize"
-
-    def __init__(self, settings: QuantizeSettings | None = None) -> None:
-        self.settings = settings or QuantizeSettings()
-
-    def run(self, ctx: PushContext) -> None:
-        """Quantize, measure, decide; raise ``AccuracyGuardFailed``/``QuantizationFailed`` to refuse."""
-        ctx.artifacts.setdefault("fp32", ctx.upload)
-        if not self.settings.enabled:
-            return
-        if not ctx.inputs or not ctx.outputs:
-            ctx.inputs, ctx.outputs = signature(onnx.load(str(ctx.upload), load_external_data=False))
-        calibration, held_out, report = self._samples(ctx)
-        out = _work_dir(ctx) / "int8.onnx"
-        size, fixed = _batching(ctx.inputs)
-        scratch = out.parent / "quantize"
-        try:
-            result = quantize(
-                ctx.upload, out, calibration=calibration, work_dir=scratch, batch_size=size, fixed_batch=fixed
-            )
-        except QuantizationError as exc:
-            self._failed(ctx, report, exc)
-            return
-        started = time.perf_counter()
-        guard_batch = size if fixed else GUARD_BATCH
-        report_progress("guard", "start")
-        agreement = measure_agreement(ctx.upload, out, held_out, ctx.outputs, batch_size=guard_batch, fixed_batch=fixed)
-        report_progress("guard", "end")
-        report["guard_seconds"] = round(time.perf_counter() - started, 4)
-        report.update(_result_fields(result, agreement, self.settings.threshold))
-        ctx.artifacts["int8"] = out
-        self._decide(ctx, report, agreement)
-
-    def _samples(self, ctx: PushContext) -> tuple[Samples | None, Samples, dict[str, Any]]:
-        """(calibration part or None, guard samples, report so far)."""
-        if ctx.calibration is None:
-            size, fixed = _batching(ctx.inputs)
-            whole = size if fixed else 1  # a fixed batch dimension takes whole batches only
-            n = -(-self.settings.generated_samples // whole) * whole
-            samples = generated_samples(ctx.inputs, n, self.settings.seed)
-            return None, samples, {"samples_source": "generated", "calibration_samples": 0}
-        data = load_calibration(ctx.calibration, ctx.inputs)
-        calibration, held_out = split(data)
-        count = next(iter(calibration.values())).shape[0]
-        report = {"samples_source": "held-out", "calibration_samples": int(count), "calibration_ignored": data.ignored}
-        return calibration, held_out, report
-
-    def _decide(self, ctx: PushContext, report: dict[str, Any], agreement: Agreement) -> None:
-        """Serve INT8 if it passes; else FP32 when asked for, else refuse (``served`` None)."""
-        passed = agreement.agreement >= self.settings.threshold
-        reason = None if passed else _guard_message(report, agreement)
-        self._serve(ctx, report, "int8" if passed else "fp32", reason)
-        if reason is not None and not ctx.keep_fp32:
-            raise AccuracyGuardFailed(f"{reason}; push with keep_fp32 to serve FP32")
-
-    def _failed(self, ctx: PushContext, report: dict[str, Any], exc: QuantizationError) -> None:
-        """No INT8 model at all: FP32 when asked for, else refuse."""
-        report["threshold"] = self.settings.threshold
-        self._serve(ctx, report, "fp32", f"quantization failed: {exc}")
-        if not ctx.keep_fp32:
-            raise QuantizationFailed(f"INT8 quantization failed: {exc}; push with keep_fp32 to serve FP32")
-
-    @staticmethod
-    def _serve(ctx: PushContext, report: dict[str, Any], artifact: str, reason: str | None) -> None:
-        """Record the choice; a fallback to FP32 the operator did not ask for is a refusal."""
-        refused = artifact == "fp32" and not ctx.keep_fp32
-        report["served"] = None if refused else artifact
-        report["served_reason"] = reason
-        _publish(ctx, report)
-        if not refused:
-            ctx.served_artifact = artifact
+#: Generated guard samples never exceed this, whatever a threshold near 1 would need.
+MAX_GENERATED_SAMPLES = 4096
 
 
 def _batching(inputs: list[TensorSpec]) -> tuple[int, bool]:
@@ -117,36 +63,98 @@ def _work_dir(ctx: PushContext) -> Path:
     return ctx.work_dir
 
 
-def _result_fields(result: QuantizationResult, agreement: Agreement, threshold: float) -> dict[str, Any]:
-    """The report entries that come from the quantizer and the guard."""
-    return {
-        "method": result.method,
-        "per_channel": result.per_channel,
-        "per_channel_fallback_reason": result.per_channel_fallback_reason,
-        "preprocess": result.preprocess,
-        "preprocess_note": result.preprocess_note,
-        "fp32_bytes": result.fp32_bytes,
-        "int8_bytes": result.int8_bytes,
-        "size_ratio": round(result.int8_bytes / result.fp32_bytes, 4) if result.fp32_bytes else None,
-        "agreement": agreement.agreement,
-        "metric": agreement.metric,
-        "samples": agreement.samples,
-        "detail": agreement.detail,
-        "threshold": threshold,
-        "seconds": result.seconds,
-    }
+class QuantizeStep:
+    """Adds one artifact per INT8 recipe (see the module docstring)."""
+
+    name = "quantize"
+
+    def __init__(self, settings: QuantizeSettings | None = None) -> None:
+        self.settings = settings or QuantizeSettings()
+
+    def run(self, ctx: PushContext) -> None:
+        """Plan, prepare, quantize; ``QuantizationFailed`` when no recipe gives a model."""
+        ctx.artifacts.setdefault("fp32", ctx.upload)
+        if not self.settings.enabled:
+            return
+        if not ctx.inputs or not ctx.outputs:
+            ctx.inputs, ctx.outputs = signature(onnx.load(str(ctx.upload), load_external_data=False))
+        started = time.perf_counter()
+        plan, recipes = self._plan(ctx)
+        for recipe in recipes:
+            self._quantize(ctx, plan, recipe)
+        plan.quantize_seconds = round(time.perf_counter() - started, 4)
+        ctx.quantize_plan = plan
+        if plan.candidates:
+            publish(ctx, plan)
+        else:
+            quantization_failed(ctx, plan)  # refuses, or serves FP32 when the operator asked for it
+
+    def _recipes(self, ctx: PushContext, family: Family, flags: frozenset[str]) -> list[Recipe]:
+        """This push's recipes: the family's, one for a small model."""
+        s = self.settings
+        small = model_bytes(ctx.upload) < s.small_model_bytes
+        calibrated = ctx.calibration is not None or family == "cnn"
+        limit = 1 if small else s.max_candidates
+        return candidates(family, calibrated=calibrated, configured=s.recipes, limit=limit, flags=flags)
+
+    def _plan(self, ctx: PushContext) -> tuple[QuantizePlan, list[Recipe]]:
+        """Family, recipes, samples and the prepared source of this push."""
+        s = self.settings
+        model = onnx.load(str(ctx.upload), load_external_data=False)
+        family, hints = detect_family(model), input_hints(model)
+        del model
+        check_dims(ctx.dims, hints)
+        flags = frozenset(s.cpu_flags) if s.cpu_flags is not None else cpu_flags()
+        recipes = self._recipes(ctx, family, flags)
+        static = any(r.method == "static" for r in recipes)
+        size, fixed = _batching(ctx.inputs)
+        samples = push_samples(
+            ctx.inputs, hints, self._generation(ctx), calibration=ctx.calibration, eval_data=ctx.eval_data,
+            static=static, generate_calibration=family == "cnn", fixed_batch=size if fixed else 0,
+        )  # fmt: skip
+        generated = samples.source == "generated" or samples.report.get("calibration_source") == "generated"
+        samples.report["generated_shapes"] = _generated_dims(ctx.inputs, hints, self._sizes(ctx)) if generated else None
+        source = prepare(ctx.upload, _work_dir(ctx) / "quantize", family, s.external_data_bytes)
+        sensitive = sensitive_nodes(onnx.load(str(source.path), load_external_data=False), family)
+        cache = source.path.parent / "calibration-ranges.json"
+        cache.unlink(missing_ok=True)  # ranges are this push's model's and samples' only
+        calibration = Calibration(samples.calibration, size, fixed, cache) if samples.calibration is not None else None
+        plan = QuantizePlan(
+            family, source, samples, calibration, sensitive, self._threshold(ctx), s.confidence, flags,
+            batch_size=size if fixed else GUARD_BATCH, fixed_batch=fixed,
+        )  # fmt: skip
+        return plan, recipes
+
+    def _threshold(self, ctx: PushContext) -> float:
+        return self.settings.threshold if ctx.threshold is None else ctx.threshold
+
+    def _sizes(self, ctx: PushContext) -> Sizes:
+        return Sizes(dict(ctx.dims), self.settings.sequence_length, self.settings.image_size)
+
+    def _generation(self, ctx: PushContext) -> Generation:
+        s = self.settings
+        needed = min(samples_needed(self._threshold(ctx), z_score(s.confidence)), MAX_GENERATED_SAMPLES)
+        return Generation(
+            samples=max(s.generated_samples, needed), max_elements=s.generated_max_elements, min_samples=needed,
+            calibration_samples=s.generated_calibration_samples, seed=s.seed, sizes=self._sizes(ctx),
+        )  # fmt: skip
+
+    @staticmethod
+    def _quantize(ctx: PushContext, plan: QuantizePlan, recipe: Recipe) -> None:
+        """One candidate, verified, or the reason it failed."""
+        out = _work_dir(ctx) / recipe.name / MODEL_FILE
+        try:
+            result = quantize_recipe(plan.source, ctx.upload, out, recipe, calibration=plan.calibration)
+        except QuantizationError as exc:
+            plan.failed[recipe.name] = str(exc)
+            return
+        except Exception as exc:  # anything else from ORT's quantizer is a failed recipe too
+            plan.failed[recipe.name] = shorten(exc)
+            return
+        plan.candidates[recipe.name] = Candidate(recipe, out, result)
+        ctx.artifacts[recipe.name] = out
 
 
-def _guard_message(report: dict[str, Any], agreement: Agreement) -> str:
-    """E.g. "INT8 agreement 97.3% is below the 99.0% threshold (top-1 on 90 held-out samples)"."""
-    metric = "top-1" if agreement.metric == "top1" else "1 - relative error"
-    return (
-        f"INT8 agreement {agreement.agreement:.1%} is below the {report['threshold']:.1%} threshold "
-        f"({metric} on {agreement.samples} {report['samples_source']} samples)"
-    )
-
-
-def _publish(ctx: PushContext, report: dict[str, Any]) -> None:
-    """The same dict on the context (for the manifest) and in the push report."""
-    ctx.quantization = report
-    ctx.report["quantization"] = report
+def _generated_dims(inputs: list[TensorSpec], hints: InputHints, sizes: Sizes) -> dict[str, list[int]]:
+    """Shape of one generated sample per input, for the report (what ``--dim`` changes)."""
+    return {spec.name: list(sample_shape(spec, 1, hints, sizes)[1:]) for spec in inputs}

@@ -46,11 +46,18 @@ class PushContext:
     calibration: Path | None = None
     #: The operator asked to serve FP32 when INT8 fails the accuracy guard.
     keep_fp32: bool = False
+    #: Push options of the quantize and guard steps: the guard's threshold (None: central's
+    #: setting), sizes of named dynamic dimensions for generated samples (``--dim seq=128``),
+    #: and evaluation data (.npz of the inputs plus a ``label`` array), if the operator sent any.
+    threshold: float | None = None
+    dims: dict[str, int] = field(default_factory=dict)
+    eval_data: Path | None = None
     #: A scratch directory for this push (quantized files, ...); removed after the push.
     work_dir: Path | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
-    #: Files to store, by artifact name; "fp32" is the upload, quantization adds "int8".
+    #: Files to store, by artifact name; "fp32" is the upload, quantization adds its
+    #: candidates by recipe name ("int8-u8s8-qdq", ...).
     artifacts: dict[str, Path] = field(default_factory=dict)
     #: The artifact edges get by default.
     served_artifact: str = "fp32"
@@ -61,6 +68,8 @@ class PushContext:
     artifact_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The quantization step's report (method, per-channel, sizes, agreement, seconds).
     quantization: dict[str, Any] | None = None
+    #: What the quantize step hands the guard step (a ``central.quantize.plan.QuantizePlan``).
+    quantize_plan: object | None = None
     artifact_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
     #: Every artifact's manifest; ``manifest`` is the served one.
     manifests: dict[str, Manifest] = field(default_factory=dict)

@@ -87,6 +87,9 @@ class RegistryService:
         *,
         calibration: Path | None = None,
         keep_fp32: bool = False,
+        eval_data: Path | None = None,
+        threshold: float | None = None,
+        dims: dict[str, int] | None = None,
     ) -> PushResult:
         """Run the pipeline on a staged upload and commit the version.
 
@@ -109,6 +112,9 @@ class RegistryService:
                     upload.size,
                     calibration=calibration,
                     keep_fp32=keep_fp32,
+                    threshold=threshold,
+                    dims=dict(dims or {}),
+                    eval_data=eval_data,
                     work_dir=work_dir,
                 )
                 manifest = await asyncio.to_thread(self.pipeline.run, ctx)

@@ -20,7 +20,7 @@ class VersionRecord:
     seq: int
     manifest: Manifest
     created_at: str
-    #: Every stored artifact's manifest by name ("int8", "fp32"); includes ``manifest``.
+    #: Every stored artifact's manifest by name ("int8-u8s8-qdq", "fp32", ...); includes ``manifest``.
     artifacts: dict[str, Manifest] = field(default_factory=dict)
 
 

@@ -25,6 +25,7 @@ from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
 from central.transport.limits import JsonBodyLimit, UploadLimit
+from central.transport.push_options import push_options
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
 from central.transport.uploads import parse_flag, receive_push
@@ -188,6 +189,7 @@ def create_app(central: Central) -> FastAPI:
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
+        options = push_options(request.query_params)  # threshold, dim: quantization options
         actor = actor_of(request)
         pushed = await receive_push(request, central.staging)
 
@@ -202,6 +204,9 @@ def create_app(central: Central) -> FastAPI:
                     pushed.upload,
                     calibration=calibration,
                     keep_fp32=pushed.keep_fp32,
+                    eval_data=pushed.eval_data.path if pushed.eval_data else None,
+                    threshold=options.threshold,
+                    dims=options.dims,
                 )
             finally:
                 pushed.discard()

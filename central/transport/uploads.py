@@ -26,12 +26,15 @@ class PushRequest:
     labels: dict[str, str]
     calibration: StagedUpload | None = None
     keep_fp32: bool = False
+    #: The ``eval`` part: inputs plus a ``label`` array the accuracy guard judges on.
+    eval_data: StagedUpload | None = None
 
     def discard(self) -> None:
         """Delete every staged file of this request."""
         self.upload.discard()
-        if self.calibration is not None:
-            self.calibration.discard()
+        for extra in (self.calibration, self.eval_data):
+            if extra is not None:
+                extra.discard()
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -102,7 +105,7 @@ async def receive_push(request: Request, staging: Staging) -> PushRequest:
         parsed = parse_labels(labels)
         upload = await staging.receive(limited.stream())
         return PushRequest(upload=upload, version=version, labels=parsed, keep_fp32=keep_fp32)
-    form = await limited.form(max_files=2, max_fields=32)
+    form = await limited.form(max_files=3, max_fields=32)
     try:
         return await _from_form(form, staging, version, labels, keep_fp32)
     finally:
@@ -124,10 +127,17 @@ async def _from_form(
     flag = form.get("keep_fp32")
     keep_fp32 = keep_fp32 or parse_flag("keep_fp32", flag if isinstance(flag, str) else None)
     parsed = parse_labels(labels + [v for v in form.getlist("labels") + form.getlist("label") if isinstance(v, str)])
+    eval_part = form.get("eval")
+    if eval_part is not None and not isinstance(eval_part, UploadFile):
+        raise BadRequest("'eval' must be a file (an .npz of the model's inputs plus a 'label' array)")
     upload = await staging.receive(_read_upload(file))
+    staged_calibration = staged_eval = None
     try:
         staged_calibration = await staging.receive(_read_upload(calibration)) if calibration else None
+        staged_eval = await staging.receive(_read_upload(eval_part)) if eval_part else None
     except BaseException:
         upload.discard()
+        if staged_calibration is not None:
+            staged_calibration.discard()
         raise
-    return PushRequest(upload, version, parsed, staged_calibration, keep_fp32)
+    return PushRequest(upload, version, parsed, staged_calibration, keep_fp32, staged_eval)

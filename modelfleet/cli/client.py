@@ -63,6 +63,10 @@ class PushRequest:
     labels: list[str] = field(default_factory=list)
     keep_fp32: bool = False
     activate: bool = True
+    #: Quantization options: evaluation data (inputs + ``label``), guard threshold, ``name=size`` dims.
+    eval_data: Path | None = None
+    threshold: float | None = None
+    dims: list[str] = field(default_factory=list)
 
 
 def _reason(exc: Exception) -> str:
@@ -209,6 +213,7 @@ class CentralClient:
         """Upload a model and yield central's progress events (``?progress=ndjson``) as they
         come; the last is ``{"event": "result", …}`` or ``{"event": "error", …}``."""
         parts = [("file", push.model)] + ([("calibration", push.calibration)] if push.calibration else [])
+        parts += [("eval", push.eval_data)] if push.eval_data else []
         body, content_type, length = multipart(parts, on_bytes)
         params: list[tuple[str, str | int | float | bool | None]] = [
             ("progress", "ndjson"),
@@ -217,6 +222,8 @@ class CentralClient:
         params += [("version", push.version)] if push.version else []
         params += [("keep_fp32", "true")] if push.keep_fp32 else []
         params += [("activate", "false")] if not push.activate else []
+        params += [("threshold", push.threshold)] if push.threshold is not None else []
+        params += [("dim", dim) for dim in push.dims]
         headers = {"Content-Type": content_type, "Content-Length": str(length)}
         timeout = httpx.Timeout(30.0, read=None)  # quantizing a large model takes minutes between lines
         with self._errors():

@@ -77,13 +77,40 @@ def _sizes(q: JsonObject) -> str:
     return f"FP32 {output.human_bytes(fp32)} → INT8 {output.human_bytes(int8)} ({int8 / fp32:.0%})"
 
 
+_MEASURES = {"top1": "top-1", "cosine": "cosine", "relative_error": "1 - relative error"}
+
+
 def _agreement(q: JsonObject) -> str:
     if q.get("agreement") is None:
         return str(q.get("served_reason") or "-")
-    metric = "top-1" if q.get("metric") == "top1" else "1 - relative error"
+    metric = _MEASURES.get(str(q.get("metric")), str(q.get("metric")))
+    bound = f", lower bound {q['lower_bound']:.2%}" if q.get("lower_bound") is not None else ""
     return (
-        f"{q['agreement']:.2%} {metric} on {q.get('samples')} {q.get('samples_source', '')} samples "
-        f"(threshold {output.percent(q.get('threshold'))})"
+        f"{q['agreement']:.2%} {metric}{bound} on {q.get('samples')} {q.get('samples_source', '')} samples "
+        f"(threshold {output.percent(q.get('threshold'))}, decided by {metric})"
+    )
+
+
+def _candidates(q: JsonObject) -> str | None:
+    """``int8-u8s8-qdq ✓ 1.4 s, int8-s8s8-qdq ✗ ...``: every recipe and its verdict."""
+    found = q.get("candidates") or {}
+    if not found:
+        return None
+    parts = []
+    for name, c in found.items():
+        guard = c.get("guard") or {}
+        mark = "✓" if guard.get("passed") else "✗" if guard else "?"
+        parts.append(f"{name} {mark} ({c.get('seconds', 0):.1f} s)")
+    parts += [f"{name} failed" for name in q.get("failed_recipes") or {}]
+    return ", ".join(parts)
+
+
+def _accuracy(q: JsonObject) -> str | None:
+    if q.get("fp32_accuracy") is None:
+        return None
+    return (
+        f"FP32 {q['fp32_accuracy']:.2%} → INT8 {q['int8_accuracy']:.2%} "
+        f"({-q['accuracy_delta_pp']:+.2f} pp) on the eval set"
     )
 
 
@@ -102,6 +129,9 @@ def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
     lines = [("pushed", f"{m['name']}:{m['version']}, serving {served.upper()}")]
     if q:
         lines += [("sizes", _sizes(q)), ("agreement", _agreement(q))]
+        for key, text in (("candidates", _candidates(q)), ("accuracy", _accuracy(q))):
+            if text:
+                lines.append((key, text))
         if q.get("served_reason"):
             lines.append(("note", str(q["served_reason"])))
     else:
@@ -142,6 +172,17 @@ def push(
     calibration: Annotated[Path | None, typer.Option(help=".npz of input arrays for INT8 calibration.")] = None,
     labels: Annotated[list[str] | None, typer.Option("--labels", "--label", help="key=value, repeatable.")] = None,
     fp32: Annotated[bool, typer.Option("--fp32", help="Serve FP32 if INT8 fails the accuracy guard.")] = False,
+    eval_data: Annotated[
+        Path | None,
+        typer.Option("--eval", help=".npz of the model's inputs plus a 'label' array: the guard judges on it."),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="Guard threshold for INT8's agreement with FP32 (lower bound, 0..1)."),
+    ] = None,
+    dims: Annotated[
+        list[str] | None, typer.Option("--dim", help="name=size of a dynamic dimension (seq=128), repeatable.")
+    ] = None,
     no_activate: Annotated[bool, typer.Option("--no-activate", help="Store only; roll out later.")] = False,
     json: JsonOption = False,
     central: CentralOption = None,
@@ -156,12 +197,15 @@ def push(
         labels=labels or [],
         keep_fp32=fp32,
         activate=not no_activate,
+        eval_data=_checked(eval_data, "eval file") if eval_data else None,
+        threshold=threshold,
+        dims=dims or [],
     )
     if json:
         output.print_json(_run(request, central, token, None))
         return
     console = output.console()
-    size = model.stat().st_size + (calibration.stat().st_size if calibration else 0)
+    size = sum(p.stat().st_size for p in (model, calibration, eval_data) if p is not None)
     view = PushView(console, size)
     with view.progress:
         try:

@@ -1,4 +1,5 @@
-"""central.quantize.guard: top-1 for classifiers, relative error otherwise."""
+"""central.quantize.guard: top-1 and cosine for classifiers, relative error otherwise,
+task accuracy with labels."""
 
 from __future__ import annotations
 
@@ -8,19 +9,34 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from quant_models import digits_model
 
 from central.errors import BadRequest
-from central.quantize import measure_agreement, quantize
-from central.quantize.guard import run_outputs
+from central.quantize import quantize
+from central.quantize.guard import accuracy, compare, run_outputs
+from central.quantize.verdict import Measure, wilson_lower_bound, z_score
 from central.registry.validate import signature
 from fleetwire.manifest import TensorSpec
-from modelfleet.zoo import build_digits, build_mlp
+from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel
+
+Z95 = z_score(0.95)
 
 
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
-    return build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")
+    return digits_model(tmp_path_factory)
+
+
+def measure(
+    fp32: Path, int8: Path, samples: dict[str, np.ndarray], outputs: list[TensorSpec], *,
+    batch_size: int = 64, fixed_batch: bool = False,
+) -> dict[str, Measure]:  # fmt: skip
+    """Both models on the samples, compared as the guard step compares them."""
+    names = [spec.name for spec in outputs]
+    ref = run_outputs(fp32, samples, names, batch_size, fixed_batch)
+    got = run_outputs(int8, samples, names, batch_size, fixed_batch)
+    return {m.name: m for m in compare(outputs, ref, got, Z95)}
 
 
 def _save(path: Path, nodes: list[onnx.NodeProto], weights: dict[str, np.ndarray], width: int, out: int) -> Path:
@@ -58,9 +74,12 @@ def _outputs(path: Path) -> list[TensorSpec]:
 
 def test_identical_models_agree(digits: DigitsModel) -> None:
     samples = {"input": digits.test_x}
-    result = measure_agreement(digits.onnx_path, digits.onnx_path, samples, _outputs(digits.onnx_path))
-    assert (result.metric, result.agreement, result.samples) == ("top1", 1.0, 450)
-    assert result.detail == "label of output 'label'"
+    result = measure(digits.onnx_path, digits.onnx_path, samples, _outputs(digits.onnx_path))
+    assert list(result) == ["top1", "cosine"]
+    top1, cosine = result["top1"], result["cosine"]
+    assert (top1.value, top1.samples, top1.detail) == (1.0, 450, "label of output 'label'")
+    assert top1.lower_bound == pytest.approx(wilson_lower_bound(450, 450, Z95)) and top1.lower_bound < 1.0
+    assert cosine.value == pytest.approx(1.0) and cosine.detail == "cosine of output 'probabilities' per sample"
 
 
 def test_digits_int8_agrees(digits: DigitsModel, tmp_path: Path) -> None:
@@ -68,8 +87,8 @@ def test_digits_int8_agrees(digits: DigitsModel, tmp_path: Path) -> None:
         calibration = {"input": npz["input"]}
     int8 = tmp_path / "q.onnx"
     quantize(digits.onnx_path, int8, calibration=calibration, work_dir=tmp_path)
-    result = measure_agreement(digits.onnx_path, int8, {"input": digits.test_x}, _outputs(digits.onnx_path))
-    assert result.metric == "top1" and result.agreement >= 0.99
+    result = measure(digits.onnx_path, int8, {"input": digits.test_x}, _outputs(digits.onnx_path))
+    assert result["top1"].value >= 0.99 and result["cosine"].lower_bound >= 0.99
 
 
 def test_fragile_classifier_disagrees(tmp_path: Path) -> None:
@@ -77,9 +96,10 @@ def test_fragile_classifier_disagrees(tmp_path: Path) -> None:
     x = np.random.default_rng(2).random((100, 16), dtype=np.float32)
     int8 = tmp_path / "q.onnx"
     quantize(fp32, int8, calibration={"input": x[:80]}, work_dir=tmp_path)
-    result = measure_agreement(fp32, int8, {"input": x[80:]}, _outputs(fp32))
-    assert result.metric == "top1" and result.detail == "argmax of output 'y'"
-    assert result.agreement < 0.5
+    result = measure(fp32, int8, {"input": x[80:]}, _outputs(fp32))
+    assert result["top1"].detail == "argmax of output 'y'" and result["top1"].value < 0.5
+    # The logits as a whole barely change (class 9's dominates): top-1 is what catches this.
+    assert result["cosine"].lower_bound > 0.99
 
 
 def test_relative_error_for_non_classifiers(tmp_path: Path) -> None:
@@ -87,25 +107,38 @@ def test_relative_error_for_non_classifiers(tmp_path: Path) -> None:
     x = np.random.default_rng(3).standard_normal((70, 8), dtype=np.float32)
     int8 = tmp_path / "q.onnx"
     quantize(fp32, int8, calibration={"input": x}, work_dir=tmp_path)
-    result = measure_agreement(fp32, int8, {"input": x}, _outputs(fp32), batch_size=16)
+    (result,) = measure(fp32, int8, {"input": x}, _outputs(fp32), batch_size=16).values()
     (ref,) = run_outputs(fp32, {"input": x}, ["y"], 70, False)
     (got,) = run_outputs(int8, {"input": x}, ["y"], 70, False)
     error = float(np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref.astype(np.float64)))
-    assert result.metric == "relative_error" and result.samples == 70
+    assert result.name == "relative_error" and result.samples == 70
     assert 0.0 < error < 0.05
-    assert result.agreement == pytest.approx(1.0 - error, abs=1e-9)
+    assert result.value == result.lower_bound == pytest.approx(1.0 - error, abs=1e-9)
 
 
 def test_logits_output_uses_argmax(tmp_path: Path) -> None:
     fp32 = build_mlp(tmp_path / "m.onnx", width=32, hidden_layers=1)
     x = np.random.default_rng(4).standard_normal((50, 32), dtype=np.float32)
-    result = measure_agreement(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=7)
-    assert (result.metric, result.agreement, result.samples) == ("top1", 1.0, 50)
-    assert result.detail == "argmax of output 'logits'"
+    top1 = measure(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=7)["top1"]
+    assert (top1.value, top1.samples, top1.detail) == (1.0, 50, "argmax of output 'logits'")
 
 
 def test_no_complete_batch_is_a_bad_request(tmp_path: Path) -> None:
     fp32 = regressor(tmp_path / "reg.onnx")
     x = np.zeros((5, 8), dtype=np.float32)
     with pytest.raises(BadRequest, match="no complete batch of 8"):
-        measure_agreement(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=8, fixed_batch=True)
+        measure(fp32, fp32, {"input": x}, _outputs(fp32), batch_size=8, fixed_batch=True)
+
+
+def test_task_accuracy_from_labels(digits: DigitsModel) -> None:
+    outputs = _outputs(digits.onnx_path)
+    values = run_outputs(digits.onnx_path, {"input": digits.test_x}, [o.name for o in outputs], 64, False)
+    assert accuracy(outputs, values, digits.test_y) == pytest.approx(digits.fp32_test_accuracy)
+
+
+def test_accuracy_needs_a_classifier(tmp_path: Path) -> None:
+    fp32 = regressor(tmp_path / "reg.onnx")
+    outputs = _outputs(fp32)
+    values = run_outputs(fp32, {"input": np.zeros((4, 8), np.float32)}, ["y"], 4, False)
+    with pytest.raises(BadRequest, match="eval labels need a classifier"):
+        accuracy(outputs, values, np.zeros(4, np.int64))

@@ -1,5 +1,6 @@
 """central.quantize.quantizer on real graphs: static on digits, dynamic on build_mlp,
-and the per-channel fallback that ORT 1.31 genuinely needs on skl2onnx MLPs."""
+the per-channel fallback that ORT 1.31 genuinely needs on skl2onnx MLPs, every
+recipe on a small ResNet-style CNN, and the fused transformer."""
 
 from __future__ import annotations
 
@@ -7,19 +8,33 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
+from quant_models import digits_model
 
+from bench.graphs import build_cnn, build_transformer
 from central.quantize import load_calibration, quantize, split
-from central.quantize.quantizer import QuantizationError, preprocess, shorten, verify
+from central.quantize.family import sensitive_nodes
+from central.quantize.quantizer import (
+    Calibration,
+    QuantizationError,
+    prepare,
+    preprocess,
+    quantize_recipe,
+    shorten,
+    verify,
+)
+from central.quantize.recipes import DYNAMIC, RECIPES, S8S8_QDQ, U8S8_QDQ, U8S8_QOP
+from central.quantize.synthetic import generated_samples, input_hints
 from central.registry.validate import signature
-from modelfleet.zoo import build_digits, build_mlp
+from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel, onnx_accuracy
 
 
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
-    """Same cache path as the zoo tests, so the classifier is trained once per session."""
-    return build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")
+    return digits_model(tmp_path_factory)
 
 
 def _calibration(model: DigitsModel) -> dict[str, np.ndarray]:
@@ -90,3 +105,83 @@ def test_preprocess_falls_back_to_raw(tmp_path: Path) -> None:
 def test_shorten_keeps_type_and_first_line() -> None:
     assert shorten(ValueError("first\nsecond")) == "ValueError: first"
     assert len(shorten(RuntimeError("x" * 1000))) == 200
+
+
+def _images(path: Path, n: int, seed: int) -> dict[str, np.ndarray]:
+    model = onnx.load(str(path))
+    return generated_samples(signature(model)[0], n, seed, hints=input_hints(model))
+
+
+def _ops(path: Path) -> set[str]:
+    return {n.op_type for n in onnx.load(str(path)).graph.node}
+
+
+def _zero_point_types(path: Path) -> set[int]:
+    """Element types of the activations' zero points (QuantizeLinear's third input)."""
+    model = onnx.load(str(path))
+    inits = {i.name: i.data_type for i in model.graph.initializer}
+    return {inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2}
+
+
+def test_every_cnn_recipe_gives_a_verified_model_of_its_kind(tmp_path: Path) -> None:
+    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32, widths=(16, 32))
+    source = prepare(fp32, tmp_path / "prep", "cnn")
+    calibration = Calibration(_images(fp32, 16, 1), 8, cache=tmp_path / "prep" / "ranges.json")
+    made = {}
+    for name in (U8S8_QDQ, S8S8_QDQ, U8S8_QOP):
+        out = tmp_path / name / "model.onnx"
+        made[name] = quantize_recipe(source, fp32, out, RECIPES[name], calibration=calibration)
+        verify(out)
+        assert made[name].per_channel is True and made[name].int8_bytes < made[name].fp32_bytes / 2
+    assert (tmp_path / "prep" / "ranges.json").is_file()  # calibrated once, reused by the other recipes
+    assert _zero_point_types(tmp_path / U8S8_QDQ / "model.onnx") == {onnx.TensorProto.UINT8}
+    assert _zero_point_types(tmp_path / S8S8_QDQ / "model.onnx") == {onnx.TensorProto.INT8}
+    assert "QLinearConv" in _ops(tmp_path / U8S8_QOP / "model.onnx")
+    assert "Conv" not in _ops(tmp_path / U8S8_QOP / "model.onnx")
+
+
+def test_reduce_range_keeps_weights_in_seven_bits(tmp_path: Path) -> None:
+    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32)
+    source = prepare(fp32, tmp_path / "prep", "cnn")
+    calibration = Calibration(_images(fp32, 8, 1), 8)
+    out = tmp_path / "q" / "model.onnx"
+    quantize_recipe(source, fp32, out, RECIPES[U8S8_QOP], calibration=calibration)
+    weights = [
+        numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer if i.data_type == onnx.TensorProto.INT8
+    ]
+    assert weights and max(int(np.abs(w).max()) for w in weights) <= 64
+
+
+def test_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
+    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32)
+    source = prepare(fp32, tmp_path / "prep", "cnn")
+    sensitive = sensitive_nodes(onnx.load(str(source.path)), "cnn")
+    out = tmp_path / "q" / "model.onnx"
+    result = quantize_recipe(
+        source, fp32, out, RECIPES[U8S8_QOP], calibration=Calibration(_images(fp32, 8, 1), 8), exclude=sensitive
+    )
+    assert result.nodes_excluded == sensitive
+    kept = {n.name: n.op_type for n in onnx.load(str(out)).graph.node}
+    assert kept[sensitive[0]] == "Conv" and kept[sensitive[1]] == "Gemm"  # the first and last layers, FP32
+    assert "QLinearConv" in kept.values()
+
+
+def test_transformer_is_fused_then_quantized_dynamically(tmp_path: Path) -> None:
+    fp32 = build_transformer(tmp_path / "bert.onnx", layers=2)
+    source = prepare(fp32, tmp_path / "prep", "transformer")
+    assert source.preprocess == "transformer" and source.preprocess_note is None
+    assert source.fused["Attention"] == 2 and source.fused["SkipLayerNormalization"] >= 2
+    out = tmp_path / "q" / "model.onnx"
+    result = quantize_recipe(source, fp32, out, RECIPES[DYNAMIC], calibration=None)
+    assert (result.method, result.per_channel) == ("dynamic", True)
+    assert {"QAttention", "MatMulInteger"} <= _ops(out) or {"QAttention", "DynamicQuantizeMatMul"} <= _ops(out)
+    feeds = generated_samples(signature(onnx.load(str(fp32)))[0], 4, 0, hints=input_hints(onnx.load(str(fp32))))
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert session.run(None, feeds)[0].shape == (4, 4)
+
+
+def test_static_recipe_without_calibration_is_an_error(tmp_path: Path) -> None:
+    fp32 = build_cnn(tmp_path / "cnn.onnx", image=16)
+    source = prepare(fp32, tmp_path / "prep", "cnn")
+    with pytest.raises(QuantizationError, match="static and needs calibration"):
+        quantize_recipe(source, fp32, tmp_path / "q.onnx", RECIPES[S8S8_QDQ], calibration=None)

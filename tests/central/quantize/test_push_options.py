@@ -1,0 +1,106 @@
+"""The quantization options of a push over REST, on a real central: ``threshold``,
+``dim`` and the ``eval`` file; a refusal's text and the streamed progress show the
+guard failing, not the quantize step."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from quant_models import digits_model, fragile
+
+from bench.graphs import build_transformer
+from central.server import CentralServer
+from conftest import central_settings
+from modelfleet.zoo.digits import DigitsModel
+
+URL = "/api/v1/models/{}/versions"
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    return digits_model(tmp_path_factory)
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """A client on a started central that quantizes (default recipes, guard, threshold)."""
+    server = CentralServer(central_settings(tmp_path / "central", quantize={"enabled": True}))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=120) as client:
+            yield client
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ({"threshold": "1.5"}, "threshold must be between 0 and 1 (0.97 means 97 %), got '1.5'"),
+        ({"threshold": "high"}, "threshold must be a number between 0 and 1, got 'high'"),
+        ({"dim": "seq"}, "dim 'seq' is not of the form name=size (a positive integer)"),
+        ({"dim": "seq=0"}, "dim 'seq=0': the size must be between 1 and 1048576"),
+    ],
+)
+async def test_bad_options_are_400_before_the_body(
+    api: httpx.AsyncClient, tmp_path: Path, params: dict[str, str], error: str
+) -> None:
+    model = build_transformer(tmp_path / "bert.onnx")
+    response = await api.post(URL.format("m"), params=params, content=model.read_bytes())
+    assert response.status_code == 400 and response.json() == {"error": error}
+    assert (await api.get("/api/v1/models")).json() == []
+
+
+async def test_dim_and_threshold_reach_the_guard(api: httpx.AsyncClient, tmp_path: Path) -> None:
+    model = build_transformer(tmp_path / "bert.onnx", vocab=300)
+    params = [("dim", "seq=40"), ("threshold", "0.9")]
+    response = await api.post(URL.format("bert"), params=params, content=model.read_bytes())
+    assert response.status_code == 201, response.text
+    report = response.json()["report"]["quantization"]
+    assert report["generated_shapes"] == {"input_ids": [40], "attention_mask": [40]}
+    assert report["threshold"] == 0.9 and report["family"] == "transformer" and report["served"] == "int8-dynamic"
+    unknown = await api.post(URL.format("bert"), params={"dim": "length=40"}, content=model.read_bytes())
+    assert unknown.status_code == 400
+    assert unknown.json()["error"] == "--dim length=40: the model has no dynamic dimension 'length' (it has: seq)"
+
+
+async def test_eval_file_in_the_multipart_gives_task_accuracy(
+    api: httpx.AsyncClient, tmp_path: Path, digits: DigitsModel
+) -> None:
+    np.savez(tmp_path / "eval.npz", input=digits.test_x, label=digits.test_y)
+    files = {
+        "file": digits.onnx_path.read_bytes(),
+        "calibration": digits.calibration_path.read_bytes(),
+        "eval": (tmp_path / "eval.npz").read_bytes(),
+    }
+    response = await api.post(URL.format("digits"), files=files)
+    assert response.status_code == 201, response.text
+    manifest, report = response.json()["manifest"], response.json()["report"]["quantization"]
+    assert report["samples_source"] == "eval" and report["samples"] == 450
+    assert report["fp32_accuracy"] == pytest.approx(digits.fp32_test_accuracy)
+    assert abs(report["accuracy_delta_pp"]) <= 0.5
+    assert manifest["artifact"] == report["served"] and manifest["artifact"].startswith("int8-")
+
+
+async def test_refusal_names_the_fp32_flag_and_progress_shows_the_guard_failing(
+    api: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    model, calibration = fragile(tmp_path, samples=1000)
+    files = {"file": model.read_bytes(), "calibration": calibration.read_bytes()}
+    plain = await api.post(URL.format("fragile"), files=files)
+    assert plain.status_code == 422
+    assert "push again with --fp32 (REST: keep_fp32=true) to serve FP32" in plain.json()["error"]
+
+    streamed = await api.post(URL.format("fragile"), params={"progress": "ndjson"}, files=files)
+    events = [json.loads(line) for line in streamed.text.splitlines() if line.strip()]
+    steps = [(e["step"], e["phase"]) for e in events if e["event"] == "step"]
+    started = [step for step, phase in steps if phase == "start"]
+    ended = [step for step, phase in steps if phase == "end"]
+    assert started == ["validate", "quantize", "guard"] and ended == ["validate", "quantize"]
+    assert events[-1]["event"] == "error" and events[-1]["status"] == 422
+    assert events[-1]["error"].startswith("INT8 top-1 agreement") and "--fp32" in events[-1]["error"]

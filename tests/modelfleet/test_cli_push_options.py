@@ -1,0 +1,66 @@
+"""``modelfleet push`` with the quantization options (``--eval``, ``--threshold``, ``--dim``)
+against a real central that quantizes; a refusal shows the guard failing and names ``--fp32``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_harness import Cli, one_error_line
+
+from bench.graphs import build_transformer
+from central.server import CentralServer
+from conftest import central_settings
+from modelfleet.zoo import DigitsModel, build_digits
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
+    """The zoo's digits classifier (cache shared with the zoo tests)."""
+    return build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")
+
+
+@pytest.fixture
+async def quantizing(tmp_path: Path) -> AsyncIterator[CentralServer]:
+    server = CentralServer(central_settings(tmp_path / "central", quantize={"enabled": True}))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def test_eval_file_gives_task_accuracy_in_the_summary(
+    tmp_path: Path, quantizing: CentralServer, digits: DigitsModel
+) -> None:
+    np.savez(tmp_path / "eval.npz", input=digits.test_x, label=digits.test_y)
+    cli = Cli(tmp_path, quantizing.http_url)
+    args = ["--calibration", str(digits.calibration_path), "--eval", str(tmp_path / "eval.npz")]
+    pushed = await cli("push", str(digits.onnx_path), "--name", "digits", *args)
+    assert pushed.exit_code == 0, pushed.stderr
+    assert "serving INT8-" in pushed.stdout and "on 450 eval samples" in pushed.stdout
+    assert f"FP32 {digits.fp32_test_accuracy:.2%} → INT8" in pushed.stdout and "on the eval set" in pushed.stdout
+
+
+async def test_dim_and_threshold_are_sent(tmp_path: Path, quantizing: CentralServer) -> None:
+    model = build_transformer(tmp_path / "bert.onnx")
+    cli = Cli(tmp_path, quantizing.http_url)
+    pushed = await cli("push", str(model), "--name", "bert", "--dim", "seq=40", "--threshold", "0.9", "--json")
+    assert pushed.exit_code == 0, pushed.stderr
+    report = json.loads(pushed.stdout)["report"]["quantization"]
+    assert report["threshold"] == 0.9 and report["generated_shapes"]["input_ids"] == [40]
+    bad = await cli("push", str(model), "--name", "bert", "--threshold", "2")
+    assert bad.exit_code == 2 and "--threshold" in bad.stderr
+
+
+async def test_a_refusal_shows_the_guard_failing_and_names_fp32(
+    tmp_path: Path, quantizing: CentralServer, digits: DigitsModel
+) -> None:
+    cli = Cli(tmp_path, quantizing.http_url)
+    args = ["--calibration", str(digits.calibration_path), "--threshold", "0.999"]
+    refused = await cli("push", str(digits.onnx_path), "--name", "digits", *args)
+    assert refused.exit_code == 1
+    error = one_error_line(refused)
+    assert "below the 99.9% threshold" in error and "push again with --fp32" in error and error.endswith("(HTTP 422)")
+    assert "✗ accuracy guard" in refused.stdout and "✗ quantize" not in refused.stdout
