@@ -92,12 +92,12 @@ def _preprocess_attempts() -> list[tuple[str, dict[str, bool]]]:
     return attempts
 
 
-def preprocess(fp32: Path, dst: Path) -> tuple[Path, str, str | None]:
+def preprocess(fp32: Path, dst: Path, external: bool = False) -> tuple[Path, str, str | None]:
     """(model to quantize, mode, note): the pre-processed model, or ``fp32`` if all failed."""
     notes = [] if importlib.util.find_spec("sympy") else ["symbolic shape inference skipped: sympy not installed"]
     for mode, options in _preprocess_attempts():
         try:
-            quant_pre_process(str(fp32), str(dst), **options)
+            quant_pre_process(str(fp32), str(dst), **options, **_preprocess_external(dst, external))
             return dst, mode, "; ".join(notes) or None
         except Exception as exc:  # ORT raises anything from shape inference; fall through
             notes.append(f"{mode} failed: {shorten(exc)}")
@@ -128,11 +128,13 @@ def _with_fallback(attempt: Callable[[bool], None], out: Path) -> tuple[bool, st
 
 
 def _static(
-    source: Path, out: Path, calibration: dict[str, np.ndarray], batch_size: int, fixed_batch: bool
-) -> Callable[[bool], None]:
+    source: Path, out: Path, calibration: dict[str, np.ndarray], batch_size: int, fixed_batch: bool,
+    external: bool = False,
+) -> Callable[[bool], None]:  # fmt: skip
     """One static QDQ attempt, parameterised by per-channel."""
 
     def attempt(per_channel: bool) -> None:
+        _remove_data_file(out)
         quantize_static(
             str(source),
             str(out),
@@ -143,21 +145,24 @@ def _static(
             per_channel=per_channel,
             calibrate_method=CalibrationMethod.MinMax,
             extra_options=dict(STATIC_EXTRA_OPTIONS),
+            use_external_data_format=external,
         )
 
     return attempt
 
 
-def _dynamic(source: Path, out: Path) -> Callable[[bool], None]:
+def _dynamic(source: Path, out: Path, external: bool = False) -> Callable[[bool], None]:
     """One dynamic attempt, parameterised by per-channel."""
 
     def attempt(per_channel: bool) -> None:
+        _remove_data_file(out)
         quantize_dynamic(
             str(source),
             str(out),
             per_channel=per_channel,
             weight_type=QuantType.QInt8,
             extra_options=dict(DYNAMIC_EXTRA_OPTIONS),
+            use_external_data_format=external,
         )
 
     return attempt
@@ -175,21 +180,66 @@ def quantize(
     work_dir.mkdir(parents=True, exist_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     pre = work_dir / "preprocessed.onnx"
+    external = has_external_data(fp32)
     try:
-        source, mode, note = preprocess(fp32, pre)
+        source, mode, note = preprocess(fp32, pre, external)
         if calibration is None:
-            per_channel, reason = _with_fallback(_dynamic(source, out), out)
+            per_channel, reason = _with_fallback(_dynamic(source, out, external), out)
         else:
-            per_channel, reason = _with_fallback(_static(source, out, calibration, batch_size, fixed_batch), out)
+            attempt = _static(source, out, calibration, batch_size, fixed_batch, external)
+            per_channel, reason = _with_fallback(attempt, out)
     finally:
         pre.unlink(missing_ok=True)
     return QuantizationResult(
         method="dynamic" if calibration is None else "static",
         per_channel=per_channel,
         per_channel_fallback_reason=reason,
-        fp32_bytes=fp32.stat().st_size,
-        int8_bytes=out.stat().st_size,
+        fp32_bytes=model_bytes(fp32),
+        int8_bytes=model_bytes(out),
         seconds=round(time.perf_counter() - started, 4),
         preprocess=mode,
         preprocess_note=note,
     )
+
+
+# -- external data (models over 2 GiB, and what exporters write by default) ---------------
+# A model that keeps its weights in ONNX external data is read from its path (ORT and onnx
+# resolve the data files next to it) and its quantized form is written the same way: the
+# graph plus ``<name>.data`` next to it. An FP32 model over 2 GiB always has external data,
+# so "the input has external data" is also "the result may need it".
+
+
+def _tensors_external(path: Path) -> list[onnx.TensorProto]:
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not ONNX: the quantizer fails on it with its own message
+        return []
+    return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def has_external_data(path: Path) -> bool:
+    """Whether the model at ``path`` keeps any initializer in an external-data file."""
+    return bool(_tensors_external(path))
+
+
+def model_bytes(path: Path) -> int:
+    """The graph file plus every external-data file it references."""
+    locations = {e.value for t in _tensors_external(path) for e in t.external_data if e.key == "location"}
+    return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations)
+
+
+def _remove_data_file(out: Path) -> None:
+    """Delete the data file an earlier attempt wrote: onnx appends to an existing one."""
+    out.with_name(out.name + ".data").unlink(missing_ok=True)
+
+
+def _preprocess_external(dst: Path, external: bool) -> dict[str, object]:
+    """``quant_pre_process`` options that keep an external-data model's weights external."""
+    if not external:
+        return {}
+    _remove_data_file(dst)
+    return {
+        "save_as_external_data": True,
+        "all_tensors_to_one_file": True,
+        "external_data_location": dst.name + ".data",
+    }
