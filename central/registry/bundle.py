@@ -24,7 +24,8 @@ from fleetwire.manifest import FILE_NAME
 
 #: Most files one push may hold (a graph saved with one data file per tensor has hundreds).
 MAX_FILES = 10_000
-_COPY_BLOCK = 1024 * 1024
+#: tarfile stream mode joins and slices what it decompresses: a few times this at a time.
+_COPY_BLOCK = 256 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _KINDS = {
     tarfile.SYMTYPE: "symbolic link",

@@ -152,7 +152,7 @@ class StagingBox:
                     f"upload exceeds the limit of {self.staging.limit} bytes (max_upload_bytes), counting every file"
                 )
             self.staging.check_room(expected)
-        if name is None:
+        while name is None or (name.startswith(".part-") and (self.directory / name).exists()):
             self._parts += 1
             name = f".part-{self._parts}"
         try:
