@@ -11,9 +11,9 @@ under the blob store. Whatever fails, ``discard`` removes the whole directory.""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -28,6 +28,8 @@ GRAPH_FILE = "model.onnx"
 CALIBRATION_FILE = ".calibration.npz"
 #: Bytes written between two checks of the free disk space (``statvfs`` is cheap).
 _ROOM_CHECK_BYTES = 256 * 1024 * 1024
+#: Bytes gathered on the event loop before one write in a worker thread.
+_WRITE_BLOCK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,14 @@ def _no_room(root: Path, exc: OSError | None = None, needed: int | None = None, 
 
 class FileSink:
     """One file being written into a push's directory: hashed, counted against the push's
-    limit, its disk checked as it grows. ``close`` makes it durable; ``abort`` removes it."""
+    limit, its disk checked as it grows; ``abort`` removes it.
+
+    Bytes that arrive on the event loop go through ``feed``/``finish``: gathered into blocks
+    of about a MiB, each written and hashed in a worker thread, so a disk slower than the
+    network throttles the upload, not the loop that also serves heartbeats and inference.
+    Code already in a worker thread (tar extraction) calls ``write``/``close``. No fsync:
+    staging is wiped at start-up, so a crash loses nothing a sync would have kept; the
+    chunks cut from the file are the durable copy (each fsynced by the blob store)."""
 
     def __init__(self, box: StagingBox, path: Path) -> None:
         self._box = box
@@ -93,15 +102,19 @@ class FileSink:
         self._hash = hashlib.sha256()
         self.size = 0
         self._unchecked = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
-    def write(self, block: bytes) -> None:
-        """Append ``block``; ``TooLarge`` past the push's limit, ``InsufficientStorage`` when
-        the disk is (nearly) full."""
-        self._box.count(len(block))
-        self._unchecked += len(block)
+    def _account(self, n: int) -> None:
+        """Count ``n`` more bytes: ``TooLarge`` past the push's limit, ``InsufficientStorage``
+        when the disk is (nearly) full."""
+        self._box.count(n)
+        self._unchecked += n
         if self._unchecked >= _ROOM_CHECK_BYTES:
             self._unchecked = 0
             self._box.staging.check_room(0)
+
+    def _put(self, block: bytes) -> None:
         self._hash.update(block)
         try:
             self._file.write(block)
@@ -109,11 +122,34 @@ class FileSink:
             raise self._box.staging.write_failed(exc) from exc
         self.size += len(block)
 
+    def write(self, block: bytes) -> None:
+        """Append ``block`` now (from a worker thread)."""
+        self._account(len(block))
+        self._put(block)
+
+    async def feed(self, block: bytes) -> None:
+        """Append ``block`` (from the event loop); written once a MiB has gathered."""
+        self._account(len(block))
+        self._pending.append(block)
+        self._pending_bytes += len(block)
+        if self._pending_bytes >= _WRITE_BLOCK:
+            await self._drain()
+
+    async def _drain(self) -> None:
+        block = b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        if block:
+            await asyncio.to_thread(self._put, block)
+
+    async def finish(self) -> StagedFile:
+        """Write what ``feed`` gathered and close (from the event loop)."""
+        await self._drain()
+        return await asyncio.to_thread(self.close)
+
     def close(self) -> StagedFile:
-        """Flush and fsync; the file as staged."""
+        """Flush and close; the file as staged."""
         try:
             self._file.flush()
-            os.fsync(self._file.fileno())
         except OSError as exc:
             raise self._box.staging.write_failed(exc) from exc
         finally:
@@ -167,8 +203,8 @@ class StagingBox:
         sink = self.sink(name)
         try:
             async for block in body:
-                sink.write(block)
-            return sink.close()
+                await sink.feed(block)
+            return await sink.finish()
         except BaseException:
             sink.abort()
             raise

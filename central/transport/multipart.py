@@ -3,9 +3,11 @@ the push's staging directory as its bytes arrive.
 
 Starlette's form parser spools each file to the system temp directory first: a second
 copy of a model of several GiB, on a filesystem that may be a RAM-backed tmpfs. Here the
-python-multipart parser's callbacks write each block to a ``FileSink`` of the push's
-``StagingBox`` (hashed and counted against the limit on the way); text fields (version,
-labels, keep_fp32) are collected, each capped, as are their number and part headers.
+python-multipart parser's callbacks queue each piece of a file part, and the reader feeds
+them to a ``FileSink`` of the push's ``StagingBox`` (hashed and counted against the limit
+on the way, written in a worker thread) before it parses the next block of the body;
+text fields (version, labels, keep_fp32) are collected, each capped, as are their number
+and part headers.
 
 File fields: ``file`` (the graph, a tar, or any of the model's files) and ``data`` (an
 external-data file), each under the file name the graph uses, repeatable; and
@@ -71,6 +73,12 @@ class _PushFormReader:
         self._calibration = False
         self._field: str | None = None
         self._value = bytearray()
+        self._files = 0
+        self._calibration_started = False
+        #: What the callbacks of one ``parser.write`` found for file parts, in order:
+        #: (sink, a piece of its bytes) or (sink, None) at its end, with where it goes.
+        self._queued: list[tuple[FileSink, bytes | None, str | None, bool]] = []
+        self._open: list[FileSink] = []
 
     def callbacks(self) -> dict[str, object]:
         return {
@@ -114,13 +122,17 @@ class _PushFormReader:
         name = _text(options[b"name"], "a field name")
         filename = _text(options[b"filename"], "a file name") if b"filename" in options else None
         if name in MODEL_FIELDS:
-            if len(self.form.parts) >= MAX_FILES:
+            self._files += 1
+            if self._files > MAX_FILES:
                 raise BadRequest(f"a push holds at most {MAX_FILES} files")
             self._sink, self._filename, self._calibration = self.box.sink(), filename, False
+            self._open.append(self._sink)
         elif name == CALIBRATION_FIELD:
-            if self.form.calibration is not None:
+            if self._calibration_started:
                 raise BadRequest("a push takes one calibration file")
-            self._sink, self._calibration = self.box.sink(CALIBRATION_FILE), True
+            self._calibration_started = True
+            self._sink, self._filename, self._calibration = self.box.sink(CALIBRATION_FILE), None, True
+            self._open.append(self._sink)
         elif filename is not None:
             raise BadRequest(f"unexpected file field {name!r}: send the model's files as 'file' or 'data'")
         else:
@@ -131,7 +143,7 @@ class _PushFormReader:
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._sink is not None:
-            self._sink.write(data[start:end])
+            self._queued.append((self._sink, data[start:end], self._filename, self._calibration))
             return
         self._value += data[start:end]
         if len(self._value) > MAX_FIELD_BYTES:
@@ -139,12 +151,8 @@ class _PushFormReader:
 
     def _part_end(self) -> None:
         if self._sink is not None:
-            sink, self._sink = self._sink, None
-            staged = sink.close()
-            if self._calibration:
-                self.form.calibration = staged
-            else:
-                self.form.parts.append(ReceivedPart(self._filename, staged))
+            self._queued.append((self._sink, None, self._filename, self._calibration))
+            self._sink = None
         elif self._field is not None:
             value = _text(bytes(self._value), f"form field {self._field!r}")
             self.form.fields.setdefault(self._field, []).append(value)
@@ -153,11 +161,25 @@ class _PushFormReader:
     def _end(self) -> None:
         self.ended = True
 
+    async def drain(self) -> None:
+        """Write what the callbacks queued; finish the parts that ended."""
+        queued, self._queued = self._queued, []
+        for sink, piece, filename, calibration in queued:
+            if piece is not None:
+                await sink.feed(piece)
+                continue
+            staged = await sink.finish()
+            self._open.remove(sink)
+            if calibration:
+                self.form.calibration = staged
+            else:
+                self.form.parts.append(ReceivedPart(filename, staged))
+
     def abort(self) -> None:
-        """Remove a file left half-written by an error."""
-        if self._sink is not None:
-            self._sink.abort()
-            self._sink = None
+        """Remove the files an error left half-written."""
+        for sink in self._open:
+            sink.abort()
+        self._open.clear()
 
 
 def _text(raw: bytes, what: str) -> str:
@@ -175,7 +197,9 @@ async def read_push_form(body: AsyncIterator[bytes], content_type: str, box: Sta
     try:
         async for block in body:
             parser.write(block)
+            await reader.drain()
         parser.finalize()
+        await reader.drain()
     except FormParserError as exc:
         reader.abort()
         raise BadRequest(f"malformed multipart body: {exc}") from exc

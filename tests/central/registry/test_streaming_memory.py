@@ -1,6 +1,6 @@
 """A push's files are streamed, never held whole: staging a multipart body, extracting a
 tar and chunking a file each allocate a bounded amount (a few blocks or chunks), whatever
-the file's size. Measured with tracemalloc on a 32 MiB data file; the bound asserted is an
+the file's size. Measured with tracemalloc on a 64 MiB data file; the bound asserted is an
 eighth of the file, far above what a block-wise copy needs and far below a whole read,
 so an 8 GiB model takes the same memory as this one."""
 
@@ -25,7 +25,7 @@ from central.settings import ChunkingSettings
 from central.transport.multipart import read_push_form
 from conftest import SMALL_CHUNKS
 
-SIZE = 32 * 1024 * 1024
+SIZE = 64 * 1024 * 1024
 #: One random block, repeated: the body costs the test no memory of its own.
 BLOCK = os.urandom(256 * 1024)
 BOUND = SIZE // 8
