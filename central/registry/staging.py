@@ -249,15 +249,3 @@ class Staging:
     def open(self) -> StagingBox:
         """A new, empty directory for one push (``upload-…``)."""
         return StagingBox(self, Path(tempfile.mkdtemp(dir=self.root, prefix="upload-")))
-
-    async def receive(self, body: AsyncIterator[bytes]) -> StagedUpload:
-        """Stage a single-file body (a self-contained ``.onnx``) as a push's directory."""
-        box = self.open()
-        try:
-            graph = await box.receive(body, GRAPH_FILE)
-            if graph.size == 0:
-                raise BadRequest("the upload is empty")
-            return StagedUpload(box.directory, graph)
-        except BaseException:
-            box.discard()
-            raise
