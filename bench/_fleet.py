@@ -510,8 +510,11 @@ class Fleet:
         return r.text
 
     def model_file(self, node_id: str, name: str, version: str) -> Path:
-        """Where an edge assembled a version."""
-        return self.edges[node_id].data_dir / "versions" / name / version / "model.onnx"
+        """Where an edge assembled a version: ``<version>/<artifact>/model.onnx`` of the artifact
+        it completed last (its data files, if any, lie beside it)."""
+        directory = self.edges[node_id].data_dir / "versions" / name / version
+        markers = sorted(directory.glob("*/manifest.json"), key=lambda m: m.stat().st_mtime)
+        return (markers[-1].parent if markers else directory / "fp32") / "model.onnx"
 
     def verify_files(self, name: str, version: str, sha256: str) -> dict[str, bool]:
         """node id → whether its assembled file hashes to ``sha256``."""

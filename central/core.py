@@ -54,7 +54,7 @@ class Central:
         self._fresh = not (data / "registry.sqlite3").exists()
         self.blobs = BlobStore(data / "blobs")
         self.blobs.remove_temp_files()
-        self.staging = Staging(data / "staging", settings.max_upload_bytes)
+        self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
         self.store = SQLiteMetadataStore(data / "registry.sqlite3")
         self.signer = ManifestSigner.load_or_create(data)
         self.signer.sign_stored(self.store)

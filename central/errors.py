@@ -57,6 +57,13 @@ class TooLarge(CentralError):
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class InsufficientStorage(CentralError):
+    """Central's disk cannot hold an upload (staging, then its chunks): nothing was kept."""
+
+    http_status = 507
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class FetchFromOwners(CentralError):
     """Origin protection: the requester must try the chunk's owners first."""
 

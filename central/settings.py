@@ -351,7 +351,22 @@ class CentralSettings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535, description="REST port; 0 picks a free one.")
     grpc_host: str = Field("127.0.0.1", description="gRPC bind address.")
     grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
-    max_upload_bytes: int = Field(2 * 1024**3, ge=1, description="Largest accepted model upload (413 beyond).")
+    max_upload_bytes: int = Field(
+        16 * 1024**3,
+        ge=1,
+        description=(
+            "Largest accepted model upload, every file of it counted (the .onnx and its external data);"
+            " 413 beyond. Uploads stream to disk, so this bounds disk, not memory."
+        ),
+    )
+    min_free_disk_bytes: int = Field(
+        1024**3,
+        ge=0,
+        description=(
+            "Free disk a push must leave on central's data filesystem; a push that would not (staging,"
+            " then its chunks) is refused with 507 before or while its body arrives."
+        ),
+    )
     max_concurrent_uploads: int = Field(
         4,
         ge=1,

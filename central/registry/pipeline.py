@@ -4,6 +4,8 @@ steps to insert here; nothing else has to change."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -11,13 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import onnx
+
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
 from central.registry.signing import ManifestSigner
 from central.registry.sqlite_impl import utc_now
-from central.registry.validate import load_checked, signature
-from fleetwire.digest import sha256_file
-from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
+from central.registry.validate import data_files, load_checked, signature
+from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+
+log = logging.getLogger(__name__)
 
 #: Told ``(step, "start" | "end")`` as a push moves on, from the pipeline's worker thread.
 #: Set by a transport that streams progress to the operator (``?progress=ndjson``); the
@@ -42,6 +47,9 @@ class PushContext:
     upload: Path
     upload_sha256: str
     upload_size: int
+    #: The external-data files staged next to ``upload``, by name (what the graph must
+    #: reference, exactly); None when not known (then only existence is checked).
+    staged_files: list[str] | None = None
     #: Calibration data (.npz, arrays named after the model's inputs), if the operator sent any.
     calibration: Path | None = None
     #: The operator asked to serve FP32 when INT8 fails the accuracy guard.
@@ -70,7 +78,10 @@ class PushContext:
     quantization: dict[str, Any] | None = None
     #: What the quantize step hands the guard step (a ``central.quantize.plan.QuantizePlan``).
     quantize_plan: object | None = None
+    #: Chunks of each artifact's graph file (``artifact_refs`` has every file's).
     artifact_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
+    #: Each artifact's files and chunks, as the chunk step stored them (no quantization yet).
+    artifact_refs: dict[str, ArtifactRef] = field(default_factory=dict)
     #: Every artifact's manifest; ``manifest`` is the served one.
     manifests: dict[str, Manifest] = field(default_factory=dict)
     manifest: Manifest | None = None
@@ -92,13 +103,14 @@ class ValidateStep:
     name = "validate"
 
     def run(self, ctx: PushContext) -> None:
-        """Reject what is not a valid self-contained ONNX model."""
+        """Reject what is not a valid ONNX model with exactly its data files."""
         # The proto can be large: it is not kept in the context; later steps re-read the file.
-        ctx.inputs, ctx.outputs = signature(load_checked(ctx.upload))
+        ctx.inputs, ctx.outputs = signature(load_checked(ctx.upload, ctx.staged_files))
 
 
 class ChunkStep:
-    """Content-defined chunks of every artifact, each stored durably before the commit."""
+    """Content-defined chunks of every file of every artifact, each chunk stored durably
+    before the commit. Files are read once, in blocks (sha256 on the way), never whole."""
 
     name = "chunk"
 
@@ -107,29 +119,49 @@ class ChunkStep:
         self._blobs = blobs
 
     def run(self, ctx: PushContext) -> None:
-        """Cut each artifact and store every chunk by digest."""
+        """Cut each artifact's graph and data files and store every chunk by digest."""
         ctx.artifacts.setdefault("fp32", ctx.upload)
         new_bytes = 0
-        for artifact, path in ctx.artifacts.items():
-            chunks, new = self._cut(path)
-            ctx.artifact_chunks[artifact] = chunks
+        for artifact, graph in ctx.artifacts.items():
+            ref, new = self._artifact(artifact, graph)
+            ctx.artifact_refs[artifact] = ref
+            ctx.artifact_chunks[artifact] = ref.chunks
             new_bytes += new
-        served = ctx.artifact_chunks[ctx.served_artifact]
-        ctx.report["chunks"] = len(served)
-        ctx.report["unique_chunks"] = len({c.digest for c in served})
+        served = ctx.artifact_refs[ctx.served_artifact]
+        chunks = served.chunks + [c for f in served.files for c in f.chunks]
+        ctx.report["chunks"] = len(chunks)
+        ctx.report["unique_chunks"] = len({c.digest for c in chunks})
+        ctx.report["files"] = 1 + len(served.files)
+        ctx.report["total_bytes"] = served.total_size
         ctx.report["new_chunk_bytes"] = new_bytes
 
-    def _cut(self, path: Path) -> tuple[list[ChunkRef], int]:
-        chunks, new_bytes = [], 0
+    def _artifact(self, artifact: str, graph: Path) -> tuple[ArtifactRef, int]:
+        """The artifact's graph and data files (those its graph names, next to it), cut."""
+        sha256, size, chunks, new_bytes = self._cut(graph)
+        files = []
+        for name in data_files(onnx.load(str(graph), load_external_data=False)):
+            file_sha256, file_size, file_chunks, new = self._cut(graph.parent / name)
+            files.append(FileRef(path=name, sha256=file_sha256, size=file_size, chunks=file_chunks))
+            new_bytes += new
+        ref = ArtifactRef(artifact=artifact, sha256=sha256, size=size, chunks=chunks, files=files)
+        return ref, new_bytes
+
+    def _cut(self, path: Path) -> tuple[str, int, list[ChunkRef], int]:
+        """(sha256, size, chunks, bytes newly stored) of one file, streamed."""
+        whole = hashlib.sha256()
+        chunks, size, new_bytes = [], 0, 0
         for data in self._chunker.cut(path):
+            whole.update(data)
+            size += len(data)
             digest, created = self._blobs.put(data)
             new_bytes += len(data) if created else 0
             chunks.append(ChunkRef(digest=digest, size=len(data)))
-        return chunks, new_bytes
+        return whole.hexdigest(), size, chunks, new_bytes
 
 
 class ManifestStep:
-    """One manifest per artifact, from everything the steps before found."""
+    """One manifest per artifact, from everything the steps before found; the served one
+    also carries the other artifacts an edge may choose (``alternatives``)."""
 
     name = "manifest"
 
@@ -140,24 +172,43 @@ class ManifestStep:
     def run(self, ctx: PushContext) -> None:
         """Assemble the manifests (signed); the registry commits them."""
         created = utc_now()
-        for artifact, path in ctx.artifacts.items():
-            is_upload = path == ctx.upload
+        refs = {
+            artifact: ref.model_copy(update={"quantization": ctx.artifact_reports.get(artifact)})
+            for artifact, ref in ctx.artifact_refs.items()
+        }
+        for artifact, ref in refs.items():
+            served = artifact == ctx.served_artifact
             ctx.manifests[artifact] = Manifest(
                 name=ctx.name,
                 version=ctx.version,
-                sha256=ctx.upload_sha256 if is_upload else sha256_file(path),
-                size=ctx.upload_size if is_upload else path.stat().st_size,
-                chunks=ctx.artifact_chunks[artifact],
+                sha256=ref.sha256,
+                size=ref.size,
+                chunks=ref.chunks,
+                files=ref.files,
                 inputs=ctx.inputs,
                 outputs=ctx.outputs,
                 created_at=created,
                 labels=ctx.labels,
                 artifact=artifact,
                 quantization=ctx.quantization,
+                alternatives=[refs[a] for a in alternatives(ctx)] if served else [],
             )
         if self._signer is not None:
             ctx.manifests = self._signer.sign_all(ctx.manifests)
         ctx.manifest = ctx.manifests[ctx.served_artifact]
+
+
+def alternatives(ctx: PushContext) -> list[str]:
+    """The artifacts the served manifest offers besides the served one: the quantize step's
+    choice, in its order, and FP32 always (the one every CPU can run)."""
+    names = [a for a in ctx.alternatives if a != ctx.served_artifact]
+    unknown = [a for a in names if a not in ctx.artifact_refs]
+    if unknown:
+        log.warning("alternatives %s of %s:%s were never stored; left out", unknown, ctx.name, ctx.version)
+    names = [a for a in dict.fromkeys(names) if a in ctx.artifact_refs]
+    if ctx.served_artifact != "fp32" and "fp32" not in names and "fp32" in ctx.artifact_refs:
+        names.append("fp32")
+    return names
 
 
 class PushPipeline:

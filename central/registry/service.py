@@ -102,7 +102,8 @@ class RegistryService:
             async with self._mutation:
                 label = version or self._next_free_version(name)
                 self.ensure_new(name, label)
-                work_dir = Path(tempfile.mkdtemp(dir=upload.path.parent, prefix="push-"))
+                # Beside the upload's directory, not in it: the upload holds the model's files only.
+                work_dir = Path(tempfile.mkdtemp(dir=upload.directory.parent, prefix="push-"))
                 ctx = PushContext(
                     name,
                     label,
@@ -110,6 +111,7 @@ class RegistryService:
                     upload.path,
                     upload.sha256,
                     upload.size,
+                    staged_files=sorted(upload.files),
                     calibration=calibration,
                     keep_fp32=keep_fp32,
                     threshold=threshold,
@@ -126,7 +128,11 @@ class RegistryService:
             upload.discard()
             if work_dir is not None:
                 shutil.rmtree(work_dir, ignore_errors=True)
-        log.info("pushed %s:%s (%d bytes, %d chunks)", name, label, manifest.size, len(manifest.chunks))
+        served = manifest.served()
+        log.info(
+            "pushed %s:%s (%d files, %d bytes, %d chunks)",
+            name, label, 1 + len(served.files), served.total_size, len(served.all_chunks()),
+        )  # fmt: skip
         self._on_change()
         return PushResult(manifest=manifest, report=ctx.report)
 
@@ -172,7 +178,8 @@ class RegistryService:
         return active
 
     async def delete(self, name: str, version: str) -> None:
-        """Delete a version that the fleet does not serve, and its unshared blobs."""
+        """Delete a version that the fleet does not serve, and its unshared blobs (every file of
+        every artifact: ``unique_chunks`` covers data files and alternatives)."""
         record = self.get(name, version)
         if any(m.key == (name, version) for m in self.active_versions()):
             raise Conflict(f"{name}:{version} is the version the fleet serves; push a newer version before deleting it")

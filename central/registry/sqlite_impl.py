@@ -36,6 +36,13 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _add_digests(digests: set[str], manifest: dict[str, Any]) -> None:
+    """Add the chunk digests of a stored manifest's JSON (graph, data files, alternatives)."""
+    for artifact in [manifest, *manifest.get("alternatives", ())]:
+        for file in [artifact, *artifact.get("files", ())]:
+            digests.update(c["digest"] for c in file["chunks"])
+
+
 class SQLiteMetadataStore:
     """``MetadataStore`` on one SQLite file; safe to call from worker threads."""
 
@@ -147,12 +154,13 @@ class SQLiteMetadataStore:
         return cur.rowcount > 0
 
     def referenced_digests(self) -> set[str]:
-        """Every chunk digest that some stored version uses."""
+        """Every chunk digest that some stored version uses: every file (graph and external
+        data) of every artifact, the alternatives the served manifest carries included."""
         digests: set[str] = set()
         for manifest_json, artifacts_json in self._query("SELECT manifest, artifacts FROM versions"):
-            digests.update(c["digest"] for c in json.loads(manifest_json)["chunks"])
+            _add_digests(digests, json.loads(manifest_json))
             for artifact in json.loads(artifacts_json).values():
-                digests.update(c["digest"] for c in artifact["chunks"])
+                _add_digests(digests, artifact)
         return digests
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:

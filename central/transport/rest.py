@@ -47,11 +47,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 #: A push refused because ``max_concurrent_uploads`` pushes are in progress.
 PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    507: {"model": ErrorBody, "description": "Central's disk cannot hold the upload and its chunks"},
     503: {
         "model": ErrorBody,
         "description": "Too many pushes in progress (max_concurrent_uploads); retry after Retry-After seconds",
         "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
-    }
+    },
 }
 
 
@@ -78,6 +79,8 @@ def _version_summary(r: VersionRecord) -> dict[str, Any]:
         "version": r.version,
         "seq": r.seq,
         "size": m.size,
+        "total_size": m.served().total_size,
+        "files": [f.path for f in m.files],
         "sha256": m.sha256,
         "chunks": len(m.chunks),
         "labels": m.labels,
@@ -187,6 +190,12 @@ def create_app(central: Central) -> FastAPI:
 
     @app.post("/api/v1/models/{name:anyname}/versions", status_code=201, response_model=None, responses=PUSH_RESPONSES)
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
+        """Push a model version. The body is a self-contained ``.onnx``; or a tar (plain or
+        gzipped) of a directory holding one ``.onnx`` and its external-data files; or a
+        ``multipart/form-data`` with every file of the model as ``file`` (or ``data``) parts,
+        each under the name the graph uses (``model.onnx.data``), plus optional ``calibration``
+        (.npz), ``version``, ``labels`` and ``keep_fp32`` fields. Streamed to disk, never held
+        in memory; ``max_upload_bytes`` counts every file."""
         registry.check_request(name, request.query_params.get("version"))
         activate = parse_flag("activate", request.query_params.get("activate") or "true")
         options = push_options(request.query_params)  # threshold, dim: quantization options

@@ -1,40 +1,44 @@
-"""Turns an HTTP push request (raw body or multipart) into a staged upload plus
-its metadata, enforcing the size limit while the body arrives."""
+"""Turns an HTTP push request into a staged upload plus its metadata, streaming every
+file to the push's staging directory and enforcing the size limit while the body arrives.
+
+A push is a raw body (a self-contained ``.onnx``, or a tar of a directory with one
+``.onnx`` and its external-data files, plain or gzipped) or a multipart of every file of
+the model (see ``central.transport.multipart``). Nothing is held in memory whole; whatever
+goes wrong, nothing is left in staging."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
 from dataclasses import dataclass
 
-from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
 from central.errors import BadRequest, TooLarge
-from central.registry.staging import StagedUpload, Staging
+from central.registry.bundle import ReceivedPart, arrange
+from central.registry.staging import StagedFile, StagedUpload, Staging
+from central.transport.multipart import read_push_form
 from fleetwire.names import InvalidName, check_label
 
-_READ = 1024 * 1024
+#: What a multipart body may add to its files (boundaries, part headers, text fields).
+ENVELOPE_BYTES = 2 * 1024 * 1024
 
 
 @dataclass
 class PushRequest:
-    """A received push: the staged file and the metadata that came with it."""
+    """A received push: the staged model, calibration and the metadata that came with it."""
 
     upload: StagedUpload
     version: str | None
     labels: dict[str, str]
-    calibration: StagedUpload | None = None
+    calibration: StagedFile | None = None
     keep_fp32: bool = False
     #: The ``eval`` part: inputs plus a ``label`` array the accuracy guard judges on.
-    eval_data: StagedUpload | None = None
+    eval_data: StagedFile | None = None
 
     def discard(self) -> None:
-        """Delete every staged file of this request."""
+        """Delete every staged file of this request (calibration is in the same directory)."""
         self.upload.discard()
-        for extra in (self.calibration, self.eval_data):
-            if extra is not None:
-                extra.discard()
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -82,62 +86,36 @@ def _limited(receive: Receive, limit: int) -> Receive:
     return wrapped
 
 
-async def _read_upload(file: UploadFile) -> AsyncIterator[bytes]:
-    while block := await file.read(_READ):
-        yield block
-
-
-def _check_length(request: Request, limit: int) -> None:
+def _check_length(request: Request, staging: Staging) -> None:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise TooLarge(f"upload of {length} bytes exceeds the limit of {limit} bytes")
+    if length is not None and length.isdigit():
+        staging.check_declared(int(length))
 
 
 async def receive_push(request: Request, staging: Staging) -> PushRequest:
-    """Stage the model file of a push request and collect version and labels."""
-    _check_length(request, staging.limit)
-    # The multipart envelope adds a little; the file itself is checked by Staging.
-    limited = Request(request.scope, _limited(request.receive, staging.limit + 64 * 1024))
+    """Stage every file of a push request and collect version, labels and flags."""
+    _check_length(request, staging)
+    # The envelope adds a little to the files; the files themselves are counted by the box.
+    limited = Request(request.scope, _limited(request.receive, staging.limit + ENVELOPE_BYTES))
     version = request.query_params.get("version")
     labels = request.query_params.getlist("labels") + request.query_params.getlist("label")
     keep_fp32 = parse_flag("keep_fp32", request.query_params.get("keep_fp32"))
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        parsed = parse_labels(labels)
-        upload = await staging.receive(limited.stream())
-        return PushRequest(upload=upload, version=version, labels=parsed, keep_fp32=keep_fp32)
-    form = await limited.form(max_files=3, max_fields=32)
+    content_type = request.headers.get("content-type", "")
+    box = staging.open()
     try:
-        return await _from_form(form, staging, version, labels, keep_fp32)
-    finally:
-        await form.close()
-
-
-async def _from_form(
-    form: FormData, staging: Staging, version: str | None, labels: list[str], keep_fp32: bool
-) -> PushRequest:
-    file = form.get("file")
-    if not isinstance(file, UploadFile):
-        raise BadRequest("multipart push needs the model in a file field named 'file'")
-    calibration = form.get("calibration")
-    if calibration is not None and not isinstance(calibration, UploadFile):
-        raise BadRequest("'calibration' must be a file (an .npz of arrays named after the model's inputs)")
-    field_version = form.get("version")
-    if isinstance(field_version, str) and field_version:
-        version = field_version
-    flag = form.get("keep_fp32")
-    keep_fp32 = keep_fp32 or parse_flag("keep_fp32", flag if isinstance(flag, str) else None)
-    parsed = parse_labels(labels + [v for v in form.getlist("labels") + form.getlist("label") if isinstance(v, str)])
-    eval_part = form.get("eval")
-    if eval_part is not None and not isinstance(eval_part, UploadFile):
-        raise BadRequest("'eval' must be a file (an .npz of the model's inputs plus a 'label' array)")
-    upload = await staging.receive(_read_upload(file))
-    staged_calibration = staged_eval = None
-    try:
-        staged_calibration = await staging.receive(_read_upload(calibration)) if calibration else None
-        staged_eval = await staging.receive(_read_upload(eval_part)) if eval_part else None
+        if not content_type.startswith("multipart/form-data"):
+            parsed = parse_labels(labels)
+            parts = [ReceivedPart(None, await box.receive(limited.stream()))]
+            upload = await asyncio.to_thread(arrange, box, parts)
+            return PushRequest(upload=upload, version=version, labels=parsed, keep_fp32=keep_fp32)
+        form = await read_push_form(limited.stream(), content_type, box)
+        if not form.parts:
+            raise BadRequest("multipart push needs the model in a file field named 'file'")
+        version = form.get("version") or version
+        keep_fp32 = keep_fp32 or parse_flag("keep_fp32", form.get("keep_fp32"))
+        parsed = parse_labels(labels + form.fields.get("labels", []) + form.fields.get("label", []))
+        upload = await asyncio.to_thread(arrange, box, form.parts)
+        return PushRequest(upload, version, parsed, form.calibration, keep_fp32, form.eval_data)
     except BaseException:
-        upload.discard()
-        if staged_calibration is not None:
-            staged_calibration.discard()
+        box.discard()
         raise
-    return PushRequest(upload, version, parsed, staged_calibration, keep_fp32, staged_eval)

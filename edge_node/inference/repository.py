@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 from pathlib import Path
@@ -26,7 +27,7 @@ from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotRea
 from edge_node.inference.metrics import ModelMetrics, render
 from edge_node.inference.session import SessionFactory, batchable, check_inputs, dummy_inputs, reconcile_manifest
 from edge_node.settings import BatchSettings
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import ArtifactRef, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,22 @@ class LoadedModel:
             self._metrics.retire()
 
 
+def loaded_artifact(manifest: Manifest, path: Path) -> ArtifactRef:
+    """The artifact whose ``model.onnx`` is ``path``: named by its directory
+    (``<version>/<artifact>/model.onnx``), else the manifest's default one."""
+    return manifest.artifact_named(path.parent.name) or manifest.served()
+
+
+def session_key(artifact: ArtifactRef) -> str:
+    """What identifies an artifact's optimized form: the graph's sha256 for a single file
+    (as before external data), else a digest over the graph's and every data file's sha256
+    (the same graph with other weights is another model)."""
+    if not artifact.files:
+        return artifact.sha256
+    parts = [artifact.sha256, *(f"{f.path}:{f.sha256}" for f in artifact.files)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 class ModelRepository:
     """All model versions known to this edge and, per model, the default version."""
 
@@ -198,8 +215,11 @@ class ModelRepository:
         self._promote(model)
 
     async def _bring_up(self, model: LoadedModel, path: Path) -> None:
-        """Create the session (in a thread), reconcile its signature, warm it up, attach."""
-        created = await asyncio.to_thread(self._factory.create_with_info, path, model.manifest.sha256)
+        """Create the session (in a thread), reconcile its signature, warm it up, attach.
+        ORT reads the graph's external-data files from ``path``'s directory."""
+        artifact = loaded_artifact(model.manifest, path)
+        create = self._factory.create_with_info
+        created = await asyncio.to_thread(create, path, session_key(artifact), artifact.total_size)
         model.cache_hit = created.cache_hit
         model.manifest = reconcile_manifest(model.manifest, created.session)
         await asyncio.to_thread(created.session.run, None, dummy_inputs(model.manifest.inputs))

@@ -112,12 +112,14 @@ class SessionFactory:
         """A session for ``model_path``; ``last_cache_hit`` tells whether it was cached."""
         return self.create_with_info(model_path, key).session
 
-    def create_with_info(self, model_path: Path, key: str) -> CreatedSession:
-        """A session plus whether the optimized model came from the cache."""
+    def create_with_info(self, model_path: Path, key: str, total_bytes: int | None = None) -> CreatedSession:
+        """A session plus whether the optimized model came from the cache. ``total_bytes``:
+        the model's size with its external-data files (ORT finds them next to ``model_path``;
+        the optimized copy holds them inline, so they count toward what can be cached)."""
         cached = self.cache_path(key)
         result = self._from_cache(cached) if cached.is_file() else None
         if result is None:
-            result = self._optimize(Path(model_path), cached)
+            result = self._optimize(Path(model_path), cached, total_bytes)
         self.last_cache_hit = result.cache_hit
         return result
 
@@ -147,10 +149,10 @@ class SessionFactory:
             return None
         return CreatedSession(session, True, cached)
 
-    def _optimize(self, model_path: Path, cached: Path) -> CreatedSession:
+    def _optimize(self, model_path: Path, cached: Path, total_bytes: int | None = None) -> CreatedSession:
         """Load with ENABLE_ALL, writing the optimized model atomically into the cache."""
         options = self._options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-        if not self._cacheable(model_path):
+        if not self._cacheable(model_path, total_bytes):
             return CreatedSession(self._session(model_path, options), False, None)
         # The suffix must stay ".onnx": ORT picks the output format from it (".ort" → ORT).
         tmp = cached.with_name(f".{cached.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.onnx")
@@ -162,11 +164,11 @@ class SessionFactory:
             tmp.unlink(missing_ok=True)
         return CreatedSession(session, False, cached)
 
-    def _cacheable(self, model_path: Path) -> bool:
+    def _cacheable(self, model_path: Path, total_bytes: int | None = None) -> bool:
         """Whether to write a cache entry: a usable cache dir and a serializable size."""
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            too_big = model_path.stat().st_size >= MAX_CACHEABLE_BYTES
+            too_big = max(model_path.stat().st_size, total_bytes or 0) >= MAX_CACHEABLE_BYTES
         except OSError as exc:
             log.warning("optimized-model cache disabled for %s: %s", model_path, exc)
             return False

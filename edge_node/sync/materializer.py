@@ -24,7 +24,7 @@ from typing import Any
 from tenacity import RetryCallState, retry_if_exception_type
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
-from edge_node.sync.state import DesiredVersion, EdgeDesiredState
+from edge_node.sync.state import DesiredVersion, EdgeDesiredState, artifact_to_serve, chunk_bytes, served_digests
 from edge_node.sync.trust import ManifestTrust
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import AssemblyError
@@ -88,7 +88,7 @@ class Materializer:
         wanted = {v.manifest.key: v for v in state.versions if v.serve}
         self._refuse_oversized(wanted)
         fits = [v for v in state.versions if v.manifest.key not in self.refusals]
-        pins = {c.digest for v in fits if v.serve for c in v.manifest.chunks}
+        pins = served_digests(fits)
         pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
         try:
             self._fetcher.store.set_pins(pins)
@@ -121,7 +121,8 @@ class Materializer:
             self.progress.pop(key, None)
         for key, version in wanted.items():
             m = version.manifest
-            needed = sum(c.size for c in m.unique_chunks())
+            artifact = artifact_to_serve(m)
+            needed = chunk_bytes(artifact)
             if needed <= capacity:
                 self.refusals.pop(key, None)
                 continue
@@ -133,7 +134,9 @@ class Materializer:
                 log.error("refusing %s", reason)
                 self.refusals[key] = reason
                 self._spawn(self._keep_serving(m))
-            progress = VersionProgress(m.name, m.version, "failed", len(m.unique_chunks()), size=m.size)
+            progress = VersionProgress(
+                m.name, m.version, "failed", len(artifact.all_chunks()), size=artifact.total_size
+            )
             progress.error = self.refusals[key]
             self.progress[key] = progress
 
@@ -168,7 +171,7 @@ class Materializer:
     async def _seed(self, version: DesiredVersion) -> None:
         if self._refused(version.manifest) is not None:
             return
-        sizes = {c.digest: c.size for c in version.manifest.chunks}
+        sizes = {c.digest: c.size for c in version.manifest.unique_chunks()}
         node = self._fetcher.node_id
         owned = [d for d, owners in version.placement.items() if node in owners]
         await asyncio.gather(
@@ -177,26 +180,27 @@ class Materializer:
 
     async def _materialize(self, version: DesiredVersion) -> None:
         m = version.manifest
-        progress = VersionProgress(m.name, m.version, "pending", len(m.unique_chunks()), size=m.size)
+        artifact = artifact_to_serve(m)
+        progress = VersionProgress(m.name, m.version, "pending", len(artifact.all_chunks()), size=artifact.total_size)
         self.progress[m.key] = progress
         refusal = self._refused(m)
         if refusal is not None:  # a new desired state retries; the version served now stays
             progress.state, progress.error = "failed", refusal
             return
-        if await asyncio.to_thread(self._files.is_complete, m):
+        if await asyncio.to_thread(self._files.is_complete, m, artifact.artifact):
             progress.state, progress.chunks_present, progress.completed_at = (
                 "complete",
                 progress.chunks_total,
                 time.time(),
             )
-            await self._completed(m)  # assembled before a restart: serve it again
+            await self._completed(m, artifact.artifact)  # assembled before a restart: serve it again
             return
         disk_error = await self._fetch_and_assemble(version, progress)
         progress.state, progress.error, progress.completed_at = "complete", None, time.time()
         if disk_error is not None:
             log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
-        log.info("%s:%s complete (%d bytes)", m.name, m.version, m.size)
-        await self._completed(m)
+        log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, artifact.artifact, artifact.total_size)
+        await self._completed(m, artifact.artifact)
 
     async def _fetch_and_assemble(self, version: DesiredVersion, progress: VersionProgress) -> str | None:
         """Fetch and assemble ``version``, retrying with backoff until it is done; returns the
@@ -223,18 +227,20 @@ class Materializer:
         async for attempt in retrying(_FIRST_RETRY_S, self._retry_max_s, retry=retry, before_sleep=failed):
             with attempt:
                 await self._fetch_all(version, progress, keep_failed=disk_error is not None)
-                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read)
+                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read, artifact_to_serve(m).artifact)
         return disk_error
 
-    async def _completed(self, manifest: Manifest) -> None:
+    async def _completed(self, manifest: Manifest, artifact: str | None = None) -> None:
+        """Hand the assembled ``model.onnx`` (its data files beside it) to the server;
+        ``artifact`` None: the one completed on disk most recently."""
         if self._on_complete is not None:
-            await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version))
+            await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version, artifact))
 
     async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress, keep_failed: bool = False) -> None:
         """Fetch every chunk; ``keep_failed``: a retry after a write error stays ``failed`` until it completes."""
         if not keep_failed:
             progress.state = "fetching"
-        chunks = version.manifest.unique_chunks()
+        chunks = artifact_to_serve(version.manifest).all_chunks()
         node = self._fetcher.node_id
         # Owned chunks first: others are waiting on this node for them.
         chunks.sort(key=lambda c: node not in version.placement.get(c.digest, []))

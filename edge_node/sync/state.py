@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fleetwire.convert import manifest_from_pb
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import ArtifactRef, Manifest
 from fleetwire.v1 import registry_pb2
 
 
@@ -36,8 +37,25 @@ class EdgeDesiredState:
         return owners
 
     def chunk_sizes(self) -> dict[str, int]:
-        """digest → size across the manifests of all versions."""
-        return {c.digest: c.size for v in self.versions for c in v.manifest.chunks}
+        """digest → size across the manifests of all versions: every file of every artifact
+        (a node may own, seed and relay any of them)."""
+        return {c.digest: c.size for v in self.versions for c in v.manifest.unique_chunks()}
+
+
+def artifact_to_serve(manifest: Manifest) -> ArtifactRef:
+    """The artifact this node assembles and serves for ``manifest``: its default one."""
+    return manifest.served()
+
+
+def served_digests(versions: Iterable[DesiredVersion]) -> set[str]:
+    """Every chunk of every file of the artifact each served version assembles (what the
+    cache pins besides owned chunks)."""
+    return {c.digest for v in versions if v.serve for c in artifact_to_serve(v.manifest).all_chunks()}
+
+
+def chunk_bytes(artifact: ArtifactRef) -> int:
+    """Bytes of the artifact's unique chunks: what the cache must hold to assemble it."""
+    return sum(c.size for c in artifact.all_chunks())
 
 
 def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:

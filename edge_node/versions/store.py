@@ -1,11 +1,17 @@
-"""``<data_dir>/versions/<name>/<version>/model.onnx`` plus ``manifest.json``.
+"""``<data_dir>/versions/<name>/<version>/<artifact>/``: ``model.onnx``, its external-data
+files (as the graph names them) and ``manifest.json``.
 
-The model is written under a temp name, fsynced, checked against the manifest's
-sha256 and renamed; ``manifest.json`` is written last and marks the version
-complete. A crash at any point leaves no file that looks complete but is not; the temp
-files a killed process leaves behind are removed when the next one opens the directory.
-A write that fails (a full disk) removes what it wrote and raises ``VersionWriteError``
-naming the directory."""
+An artifact is assembled file by file: each is written under a temp name from its chunks,
+fsynced, checked against its sha256 and renamed; ``manifest.json`` is written last and
+marks the artifact complete, so a crash at any point leaves no directory that looks
+complete but is not, and ORT, which resolves external data relative to ``model.onnx``,
+only ever sees whole files. The temp files a killed process leaves behind are removed
+when the next one opens the directory. A write that fails (a full disk) removes what it
+wrote and raises ``VersionWriteError`` naming the directory.
+
+Edges before artifacts had their own directories kept ``model.onnx`` and ``manifest.json``
+in the version's directory; opening the store moves them into their artifact's directory
+(two renames), so an edge upgraded in place finds its versions and serves them at once."""
 
 from __future__ import annotations
 
@@ -15,17 +21,28 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge_node.diskerrors import write_error
-from fleetwire.manifest import Manifest
+from fleetwire import names
+from fleetwire.manifest import MODEL_FILE, ArtifactRef, ChunkRef, Manifest
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 #: Prefixes of the temp files written before their atomic rename.
 _TEMP_PREFIXES = (".assemble-", ".manifest-")
+
+__all__ = [
+    "MANIFEST_FILE",
+    "MODEL_FILE",
+    "AssemblyError",
+    "StoredFile",
+    "VersionFiles",
+    "VersionWriteError",
+    "artifact_files",
+]
 
 
 class AssemblyError(Exception):
@@ -53,100 +70,186 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """One file of an artifact as it lies in the artifact's directory."""
+
+    path: str
+    sha256: str
+    size: int
+    chunks: list[ChunkRef]
+
+
+def artifact_files(artifact: ArtifactRef) -> list[StoredFile]:
+    """Every file of an artifact: the graph (``model.onnx``) first, then its data files."""
+    graph = StoredFile(MODEL_FILE, artifact.sha256, artifact.size, artifact.chunks)
+    return [graph, *(StoredFile(f.path, f.sha256, f.size, f.chunks) for f in artifact.files)]
+
+
+def _artifact(manifest: Manifest, artifact: str | None) -> ArtifactRef:
+    """The named artifact of ``manifest`` (None: the served one); ``KeyError`` if it has none."""
+    ref = manifest.served() if artifact is None else manifest.artifact_named(artifact)
+    if ref is None:
+        raise KeyError(f"{manifest.name}:{manifest.version} has no artifact {artifact!r}")
+    names.check_name("artifact", ref.artifact)  # a directory name: path-safe (the manifest is signed too)
+    return ref
+
+
+def _same_files(a: ArtifactRef, b: ArtifactRef) -> bool:
+    return a.sha256 == b.sha256 and [(f.path, f.sha256) for f in a.files] == [(f.path, f.sha256) for f in b.files]
+
+
 class VersionFiles:
-    """Complete model versions on this node's disk."""
+    """Complete model versions on this node's disk, one directory per artifact."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self._remove_stale_temps()
+        self._move_legacy_versions()
 
     def _remove_stale_temps(self) -> None:
         """Delete half-written files of a process that died while writing (one writer per data dir)."""
         for prefix in _TEMP_PREFIXES:
-            for stale in self.root.glob(f"*/*/{prefix}*"):
-                stale.unlink(missing_ok=True)
+            for pattern in (f"*/*/{prefix}*", f"*/*/*/{prefix}*"):
+                for stale in self.root.glob(pattern):
+                    stale.unlink(missing_ok=True)
+
+    def _move_legacy_versions(self) -> None:
+        """Move ``<version>/model.onnx`` + ``manifest.json`` (the layout before artifact
+        directories) into ``<version>/<artifact>/``. Each step is a rename and the marker
+        moves last, so a crash in between leaves a directory that is simply re-assembled."""
+        for marker in self.root.glob(f"*/*/{MANIFEST_FILE}"):
+            try:
+                manifest = Manifest.model_validate_json(marker.read_text())
+                target = self.root / marker.parent.parent.name / marker.parent.name / manifest.artifact
+                names.check_name("artifact", manifest.artifact)
+                target.mkdir(exist_ok=True)
+                model = marker.parent / MODEL_FILE
+                if model.is_file():
+                    os.replace(model, target / MODEL_FILE)
+                os.replace(marker, target / MANIFEST_FILE)
+                _fsync_dir(target)
+                _fsync_dir(marker.parent)
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "cannot move %s into its artifact's directory (%s); it will be assembled again", marker, exc
+                )
+                continue
+            log.info("moved %s:%s into %s", manifest.name, manifest.version, target)
 
     def directory(self, name: str, version: str) -> Path:
-        """The directory of one version."""
+        """The directory of one version (its artifacts are subdirectories)."""
         return self.root / name / version
 
-    def model_path(self, name: str, version: str) -> Path:
-        """The assembled model file of one version."""
-        return self.directory(name, version) / MODEL_FILE
+    def artifact_directory(self, name: str, version: str, artifact: str) -> Path:
+        """The directory an artifact of a version is assembled in."""
+        return self.directory(name, version) / names.check_name("artifact", artifact)
 
-    def is_complete(self, manifest: Manifest) -> bool:
-        """True when the version was assembled before and its file still has the manifest's
-        size and sha256 (re-hashed: a file changed on disk since is assembled again)."""
-        marker = self.directory(manifest.name, manifest.version) / MANIFEST_FILE
-        model = self.model_path(manifest.name, manifest.version)
-        if not marker.is_file() or not model.is_file():
+    def model_path(self, name: str, version: str, artifact: str | None = None) -> Path:
+        """The graph file of one artifact of a version; None: the artifact most recently
+        completed on this disk (the one the edge serves), else the default ``fp32``."""
+        if artifact is None:
+            markers = sorted(
+                self.directory(name, version).glob(f"*/{MANIFEST_FILE}"),
+                key=lambda m: m.stat().st_mtime,
+            )
+            artifact = markers[-1].parent.name if markers else "fp32"
+        return self.artifact_directory(name, version, artifact) / MODEL_FILE
+
+    def is_complete(self, manifest: Manifest, artifact: str | None = None) -> bool:
+        """True when the artifact (None: the served one) was assembled before and every one
+        of its files still has its size and sha256 (re-hashed: a file changed on disk since
+        is assembled again)."""
+        ref = _artifact(manifest, artifact)
+        directory = self.artifact_directory(manifest.name, manifest.version, ref.artifact)
+        marker = directory / MANIFEST_FILE
+        if not marker.is_file():
             return False
         try:
-            if Manifest.model_validate_json(marker.read_text()).sha256 != manifest.sha256:
-                return False
-        except ValueError:
+            recorded = Manifest.model_validate_json(marker.read_text()).artifact_named(ref.artifact)
+        except (OSError, ValueError):
             return False
-        if model.stat().st_size == manifest.size and _file_sha256(model) == manifest.sha256:
-            return True
-        log.warning("%s:%s on disk does not match its manifest; assembling it again", manifest.name, manifest.version)
-        return False
+        if recorded is None or not _same_files(recorded, ref):
+            return False
+        for file in artifact_files(ref):
+            path = directory / file.path
+            if not path.is_file() or path.stat().st_size != file.size or _file_sha256(path) != file.sha256:
+                log.warning(
+                    "%s:%s %s: %s on disk does not match its manifest; assembling it again",
+                    manifest.name, manifest.version, ref.artifact, file.path,
+                )  # fmt: skip
+                return False
+        return True
 
     def latest_complete(self, name: str, exclude: str) -> Manifest | None:
         """The most recently completed version of ``name`` on disk other than ``exclude`` whose
-        file still matches its manifest (``is_complete``: re-hashed)."""
-        found: list[tuple[float, Manifest]] = []
-        for marker in (self.root / name).glob(f"*/{MANIFEST_FILE}"):
-            if marker.parent.name == exclude or not (marker.parent / MODEL_FILE).is_file():
+        files still match its manifest (``is_complete``: re-hashed). ``model_path(name,
+        version)`` then names the artifact that completed."""
+        found: list[tuple[float, Manifest, str]] = []
+        for marker in (self.root / name).glob(f"*/*/{MANIFEST_FILE}"):
+            version_dir = marker.parent.parent
+            if version_dir.name == exclude or not (marker.parent / MODEL_FILE).is_file():
                 continue
             try:
                 manifest = Manifest.model_validate_json(marker.read_text())
             except (OSError, ValueError):
                 continue
-            if (manifest.name, manifest.version) == (name, marker.parent.name):
-                found.append((marker.stat().st_mtime, manifest))
+            if (manifest.name, manifest.version) == (name, version_dir.name):
+                found.append((marker.stat().st_mtime, manifest, marker.parent.name))
         found.sort(key=lambda f: f[0], reverse=True)
-        return next((manifest for _, manifest in found if self.is_complete(manifest)), None)
+        for _, manifest, artifact in found:
+            try:
+                if self.is_complete(manifest, artifact):
+                    return manifest
+            except (KeyError, names.InvalidName):
+                continue
+        return None
 
-    def assemble(self, manifest: Manifest, read: Callable[[str], bytes | None]) -> Path:
-        """Concatenate the chunks, verify the whole file, and publish it atomically."""
-        directory = self.directory(manifest.name, manifest.version)
-        directory.mkdir(parents=True, exist_ok=True)
-        what = f"{manifest.name}:{manifest.version} ({manifest.size} bytes)"
+    def assemble(self, manifest: Manifest, read: Callable[[str], bytes | None], artifact: str | None = None) -> Path:
+        """Write every file of the artifact (None: the served one) from its chunks, each
+        verified and published atomically, then the marker; the path of its ``model.onnx``."""
+        ref = _artifact(manifest, artifact)
+        directory = self.artifact_directory(manifest.name, manifest.version, ref.artifact)
+        what = f"{manifest.name}:{manifest.version} {ref.artifact} ({ref.total_size} bytes)"
+        written: list[Path] = []
         try:
-            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
-        except OSError as exc:
-            raise _write_error(exc, what, directory) from exc
-        tmp = Path(tmp_name)
-        final = directory / MODEL_FILE
-        try:
-            digest = self._write_chunks(fd, manifest, read)
-            if digest != manifest.sha256:
-                raise AssemblyError(f"{manifest.name}:{manifest.version}: assembled file has sha256 {digest}")
-            os.replace(tmp, final)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / MANIFEST_FILE).unlink(missing_ok=True)  # not complete while files change
+            for file in artifact_files(ref):
+                written.append(self._assemble_file(directory, file, read, what))
             self._write_marker(directory, manifest)
             _fsync_dir(directory)
-            return final
+            return directory / MODEL_FILE
         except OSError as exc:
             if not (directory / MANIFEST_FILE).is_file():  # not complete: give its room back
-                final.unlink(missing_ok=True)
+                for path in written:
+                    path.unlink(missing_ok=True)
             raise _write_error(exc, what, directory) from exc
-        finally:
-            tmp.unlink(missing_ok=True)
 
     @staticmethod
-    def _write_chunks(fd: int, manifest: Manifest, read: Callable[[str], bytes | None]) -> str:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as f:
-            for chunk in manifest.chunks:
-                data = read(chunk.digest)
-                if data is None:
-                    raise AssemblyError(f"chunk {chunk.digest[:12]} vanished from the cache")
-                h.update(data)
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return h.hexdigest()
+    def _assemble_file(directory: Path, file: StoredFile, read: Callable[[str], bytes | None], what: str) -> Path:
+        """One file from its chunks: temp name, fsync, sha256 check, rename."""
+        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
+        tmp = Path(tmp_name)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as f:
+                for chunk in file.chunks:
+                    data = read(chunk.digest)
+                    if data is None:
+                        raise AssemblyError(f"{what}: chunk {chunk.digest[:12]} of {file.path} vanished from the cache")
+                    h.update(data)
+                    f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if h.hexdigest() != file.sha256:
+                raise AssemblyError(f"{what}: assembled {file.path} has sha256 {h.hexdigest()}")
+            final = directory / file.path
+            os.replace(tmp, final)
+            return final
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @staticmethod
     def _write_marker(directory: Path, manifest: Manifest) -> None:
@@ -161,5 +264,5 @@ class VersionFiles:
             Path(tmp).unlink(missing_ok=True)
 
     def remove(self, name: str, version: str) -> None:
-        """Delete a version's directory."""
+        """Delete a version's directory (every artifact of it)."""
         shutil.rmtree(self.directory(name, version), ignore_errors=True)

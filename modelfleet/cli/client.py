@@ -54,7 +54,8 @@ class CentralRefused(CliError):
 
 @dataclass
 class PushRequest:
-    """One model version to push (``modelfleet push``)."""
+    """One model version to push (``modelfleet push``): ``model`` is the graph (or a tar), and
+    ``data_files`` the external-data files it references, by the name the graph uses."""
 
     model: Path
     name: str
@@ -67,6 +68,18 @@ class PushRequest:
     eval_data: Path | None = None
     threshold: float | None = None
     dims: list[str] = field(default_factory=list)
+    data_files: dict[str, Path] = field(default_factory=dict)
+
+    def parts(self) -> list[Part]:
+        """Every file of the push as a multipart part: the graph, its data files, calibration, eval."""
+        graph = self.model.name if self.model.name.endswith(".onnx") or not self.data_files else "model.onnx"
+        parts = [Part("file", graph, self.model)]
+        parts += [Part("data", name, path) for name, path in self.data_files.items()]
+        if self.calibration is not None:
+            parts.append(Part("calibration", "calibration.npz", self.calibration))
+        if self.eval_data is not None:
+            parts.append(Part("eval", "eval.npz", self.eval_data))
+        return parts
 
 
 def _reason(exc: Exception) -> str:
@@ -86,7 +99,21 @@ def refusal(response: httpx.Response) -> CentralRefused:
     return CentralRefused(f"{text} (HTTP {response.status_code})", response.status_code)
 
 
-def multipart(parts: list[tuple[str, Path]], on_bytes: Callable[[int], None]) -> tuple[Iterator[bytes], str, int]:
+@dataclass(frozen=True)
+class Part:
+    """One file of a multipart push: its form field, the file name central sees, where it is."""
+
+    field: str
+    filename: str
+    path: Path
+
+
+def _quoted(filename: str) -> str:
+    """A file name for a Content-Disposition parameter (quotes and line breaks escaped)."""
+    return filename.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
+
+
+def multipart(parts: list[Part], on_bytes: Callable[[int], None]) -> tuple[Iterator[bytes], str, int]:
     """A multipart/form-data body read from disk as it is sent: (blocks, content type, length).
 
     Built by hand rather than by httpx so that ``on_bytes`` fires per block really
@@ -94,16 +121,16 @@ def multipart(parts: list[tuple[str, Path]], on_bytes: Callable[[int], None]) ->
     boundary = uuid.uuid4().hex
     heads = [
         (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}.bin"\r\n'
-            "Content-Type: application/octet-stream\r\n\r\n"
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{part.field}"; filename="{_quoted(part.filename)}"'
+            "\r\nContent-Type: application/octet-stream\r\n\r\n"
         ).encode()
-        for name, _ in parts
+        for part in parts
     ]
     tail = f"--{boundary}--\r\n".encode()
-    length = sum(len(h) + p.stat().st_size + 2 for h, (_, p) in zip(heads, parts, strict=True)) + len(tail)
+    length = sum(len(h) + part.path.stat().st_size + 2 for h, part in zip(heads, parts, strict=True)) + len(tail)
 
     def blocks() -> Iterator[bytes]:
-        for head, (_, path) in zip(heads, parts, strict=True):
+        for head, path in zip(heads, (part.path for part in parts), strict=True):
             yield head
             with path.open("rb") as f:
                 while block := f.read(_CHUNK):
@@ -212,9 +239,7 @@ class CentralClient:
     def push(self, push: PushRequest, on_bytes: Callable[[int], None]) -> Iterator[JsonObject]:
         """Upload a model and yield central's progress events (``?progress=ndjson``) as they
         come; the last is ``{"event": "result", …}`` or ``{"event": "error", …}``."""
-        parts = [("file", push.model)] + ([("calibration", push.calibration)] if push.calibration else [])
-        parts += [("eval", push.eval_data)] if push.eval_data else []
-        body, content_type, length = multipart(parts, on_bytes)
+        body, content_type, length = multipart(push.parts(), on_bytes)
         params: list[tuple[str, str | int | float | bool | None]] = [
             ("progress", "ndjson"),
             *(("labels", label) for label in push.labels),

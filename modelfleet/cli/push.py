@@ -16,6 +16,7 @@ from rich.text import Text
 from modelfleet.cli import output
 from modelfleet.cli.client import CliError, JsonObject, PushRequest, connect
 from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
+from modelfleet.cli.model_files import data_files
 
 STEP_LABELS = {
     "validate": "validate (onnx.checker, signature)",
@@ -135,7 +136,10 @@ def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
         if q.get("served_reason"):
             lines.append(("note", str(q["served_reason"])))
     else:
-        lines.append(("sizes", f"FP32 {output.human_bytes(m.get('size'))} (quantization is off on central)"))
+        total = m.get("size", 0) + sum(f.get("size", 0) for f in m.get("files", []))
+        lines.append(("sizes", f"FP32 {output.human_bytes(total)} (quantization is off on central)"))
+    if m.get("files"):
+        lines.append(("files", ", ".join(["model.onnx", *(f["path"] for f in m["files"])])))
     new = output.human_bytes(report.get("new_chunk_bytes"))
     lines.append(("chunks", f"{report.get('chunks', len(m.get('chunks', [])))} ({new} new to central)"))
     lines.append(("owners", _owners(result.get("placement") or {})))
@@ -166,7 +170,13 @@ def _checked(path: Path, what: str) -> Path:
 
 @output.reported
 def push(
-    model: Annotated[Path, typer.Argument(help="The ONNX model file.", show_default=False)],
+    model: Annotated[
+        Path,
+        typer.Argument(
+            help="The ONNX model (its external-data files next to it are sent too), or a tar of its directory.",
+            show_default=False,
+        ),
+    ],
     name: Annotated[str, typer.Option("--name", "-n", help="Model name in the registry.", show_default=False)],
     version: Annotated[str | None, typer.Option(help="Version label (default: the next number).")] = None,
     calibration: Annotated[Path | None, typer.Option(help=".npz of input arrays for INT8 calibration.")] = None,
@@ -191,6 +201,7 @@ def push(
     """Push a model version: upload, validate, quantize, guard, chunk and place it."""
     request = PushRequest(
         model=_checked(model, "model"),
+        data_files=data_files(model),
         name=name,
         version=version,
         calibration=_checked(calibration, "calibration file") if calibration else None,
@@ -205,8 +216,7 @@ def push(
         output.print_json(_run(request, central, token, None))
         return
     console = output.console()
-    size = sum(p.stat().st_size for p in (model, calibration, eval_data) if p is not None)
-    view = PushView(console, size)
+    view = PushView(console, sum(part.path.stat().st_size for part in request.parts()))
     with view.progress:
         try:
             result = _run(request, central, token, view)

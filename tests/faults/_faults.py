@@ -86,11 +86,14 @@ def assert_edge_files_sound(
     the versions dir, and every chunk of the manifest is in the cache and passes its digest.
     ``data_dir``: where to look instead of the edge's data dir (e.g. a copy of it)."""
     data_dir = data_dir or fleet.edges[node].data_dir
-    assert sha256_of(data_dir / "versions" / name / ver / "model.onnx") == manifest["sha256"]
+    directory = data_dir / "versions" / name / ver / manifest.get("artifact", "fp32")
+    assert sha256_of(directory / "model.onnx") == manifest["sha256"]
+    for file in manifest.get("files", []):
+        assert sha256_of(directory / file["path"]) == file["sha256"]
     versions = data_dir / "versions"
     temps = [p.name for p in versions.rglob("*") if p.name.startswith((".assemble-", ".manifest-"))]
     assert temps == []  # no half-written file that a later start could load
-    digests = {c["digest"] for c in manifest["chunks"]}
+    digests = {c["digest"] for f in [manifest, *manifest.get("files", [])] for c in f["chunks"]}
     with ChunkStore(data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:
         corrupt_or_missing = [d for d in digests if store.get(d) is None]  # get() re-hashes, drops a bad one
     assert corrupt_or_missing == []

@@ -95,7 +95,7 @@ def test_an_edge_killed_during_assembly_never_loads_a_half_written_file(tmp_path
     with Fleet(root=tmp_path, central_env=CENTRAL_ENV, edge_env=no_hot) as fleet:
         fleet.start(edges=1)
         pushed = fleet.push("mlp", "1", model)
-        directory = fleet.edges["e0"].data_dir / "versions" / "mlp" / "1"
+        directory = fleet.edges["e0"].data_dir / "versions" / "mlp" / "1" / "fp32"  # <version>/<artifact>
         half = sigkill_edge_when(fleet, "e0", lambda: _temp_in(directory, ".assemble-"), 60, "an assembly")
         assert 0 < half.stat().st_size < pushed.size  # killed with a half-written file on disk ...
         assert not (directory / "model.onnx").exists()  # ... and no model file published
@@ -118,7 +118,7 @@ def test_an_edge_killed_during_a_version_swap_comes_back_serving_the_new_version
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
 
         pushed = fleet.push("mlp", "2", v2)
-        marker = fleet.edges["e0"].data_dir / "versions" / "mlp" / "2" / "manifest.json"
+        marker = fleet.edges["e0"].data_dir / "versions" / "mlp" / "2" / "fp32" / "manifest.json"
         # The marker is written as the version completes and the swap starts: session build,
         # warm-up, switch, then v1 answers stragglers for retire_grace_s (5 s) before it goes.
         sigkill_edge_when(fleet, "e0", lambda: marker if marker.exists() else None, 30, "v2 assembled")
@@ -196,7 +196,7 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
             wait_until(lambda: "cannot write mlp:2" in error(), 30, "v2's assembly failing for want of room")
             assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
             assert str(data_dir / "versions" / "mlp" / "2") in error(), error()
-            leftovers = list(disk.host_path(data_dir / "versions" / "mlp" / "2").iterdir())
+            leftovers = list(disk.host_path(data_dir / "versions" / "mlp" / "2" / "fp32").iterdir())
             assert [p.name for p in leftovers] == []  # no temp file, no model file without its manifest
             assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
 
