@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from edge_node.auth import CredentialError, NodeCredential
 from edge_node.heartbeat import HeartbeatSettings
+from edge_node.inference.chooser import ChoiceSettings
 from edge_node.inference.repository import BatchSettings
 from fleetwire.exposure import TLS_FIX, Listener
 from fleetwire.names import InvalidName, check_name
@@ -65,6 +66,16 @@ class InferenceSettings(BaseModel):
     batching: BatchSettings = Field(default_factory=BatchSettings)
     retire_grace_s: float = Field(5.0, ge=0, description="How long a replaced version keeps answering stragglers.")
     bench_endpoints: bool = Field(False, description="Expose POST /bench/noop, the HTTP-stack baseline for benchmarks.")
+    cpu_flags: str | None = Field(
+        None,
+        description=(
+            "CPU flags that decide this node's hardware class (space- or comma-separated, e.g. 'avx2 avx512_vnni');"
+            " default: /proc/cpuinfo's. Nodes of one class share the verdict of which artifact runs fastest."
+        ),
+    )
+    choice: ChoiceSettings = Field(
+        default_factory=ChoiceSettings, description="Timing a version's artifacts to serve the fastest here."
+    )
 
 
 class LimitSettings(BaseModel):

@@ -34,7 +34,7 @@ class SentState:
     def of(cls, node_id: str, versions: Iterable[VersionAssignment]) -> SentState:
         """The record of the state holding ``versions`` sent to ``node_id``."""
         listed = list(versions)
-        served = {c.digest for v in listed if v.serve for c in v.manifest.chunks}
+        served = {c.digest for v in listed if v.serve for c in v.manifest.unique_chunks()}
         owned = {d for v in listed for d, owners in v.placement.items() if node_id in owners}
         return cls(versions={v.manifest.key: v.manifest for v in listed}, readable=frozenset(served | owned))
 

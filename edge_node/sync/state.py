@@ -10,12 +10,25 @@ from fleetwire.v1 import registry_pb2
 
 
 @dataclass(frozen=True)
+class SharedVerdict:
+    """Which artifact of a version the first node of this node's hardware class chose."""
+
+    artifact: str
+    hardware_class: str
+    node_id: str
+    speedup_b1: float | None = None
+    speedup_b8: float | None = None
+
+
+@dataclass(frozen=True)
 class DesiredVersion:
     """A version to hold (and serve, unless ``serve`` is False) with its chunk owners."""
 
     manifest: Manifest
     serve: bool
     placement: dict[str, list[str]]
+    #: Central's verdict for this node's class; None: time the artifacts here.
+    verdict: SharedVerdict | None = None
 
 
 @dataclass(frozen=True)
@@ -37,7 +50,20 @@ class EdgeDesiredState:
 
     def chunk_sizes(self) -> dict[str, int]:
         """digest → size across the manifests of all versions."""
-        return {c.digest: c.size for v in self.versions for c in v.manifest.chunks}
+        return {c.digest: c.size for v in self.versions for c in v.manifest.unique_chunks()}
+
+
+def _verdict_from_pb(pb: registry_pb2.VersionAssignment) -> SharedVerdict | None:
+    if not pb.HasField("verdict") or not pb.verdict.artifact:
+        return None
+    v = pb.verdict
+    return SharedVerdict(
+        artifact=v.artifact,
+        hardware_class=v.hardware_class,
+        node_id=v.node_id,
+        speedup_b1=v.speedup_b1 if v.HasField("speedup_b1") else None,
+        speedup_b8=v.speedup_b8 if v.HasField("speedup_b8") else None,
+    )
 
 
 def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
@@ -49,6 +75,7 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
                 manifest=manifest_from_pb(v.manifest),
                 serve=v.serve,
                 placement={p.digest: list(p.owners) for p in v.placement},
+                verdict=_verdict_from_pb(v),
             )
             for v in pb.versions
         ],
