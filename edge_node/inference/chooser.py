@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -218,14 +219,17 @@ class ArtifactChooser:
         self.node_id = node_id
         self.settings = settings or ChoiceSettings()
         self._clock = clock
+        #: One timing at a time: two versions timed at once would each measure the other too.
+        self._lock = threading.Lock()
 
     def choose(self, candidates: Mapping[str, tuple[Path, str]]) -> ArtifactChoice:
         """The artifact to serve among ``candidates`` (artifact → model path and its sha256, the
         session cache key). Candidates that fail to load or run are left out; FP32 must load."""
-        opened = self._open(candidates)
-        if FP32 not in opened:
-            raise ValueError("FP32 did not load: there is nothing to compare the INT8 artifacts with")
-        timings = self._time(list(opened.values()))
+        with self._lock:
+            opened = self._open(candidates)
+            if FP32 not in opened:
+                raise ValueError("FP32 did not load: there is nothing to compare the INT8 artifacts with")
+            timings = self._time(list(opened.values()))
         choice = pick(timings, self.hardware_class, self.node_id, self.settings.min_speedup)
         for artifact, (_, key) in candidates.items():  # the losers' optimized copies are never loaded again
             if artifact != choice.artifact:
