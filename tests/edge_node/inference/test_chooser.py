@@ -12,6 +12,7 @@ from artifact_models import build_fast, build_fp32, build_slow
 from edge_node.inference.chooser import ArtifactChooser, ChoiceSettings, Timing, pick, timing_inputs
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.session import SessionFactory
+from edge_node.settings import EdgeSettings
 from fleetwire.manifest import TensorSpec
 
 QUICK = ChoiceSettings(budget_s=1.0, min_rounds=3, max_rounds=8)
@@ -112,3 +113,9 @@ def test_the_hardware_class_names_int8_flags_cores_and_provider() -> None:
     assert arm.flags == ("neon", "dotprod", "i8mm") and arm.cores == 1
     gpu = detect_hardware(["CUDAExecutionProvider", "CPUExecutionProvider"], cpu_flags="")
     assert str(gpu).split("/")[1:] == ["base", f"{gpu.cores}c", "cuda"]
+
+
+def test_the_cpu_flags_setting_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELFLEET_INFERENCE__CPU_FLAGS", "avx2 avx512_vnni")
+    flags = EdgeSettings(node_id="n").inference.cpu_flags
+    assert detect_hardware(["CPUExecutionProvider"], flags).flags == ("avx2", "avx512_vnni")
