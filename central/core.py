@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from central.dashboard import DashboardService, DashboardSources
-from central.distribution import DesiredStateService
+from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
 from central.membership.event_journal import EventJournal
@@ -86,12 +86,17 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
         )
         self.rollouts = self._rollout_service(settings)
+        #: Which artifact each hardware class serves, as the first node of the class timed it.
+        self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed)
+        self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
         self.desired = DesiredStateService(
             self.placement,
             self.rollouts.active_versions,
             self.nodes.peers,
             serving=self.rollouts.serving,
             grace_s=settings.origin.replaced_state_grace_s,
+            verdicts=self.verdicts,
+            hardware_class=self.nodes.hardware_class,
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin
@@ -199,6 +204,7 @@ class Central:
         """Release the tracker's timers, the metadata store and the event log (written out)."""
         self._closed = True
         self._rollouts_unsubscribe()
+        self._verdicts_unsubscribe()
         self.rollouts.close()
         self.membership.close()
         self.store.close()

@@ -13,11 +13,14 @@ from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
 from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources, LoadTracker
 from edge_node.inference import ModelRepository, SessionFactory, available_providers
+from edge_node.inference.chooser import ArtifactChooser
+from edge_node.inference.hardware import detect_hardware
 from edge_node.observability import EdgeStateCollector
 from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
+from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
 from fleetwire.v1 import registry_pb2
@@ -40,7 +43,11 @@ class Edge:
         self.credential = NodeCredential(token, settings.node_token_file)
         origin = OriginClient(self.pool, settings.central, self.node_id, self.credential)
         self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
-        self.repository = self._repository(settings)
+        factory = self._session_factory(settings)
+        inference = settings.inference
+        self.repository = ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+        #: ISA flags, cores and provider: nodes of one class share which artifact runs fastest.
+        self.hardware_class = str(detect_hardware(factory.providers, inference.cpu_flags, inference.intra_op_threads))
         self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)
         self.materializer = Materializer(
             self.fetcher,
@@ -48,6 +55,7 @@ class Edge:
             on_complete=self.repository.load,
             on_dropped=self.repository.unload,
             trust=self.trust,
+            selection=self._selection(settings, factory),
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
@@ -90,13 +98,20 @@ class Edge:
         )
 
     @staticmethod
-    def _repository(settings: EdgeSettings) -> ModelRepository:
+    def _session_factory(settings: EdgeSettings) -> SessionFactory:
         inference = settings.inference
         providers = available_providers(inference.providers)
-        factory = SessionFactory(
+        return SessionFactory(
             settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
         )
-        return ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+
+    def _selection(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactSelection:
+        """Which artifact of each version this node serves: timed here with the sessions'
+        own factory (unless timing is off), remembered in data_dir across restarts."""
+        choice = settings.inference.choice
+        chooser = ArtifactChooser(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
+        records = ChoiceRecords(settings.data_dir / "choices.json")
+        return ArtifactSelection(self.hardware_class, self.node_id, chooser, records)
 
     def _heartbeat_sources(self) -> HeartbeatSources:
         return HeartbeatSources(
@@ -106,6 +121,8 @@ class Edge:
             refusals=lambda: self.materializer.refusals,
             load=self.load,
             state=lambda: "stopping" if self._leaving else "online",
+            choices=lambda: {k: c.info() for k, c in self.materializer.selection.choices.items()},
+            hardware_class=self.hardware_class,
         )
 
     @property
@@ -131,6 +148,7 @@ class Edge:
             http_address=self.http_address,
             capacity=self.settings.capacity,
             labels=self.settings.labels,
+            hardware_class=self.hardware_class,
         )
 
     def status(self) -> dict[str, Any]:
@@ -141,6 +159,8 @@ class Edge:
             "connected": self.follower.connected.is_set(),
             "generation": state.generation if state else None,
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
+            "hardware_class": self.hardware_class,
+            "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
             "peer": {

@@ -126,6 +126,29 @@ class FetchSettings(BaseModel):
     )
 
 
+class ChoiceSettings(BaseModel):
+    """How an edge picks which of a version's artifacts to serve."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+
+    enabled: bool = True
+    """Time the artifacts of a version without a verdict for this node's class; False serves
+    central's default artifact (or a verdict, or a pin) without timing anything."""
+    budget_s: float = Field(20.0, gt=0)
+    """Most seconds the timed rounds of one version take (loading the sessions comes on top)."""
+    min_rounds: int = Field(3, ge=1)
+    """Rounds always run, whatever the budget (one run of each candidate per batch size each)."""
+    max_rounds: int = Field(15, ge=1)
+    """Rounds after which timing stops even with budget left."""
+    warmup_runs: int = Field(2, ge=0)
+    """Untimed runs per candidate and batch size first (allocations, caches, thread start)."""
+    min_speedup: float = Field(1.05, ge=1.0)
+    """Speed-up over FP32 an INT8 artifact must reach at every batch size timed to be chosen
+    over FP32 (above 1.0, so timing noise cannot pick an artifact that is really slower)."""
+    free_dim: int = Field(32, ge=1)
+    """Size given to a variable non-batch dimension (sequence length, ...) when timing."""
+
+
 class InferenceSettings(BaseModel):
     """How this node runs models."""
 
@@ -137,6 +160,16 @@ class InferenceSettings(BaseModel):
     batching: BatchSettings = Field(default_factory=BatchSettings)
     retire_grace_s: float = Field(5.0, ge=0, description="How long a replaced version keeps answering stragglers.")
     bench_endpoints: bool = Field(False, description="Expose POST /bench/noop, the HTTP-stack baseline for benchmarks.")
+    cpu_flags: str | None = Field(
+        None,
+        description=(
+            "CPU flags that decide this node's hardware class (space- or comma-separated, e.g. 'avx2 avx512_vnni');"
+            " default: /proc/cpuinfo's. Nodes of one class share the verdict of which artifact runs fastest."
+        ),
+    )
+    choice: ChoiceSettings = Field(
+        default_factory=ChoiceSettings, description="Timing a version's artifacts to serve the fastest here."
+    )
 
 
 class LimitSettings(BaseModel):

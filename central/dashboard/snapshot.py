@@ -75,6 +75,8 @@ def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[st
         "registered": record is not None,
         "capacity": record.capacity if record is not None else None,
         "labels": dict(record.labels) if record is not None else {},
+        "hardware_class": (record.hardware_class if record is not None else "")
+        or (view.hardware_class if view is not None else ""),
         "load": load,
         "cache": cache,
         "models": [m.model_dump() for m in view.models] if view is not None else [],

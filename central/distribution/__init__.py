@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from central.distribution.assignment import VersionAssignment
 from central.distribution.desired_state import DesiredState, DesiredStateService
+from central.distribution.verdicts import Verdict, VerdictBook
 
-__all__ = ["DesiredState", "DesiredStateService", "VersionAssignment"]
+__all__ = ["DesiredState", "DesiredStateService", "Verdict", "VerdictBook", "VersionAssignment"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from central.distribution.verdicts import Verdict
 from fleetwire.manifest import Manifest
 
 
@@ -15,3 +16,5 @@ class VersionAssignment:
     manifest: Manifest
     serve: bool
     placement: dict[str, list[str]]
+    #: Which artifact to serve, as a node of this node's hardware class timed it; None: time them.
+    verdict: Verdict | None = None

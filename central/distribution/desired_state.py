@@ -8,7 +8,11 @@ just before a change allowed (``central.distribution.grants``).
 
 A change (a version committed or deleted, a node joining or leaving) bumps one
 generation counter and notifies every stream at once, so edges hear of it within
-milliseconds, not on a poll interval."""
+milliseconds, not on a poll interval.
+
+A served version carries the artifact verdict of the node's hardware class, when a node of
+that class has timed the version's artifacts (``verdicts``): the node serves that artifact
+and fetches only its chunks. A new verdict is such a change too."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 from central.distribution.assignment import VersionAssignment
 from central.distribution.grants import SentLog, SentState
+from central.distribution.verdicts import Verdict, VerdictBook
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
 
@@ -42,10 +47,15 @@ class DesiredStateService:
         peers: Callable[[], dict[str, str]],
         serving: Callable[[str], set[tuple[str, str]]] | None = None,
         grace_s: float = 30.0,
+        verdicts: VerdictBook | None = None,
+        hardware_class: Callable[[str], str] | None = None,
     ) -> None:
         """``active_versions``: every version some node needs; ``serving(node_id)``: the
         ``(name, version)`` pairs that node serves (None: every active version); ``grace_s``:
-        how long a replaced state still lets its node read (a request racing the change)."""
+        how long a replaced state still lets its node read (a request racing the change);
+        ``verdicts`` and ``hardware_class(node_id)``: which artifact each class serves."""
+        self._verdicts = verdicts
+        self._hardware_class = hardware_class
         self._placement = placement
         self._serving = serving
         self._active_versions = active_versions
@@ -67,6 +77,8 @@ class DesiredStateService:
         """Re-read the active versions, re-place them and wake every watcher."""
         self._manifests = self._active_versions()
         self._keys = frozenset(m.key for m in self._manifests)
+        if self._verdicts is not None:
+            self._verdicts.keep(self._keys)
         self._placement.set_versions({m.key: [c.digest for c in m.unique_chunks()] for m in self._manifests})
         self._generation += 1
         task = asyncio.get_running_loop().create_task(self._notify())
@@ -80,18 +92,31 @@ class DesiredStateService:
     def state_for(self, node_id: str) -> DesiredState:
         """The desired state of ``node_id`` right now."""
         served = self._serving(node_id) if self._serving is not None else None
-        versions = [
-            VersionAssignment(
-                manifest=m, serve=served is None or m.key in served, placement=self._placement.placement(m.key)
+        hardware_class = self._hardware_class(node_id) if self._hardware_class is not None else ""
+        versions = []
+        for m in self._manifests:
+            serve = served is None or m.key in served
+            versions.append(
+                VersionAssignment(
+                    manifest=m,
+                    serve=serve,
+                    placement=self._placement.placement(m.key),
+                    verdict=self._verdict(m, hardware_class) if serve else None,
+                )
             )
-            for m in self._manifests
-        ]
         return DesiredState(
             generation=self._generation,
             versions=versions,
             peers=self._peers(),
             placement_enabled=self._placement.enabled,
         )
+
+    def _verdict(self, manifest: Manifest, hardware_class: str) -> Verdict | None:
+        """The verdict for ``manifest`` on ``hardware_class``, if it names one of its artifacts."""
+        if self._verdicts is None or not manifest.alternatives:
+            return None
+        verdict = self._verdicts.get(manifest.key, hardware_class)
+        return verdict if verdict is not None and manifest.artifact_named(verdict.artifact) is not None else None
 
     async def watch(self, node_id: str) -> AsyncIterator[DesiredState]:
         """The current state, then a new one after every change (coalesced); each is

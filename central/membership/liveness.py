@@ -57,6 +57,8 @@ class NodeView:
     state_since: float
     #: The chunk cache as of the last heartbeat (None before the first).
     cache: CacheInfo | None = None
+    #: The hardware class the last heartbeat names ("" before one, or from older edges).
+    hardware_class: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,4 +85,5 @@ class TrackedNode:
             reported_state=hb.state if hb is not None else None,
             state_since=self.since,
             cache=cache_model(hb.cache) if hb is not None else None,
+            hardware_class=hb.hardware_class if hb is not None else "",
         )

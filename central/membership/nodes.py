@@ -25,6 +25,8 @@ class NodeRecord:
     http_address: str
     capacity: int = 1
     labels: dict[str, str] = field(default_factory=dict)
+    #: ISA flags, cores and provider (``x86_64/avx2/2c/cpu``); "" from edges that do not say.
+    hardware_class: str = ""
     registered_at: float = field(default_factory=time.time)
     streams: int = 0
 
@@ -47,6 +49,11 @@ class NodeDirectory:
     def get(self, node_id: str) -> NodeRecord | None:
         """One node, or None."""
         return self._nodes.get(node_id)
+
+    def hardware_class(self, node_id: str) -> str:
+        """The hardware class a node registered with; "" when unknown or not said."""
+        node = self._nodes.get(node_id)
+        return node.hardware_class if node is not None else ""
 
     def peers(self) -> dict[str, str]:
         """node id → gRPC address of its Peer service."""

@@ -109,6 +109,7 @@ class MembershipTracker:
             events.publisher = publisher
         self._notifier = Notifier(events)
         self._ready_index: ReadyIndex = {}
+        self._heartbeat_watchers: list[Callable[[str, AnyHeartbeat], None]] = []
         self._timers = NodeTimers(
             self._nodes,
             suspect_after=float(suspect_after),
@@ -155,6 +156,12 @@ class MembershipTracker:
     def subscribe(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` on every transition (on the loop); returns an unsubscribe."""
         return self._notifier.subscribe(callback)
+
+    def watch_heartbeats(self, callback: Callable[[str, AnyHeartbeat], None]) -> Callable[[], None]:
+        """Call ``callback(node_id, heartbeat)`` with every heartbeat taken as a node's latest
+        (on the loop, so keep it cheap); returns an unsubscribe."""
+        self._heartbeat_watchers.append(callback)
+        return lambda: self._heartbeat_watchers.remove(callback)
 
     def set_publisher(self, publisher: Callable[[Event], None] | None) -> None:
         """Hand every event to ``publisher`` as well (e.g. the MQTT events topic)."""
@@ -386,6 +393,8 @@ class MembershipTracker:
         keys = ready_keys(hb)
         if keys != node.ready_keys:
             reindex(self._ready_index, node, keys)
+        for watcher in self._heartbeat_watchers:
+            watcher(node.node_id, hb)
 
     def _time_out(self, node: TrackedNode, old: NodeLiveness, new: NodeLiveness) -> None:
         self._transition(node, old, new, REASON_TIMEOUT)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from central.distribution import DesiredState
+from central.distribution import DesiredState, Verdict
 from central.membership import NodeRecord
 from fleetwire.convert import manifest_to_pb
 from fleetwire.v1 import registry_pb2
@@ -16,6 +16,19 @@ def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
         http_address=pb.http_address,
         capacity=max(1, pb.capacity),
         labels=dict(pb.labels),
+        hardware_class=pb.hardware_class,
+    )
+
+
+def _verdict_to_pb(v: Verdict | None) -> registry_pb2.ArtifactVerdict | None:
+    if v is None:
+        return None
+    return registry_pb2.ArtifactVerdict(
+        artifact=v.artifact,
+        hardware_class=v.hardware_class,
+        node_id=v.node_id,
+        speedup_b1=v.speedup_b1,
+        speedup_b8=v.speedup_b8,
     )
 
 
@@ -28,6 +41,7 @@ def desired_state_to_pb(state: DesiredState) -> registry_pb2.DesiredState:
                 manifest=manifest_to_pb(v.manifest),
                 serve=v.serve,
                 placement=[registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()],
+                verdict=_verdict_to_pb(v.verdict),
             )
             for v in state.versions
         ],

@@ -19,6 +19,7 @@ from central.registry.service import check_name
 from central.transport.converters import desired_state_to_pb, node_from_pb
 from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
+from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
             await _abort(context, BadRequest(str(exc)))
         if not node.grpc_address:
             await _abort(context, BadRequest("a node must announce its gRPC address"))
+        if len(node.hardware_class) > MAX_CHOICE_NAME or not node.hardware_class.isprintable():
+            await _abort(context, BadRequest(f"hardware_class must be printable, at most {MAX_CHOICE_NAME} characters"))
         self._central.nodes.register(node_from_pb(node))
         signer = self._central.signer
         return registry_pb2.RegisterReply(

@@ -100,10 +100,21 @@ def _membership_entry(v: NodeView) -> dict[str, Any]:
         "interval_s": v.interval_s,
         "grpc_address": v.grpc_address,
         "http_address": v.http_address,
+        "hardware_class": v.hardware_class,
         "models": [m.model_dump() for m in v.models],
         "load": v.load.model_dump() if v.load is not None else None,
         "cache": v.cache.model_dump() if v.cache is not None else None,
     }
+
+
+def _served_artifacts(view: NodeView | None) -> list[dict[str, Any]]:
+    """The artifact each version is served as on a node, why, and its speed-up over FP32
+    (from its last heartbeat; empty before one)."""
+    if view is None:
+        return []
+    return [
+        {"model": m.name, "version": m.version, **m.choice.model_dump()} for m in view.models if m.choice is not None
+    ]
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -257,10 +268,17 @@ def create_app(central: Central) -> FastAPI:
                 "http_address": n.http_address,
                 "capacity": n.capacity,
                 "labels": n.labels,
+                "hardware_class": n.hardware_class,
+                "artifacts": _served_artifacts(central.membership.get(n.node_id)),
                 "owned_chunks": len(placement.owned_by(n.node_id)),
             }
             for n in central.nodes.nodes()
         ]
+
+    @app.get("/api/v1/verdicts")
+    async def list_verdicts() -> list[dict[str, Any]]:
+        # Which artifact each hardware class serves, as the first node of the class timed it.
+        return central.verdicts.all()
 
     @app.get("/api/v1/membership")
     async def membership(summary: bool = False) -> Response:

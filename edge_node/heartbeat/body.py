@@ -2,8 +2,8 @@
 
 The publisher only needs a ``Callable[[], HeartbeatBody]``; ``HeartbeatSources`` names
 the few readings an edge supplies (addresses, cache counters, model states, refused
-versions, load, its own state), so the heartbeat depends on those and not on the whole
-edge object."""
+versions, load, its own state, its hardware class and the artifact each version is
+served as), so the heartbeat depends on those and not on the whole edge object."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Protocol
 
 from edge_node.cache import CacheStats
 from edge_node.heartbeat.load import LoadTracker
-from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]
 
@@ -33,6 +33,11 @@ class HeartbeatBody:
     cache: CacheInfo = field(default_factory=CacheInfo)
     grpc_address: str = ""
     http_address: str = ""
+    hardware_class: str = ""
+
+
+def _no_choices() -> Mapping[tuple[str, str], ArtifactChoiceInfo]:
+    return {}
 
 
 class ModelReport(Protocol):
@@ -66,11 +71,16 @@ class HeartbeatSources:
     """Request load figures."""
     state: Callable[[], str]
     """The node's own state: ``online``, or ``stopping`` once it shuts down."""
+    choices: Callable[[], Mapping[tuple[str, str], ArtifactChoiceInfo]] = _no_choices
+    """(name, version) → the artifact it is served as, and why (``edge_node.sync.selection``)."""
+    hardware_class: str = ""
+    """This node's hardware class (``edge_node.inference.hardware``)."""
 
     def snapshot(self) -> HeartbeatBody:
         """The body of a heartbeat sent now."""
         grpc_address, http_address = self.addresses()
         stats = self.cache()
+        choices = self.choices()
         models = [
             ModelInfo(
                 name=m.name,
@@ -78,6 +88,7 @@ class HeartbeatSources:
                 state=str(m.state),
                 error=m.error[:MAX_ERROR_CHARS] if m.error else None,
                 errors=m.errors,
+                choice=choices.get((m.name, m.version)),
             )
             for m in self.models()
         ]
@@ -94,4 +105,5 @@ class HeartbeatSources:
             cache=CacheInfo(bytes=stats.bytes, capacity=stats.capacity, hits=stats.hits, misses=stats.misses),
             grpc_address=grpc_address,
             http_address=http_address,
+            hardware_class=self.hardware_class,
         )

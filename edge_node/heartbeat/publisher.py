@@ -404,6 +404,7 @@ class HeartbeatPublisher:
             cache=body.cache,
             grpc_address=body.grpc_address,
             http_address=body.http_address,
+            hardware_class=body.hardware_class,
         )
         payload = heartbeat.model_dump_json().encode()
         if len(payload) > MAX_PAYLOAD_BYTES:

@@ -9,12 +9,17 @@ and the version served now stays. A disk that fills up (a chunk or the assembled
 cannot be written: ``OSError``) fails the version the same way, with the error naming
 the directory, logged once; it is retried quietly with backoff and completes once
 there is room (what was written is kept). The version served now stays, and right
-after a restart the newest complete version of the model on disk is served meanwhile."""
+after a restart the newest complete version of the model on disk is served meanwhile.
+
+Which of a version's artifacts is fetched, pinned and served is ``ArtifactSelection``'s
+call (``edge_node.sync.selection``); a version without a decided artifact has every
+artifact fetched, assembled apart and timed, then only the winner assembled and pinned."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -24,12 +29,14 @@ from typing import Any
 from tenacity import RetryCallState, retry_if_exception_type
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
-from edge_node.sync.state import DesiredVersion, EdgeDesiredState, artifact_to_serve, chunk_bytes, served_digests
+from edge_node.inference.chooser import ArtifactChoice
+from edge_node.sync.selection import ArtifactSelection, served_as, signed_form
+from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.sync.trust import ManifestTrust
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import AssemblyError
 from fleetwire.backoff import retrying
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 from fleetwire.signing import SignatureError
 
 log = logging.getLogger(__name__)
@@ -67,8 +74,16 @@ class Materializer:
         on_complete: Callable[[Manifest, Path], Awaitable[None]] | None = None,
         on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         trust: ManifestTrust | None = None,
+        selection: ArtifactSelection | None = None,
     ) -> None:
         self._fetcher = fetcher
+        #: Decides which artifact of each version is served (default: central's, untimed).
+        self.selection = selection or ArtifactSelection(node_id=fetcher.node_id)
+        #: Where candidates are assembled for timing, apart from the served versions.
+        trials = files.root.parent / "trials"
+        shutil.rmtree(trials, ignore_errors=True)  # what a timing cut short by a crash left
+        self._trials = VersionFiles(trials)
+        self._state: EdgeDesiredState | None = None
         self._files = files
         self._on_complete = on_complete
         self._on_dropped = on_dropped
@@ -84,16 +99,11 @@ class Materializer:
 
     def apply(self, state: EdgeDesiredState) -> None:
         """Start work for new versions, drop work for versions no longer wanted."""
-        node = self._fetcher.node_id
         wanted = {v.manifest.key: v for v in state.versions if v.serve}
+        self._state = state
+        self.selection.keep(wanted)
         self._refuse_oversized(wanted)
-        fits = [v for v in state.versions if v.manifest.key not in self.refusals]
-        pins = served_digests(fits)
-        pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
-        try:
-            self._fetcher.store.set_pins(pins)
-        except OSError as exc:  # a full disk: the work below fails too, with its own error, and retries
-            log.error("cannot record the cache's pins: %s", exc)
+        self._set_pins(state)
         for key in list(self._tasks):
             if key not in wanted:
                 self._tasks.pop(key).cancel()
@@ -113,6 +123,18 @@ class Materializer:
             if not version.serve:
                 self._spawn_seed(version)
 
+    def _set_pins(self, state: EdgeDesiredState) -> None:
+        """Pin the chunks of the artifacts each served version needs (all of them while they are
+        timed, the chosen one after) and every chunk this node owns for seeding."""
+        node = self._fetcher.node_id
+        fits = [v for v in state.versions if v.manifest.key not in self.refusals]
+        pins = {c.digest for v in fits if v.serve for c in self.selection.serving_chunks(v)}
+        pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
+        try:
+            self._fetcher.store.set_pins(pins)
+        except OSError as exc:  # a full disk: the work below fails too, with its own error, and retries
+            log.error("cannot record the cache's pins: %s", exc)
+
     def _refuse_oversized(self, wanted: dict[tuple[str, str], DesiredVersion]) -> None:
         """Fail every wanted version whose unique chunks exceed the cache's cap."""
         capacity = self._fetcher.store.stats().capacity
@@ -121,8 +143,7 @@ class Materializer:
             self.progress.pop(key, None)
         for key, version in wanted.items():
             m = version.manifest
-            artifact = artifact_to_serve(m)
-            needed = chunk_bytes(artifact)
+            needed = sum(c.size for c in self.selection.serving_chunks(version))
             if needed <= capacity:
                 self.refusals.pop(key, None)
                 continue
@@ -135,7 +156,7 @@ class Materializer:
                 self.refusals[key] = reason
                 self._spawn(self._keep_serving(m))
             progress = VersionProgress(
-                m.name, m.version, "failed", len(artifact.all_chunks()), size=artifact.total_size
+                m.name, m.version, "failed", len(self.selection.serving_chunks(version)), size=m.size
             )
             progress.error = self.refusals[key]
             self.progress[key] = progress
@@ -144,7 +165,7 @@ class Materializer:
         """Serve the newest complete version of ``refused``'s model on disk: a no-op while it is
         loaded, what keeps the model served when the refusal comes right after a restart."""
         fallback = await asyncio.to_thread(self._files.latest_complete, refused.name, refused.version)
-        if fallback is None or self._refused(fallback) is not None:
+        if fallback is None or self._refused_on_disk(fallback) is not None:
             return
         log.info("%s: still serving version %s from disk", refused.name, fallback.version)
         await self._completed(fallback)
@@ -168,6 +189,18 @@ class Materializer:
             return f"manifest refused: {exc}"
         return None
 
+    def _refused_on_disk(self, manifest: Manifest) -> str | None:
+        """Why a version found on disk must not be served: ``_refused`` of the manifest central
+        signed (the one a ``served_as`` copy was made from, when it is such a copy)."""
+        if self._trust is None:
+            return None
+        try:
+            self._trust.verify(manifest)
+            return None
+        except SignatureError:
+            original = signed_form(manifest)  # a served_as copy: its original must verify
+        return self._refused(original if original is not None else manifest)
+
     async def _seed(self, version: DesiredVersion) -> None:
         if self._refused(version.manifest) is not None:
             return
@@ -180,33 +213,67 @@ class Materializer:
 
     async def _materialize(self, version: DesiredVersion) -> None:
         m = version.manifest
-        artifact = artifact_to_serve(m)
-        progress = VersionProgress(m.name, m.version, "pending", len(artifact.all_chunks()), size=artifact.total_size)
+        chunks_total = len(self.selection.serving_chunks(version))
+        progress = VersionProgress(m.name, m.version, "pending", chunks_total, size=m.size)
         self.progress[m.key] = progress
         refusal = self._refused(m)
         if refusal is not None:  # a new desired state retries; the version served now stays
             progress.state, progress.error = "failed", refusal
             return
-        if await asyncio.to_thread(self._files.is_complete, m, artifact.artifact):
+        decided = self.selection.decided(version)
+        if decided is not None and await asyncio.to_thread(self._files.is_complete, served_as(m, decided.artifact)):
             progress.state, progress.chunks_present, progress.completed_at = (
                 "complete",
                 progress.chunks_total,
                 time.time(),
             )
-            await self._completed(m, artifact.artifact)  # assembled before a restart: serve it again
+            await self._completed(m, decided)  # assembled before a restart: serve it again
             return
-        disk_error = await self._fetch_and_assemble(version, progress)
+        disk_error, choice = await self._fetch_and_assemble(version, progress)
         progress.state, progress.error, progress.completed_at = "complete", None, time.time()
         if disk_error is not None:
             log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
-        log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, artifact.artifact, artifact.total_size)
-        await self._completed(m, artifact.artifact)
+        log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, choice.artifact, m.size)
+        await self._completed(m, choice)
 
-    async def _fetch_and_assemble(self, version: DesiredVersion, progress: VersionProgress) -> str | None:
+    async def _assemble_served(self, version: DesiredVersion) -> ArtifactChoice:
+        """Assemble the artifact ``version`` is served as, timing the candidates first when no
+        artifact is decided (then the losers' chunks are unpinned)."""
+        m = version.manifest
+        choice = self.selection.decided(version)
+        if choice is None:
+            choice = await self._time_candidates(m)
+            self.selection.adopt(m, choice)
+            if self._state is not None:
+                self._set_pins(self._state)
+        await asyncio.to_thread(self._files.assemble, served_as(m, choice.artifact), self._fetcher.read)
+        return choice
+
+    async def _time_candidates(self, m: Manifest) -> ArtifactChoice:
+        """Assemble every artifact of ``m`` apart from the served versions and time them."""
+        trial_dir = self._trials.directory(m.name, m.version)
+        try:
+            paths = {}
+            for artifact in m.artifacts():
+                paths[artifact.artifact] = await asyncio.to_thread(self._assemble_trial, m, artifact)
+            return await asyncio.to_thread(self.selection.time, m, paths)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, trial_dir, True)
+
+    def _assemble_trial(self, m: Manifest, artifact: ArtifactRef) -> Path:
+        """One candidate's files, assembled under ``trials/<name>/<version>/<artifact>``."""
+        trial = served_as(m, artifact.artifact).model_copy(update={"version": f"{m.version}/{artifact.artifact}"})
+        return self._trials.assemble(trial, self._fetcher.read)
+
+    async def _fetch_and_assemble(
+        self, version: DesiredVersion, progress: VersionProgress
+    ) -> tuple[str | None, ArtifactChoice]:
         """Fetch and assemble ``version``, retrying with backoff until it is done; returns the
-        first write error met on the way (logged once, the retries after it quietly), or None."""
+        first write error met on the way (logged once, the retries after it quietly), or None,
+        and the choice of the artifact it is served as."""
         m = version.manifest
         disk_error: str | None = None
+        choice: ArtifactChoice | None = None
 
         def failed(state: RetryCallState) -> None:
             nonlocal disk_error
@@ -227,20 +294,24 @@ class Materializer:
         async for attempt in retrying(_FIRST_RETRY_S, self._retry_max_s, retry=retry, before_sleep=failed):
             with attempt:
                 await self._fetch_all(version, progress, keep_failed=disk_error is not None)
-                await asyncio.to_thread(self._files.assemble, m, self._fetcher.read, artifact_to_serve(m).artifact)
-        return disk_error
+                choice = await self._assemble_served(version)
+        assert choice is not None  # the loop ends only with a successful attempt
+        return disk_error, choice
 
-    async def _completed(self, manifest: Manifest, artifact: str | None = None) -> None:
-        """Hand the assembled ``model.onnx`` (its data files beside it) to the server;
-        ``artifact`` None: the one completed on disk most recently."""
+    async def _completed(self, manifest: Manifest, choice: ArtifactChoice | None = None) -> None:
+        """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk)."""
+        if choice is not None:
+            self.selection.adopt(manifest, choice)
+            manifest = served_as(manifest, choice.artifact)
         if self._on_complete is not None:
+            artifact = choice.artifact if choice is not None else None
             await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version, artifact))
 
     async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress, keep_failed: bool = False) -> None:
         """Fetch every chunk; ``keep_failed``: a retry after a write error stays ``failed`` until it completes."""
         if not keep_failed:
             progress.state = "fetching"
-        chunks = artifact_to_serve(version.manifest).all_chunks()
+        chunks = self._chunks_to_fetch(version)
         node = self._fetcher.node_id
         # Owned chunks first: others are waiting on this node for them.
         chunks.sort(key=lambda c: node not in version.placement.get(c.digest, []))
@@ -258,6 +329,10 @@ class Materializer:
             for t in tasks:
                 t.cancel()
         progress.chunks_present = progress.chunks_total
+
+    def _chunks_to_fetch(self, version: DesiredVersion) -> list[ChunkRef]:
+        """The planned artifacts' chunks (``ArtifactSelection.plan``): others are not fetched."""
+        return self.selection.serving_chunks(version)
 
     async def stop(self) -> None:
         """Cancel all work."""

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fleetwire.convert import manifest_from_pb
-from fleetwire.manifest import ArtifactRef, Manifest
+from fleetwire.manifest import Manifest
 from fleetwire.v1 import registry_pb2
+
+
+@dataclass(frozen=True)
+class SharedVerdict:
+    """Which artifact of a version the first node of this node's hardware class chose."""
+
+    artifact: str
+    hardware_class: str
+    node_id: str
+    speedup_b1: float | None = None
+    speedup_b8: float | None = None
 
 
 @dataclass(frozen=True)
@@ -17,6 +27,8 @@ class DesiredVersion:
     manifest: Manifest
     serve: bool
     placement: dict[str, list[str]]
+    #: Central's verdict for this node's class; None: time the artifacts here.
+    verdict: SharedVerdict | None = None
 
 
 @dataclass(frozen=True)
@@ -42,20 +54,17 @@ class EdgeDesiredState:
         return {c.digest: c.size for v in self.versions for c in v.manifest.unique_chunks()}
 
 
-def artifact_to_serve(manifest: Manifest) -> ArtifactRef:
-    """The artifact this node assembles and serves for ``manifest``: its default one."""
-    return manifest.served()
-
-
-def served_digests(versions: Iterable[DesiredVersion]) -> set[str]:
-    """Every chunk of every file of the artifact each served version assembles (what the
-    cache pins besides owned chunks)."""
-    return {c.digest for v in versions if v.serve for c in artifact_to_serve(v.manifest).all_chunks()}
-
-
-def chunk_bytes(artifact: ArtifactRef) -> int:
-    """Bytes of the artifact's unique chunks: what the cache must hold to assemble it."""
-    return sum(c.size for c in artifact.all_chunks())
+def _verdict_from_pb(pb: registry_pb2.VersionAssignment) -> SharedVerdict | None:
+    if not pb.HasField("verdict") or not pb.verdict.artifact:
+        return None
+    v = pb.verdict
+    return SharedVerdict(
+        artifact=v.artifact,
+        hardware_class=v.hardware_class,
+        node_id=v.node_id,
+        speedup_b1=v.speedup_b1 if v.HasField("speedup_b1") else None,
+        speedup_b8=v.speedup_b8 if v.HasField("speedup_b8") else None,
+    )
 
 
 def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
@@ -67,6 +76,7 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
                 manifest=manifest_from_pb(v.manifest),
                 serve=v.serve,
                 placement={p.digest: list(p.owners) for p in v.placement},
+                verdict=_verdict_from_pb(v),
             )
             for v in pb.versions
         ],

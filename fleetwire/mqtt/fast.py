@@ -18,12 +18,22 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
+from fleetwire.mqtt.payloads import (
+    MAX_CHOICE_NAME,
+    MAX_CHOICE_REASON,
+    ArtifactChoiceInfo,
+    CacheInfo,
+    Heartbeat,
+    LoadInfo,
+    ModelInfo,
+    NodeStatus,
+)
 
 __all__ = [
     "AnyHeartbeat",
     "DecodeError",
     "FastCache",
+    "FastChoice",
     "FastHeartbeat",
     "FastLoad",
     "FastModel",
@@ -49,6 +59,21 @@ class FastLoad(msgspec.Struct, frozen=True):
     p99_ms: _NonNegFloat = 0.0
 
 
+_ChoiceName = Annotated[str, msgspec.Meta(max_length=MAX_CHOICE_NAME)]
+
+
+class FastChoice(msgspec.Struct, frozen=True):
+    """``ArtifactChoiceInfo``."""
+
+    artifact: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CHOICE_NAME)]
+    source: Annotated[str, msgspec.Meta(max_length=16)]
+    hardware_class: _ChoiceName = ""
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_CHOICE_REASON)] = ""
+    speedup_b1: _NonNegFloat | None = None
+    speedup_b8: _NonNegFloat | None = None
+    from_node: _ChoiceName | None = None
+
+
 class FastModel(msgspec.Struct, frozen=True):
     """``ModelInfo``."""
 
@@ -57,6 +82,7 @@ class FastModel(msgspec.Struct, frozen=True):
     state: str
     error: str | None = None
     errors: _NonNegInt = 0
+    choice: FastChoice | None = None
 
 
 class FastCache(msgspec.Struct, frozen=True):
@@ -82,6 +108,7 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
     cache: FastCache = msgspec.field(default_factory=FastCache)
     grpc_address: str = ""
     http_address: str = ""
+    hardware_class: _ChoiceName = ""
 
     def to_model(self) -> Heartbeat:
         """The contract's model of the same heartbeat (already validated: no checks run)."""
@@ -97,6 +124,7 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
             cache=cache_model(self.cache),
             grpc_address=self.grpc_address,
             http_address=self.http_address,
+            hardware_class=self.hardware_class,
         )
 
 
@@ -142,4 +170,13 @@ def model_info(model: FastModel | ModelInfo) -> ModelInfo:
     """``ModelInfo`` of either form."""
     if isinstance(model, ModelInfo):
         return model
-    return ModelInfo.model_construct(**msgspec.structs.asdict(model))
+    fields = msgspec.structs.asdict(model)
+    choice = fields.pop("choice")
+    return ModelInfo.model_construct(**fields, choice=choice_info(choice) if choice is not None else None)
+
+
+def choice_info(choice: FastChoice | ArtifactChoiceInfo) -> ArtifactChoiceInfo:
+    """``ArtifactChoiceInfo`` of either form."""
+    if isinstance(choice, ArtifactChoiceInfo):
+        return choice
+    return ArtifactChoiceInfo.model_construct(**msgspec.structs.asdict(choice))

@@ -37,6 +37,30 @@ class LoadInfo(_Payload):
     p99_ms: float = Field(0.0, ge=0)
 
 
+#: Longest hardware class, artifact name or node id in an artifact choice.
+MAX_CHOICE_NAME = 128
+#: Longest reason text of an artifact choice.
+MAX_CHOICE_REASON = 256
+
+
+class ArtifactChoiceInfo(_Payload):
+    """Which of a version's artifacts the node serves, and why.
+
+    ``source``: ``measured`` (timed on this node), ``verdict`` (timed by ``from_node``, a
+    node of the same hardware class, and shared through central), ``pinned`` (the manifest
+    label ``modelfleet.artifact``), ``only`` (one artifact), ``default`` (timing off or failed:
+    central's default). Central shares ``measured`` and ``verdict`` choices with the nodes
+    of ``hardware_class``."""
+
+    artifact: str = Field(min_length=1, max_length=MAX_CHOICE_NAME)
+    hardware_class: str = Field("", max_length=MAX_CHOICE_NAME, description="e.g. x86_64/avx2/2c/cpu")
+    source: str = Field(max_length=16, description="measured, verdict, pinned, only or default.")
+    reason: str = Field("", max_length=MAX_CHOICE_REASON, description='e.g. "fastest of 3 on this node".')
+    speedup_b1: float | None = Field(None, ge=0, description="FP32's time over the artifact's at batch 1.")
+    speedup_b8: float | None = Field(None, ge=0, description="The same at batch 8.")
+    from_node: str | None = Field(None, max_length=MAX_CHOICE_NAME, description="The node that timed it.")
+
+
 class ModelInfo(_Payload):
     """One model version on the node and its state (loading, ready, failed, ...)."""
 
@@ -45,13 +69,16 @@ class ModelInfo(_Payload):
     state: str
     error: str | None = None
     errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
+    choice: ArtifactChoiceInfo | None = Field(None, description="The artifact served, and why; absent before load.")
 
     @model_serializer(mode="wrap")
     def _omit_zero_errors(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Sent only when non-zero: a healthy fleet's heartbeats stay as small as before.
+        # Sent only when non-zero (or set): a healthy fleet's heartbeats stay as small as before.
         data: dict[str, Any] = handler(self)
         if not data.get("errors"):
             data.pop("errors", None)
+        if data.get("choice") is None:
+            data.pop("choice", None)
         return data
 
 
@@ -78,6 +105,9 @@ class Heartbeat(_Payload):
     cache: CacheInfo = Field(default_factory=CacheInfo)
     grpc_address: str = ""
     http_address: str = ""
+    hardware_class: str = Field(
+        "", max_length=MAX_CHOICE_NAME, description="ISA flags, cores and provider, e.g. x86_64/avx2/2c/cpu."
+    )
 
 
 class CentralStatus(_Payload):

@@ -48,6 +48,7 @@ class NodeInfo(_message.Message):
     HTTP_ADDRESS_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    HARDWARE_CLASS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     grpc_address: _builtins.str
     """host:port of its Peer service"""
@@ -55,6 +56,10 @@ class NodeInfo(_message.Message):
     """host:port of its HTTP API"""
     capacity: _builtins.int
     """relative weight on the ring, >= 1"""
+    hardware_class: _builtins.str
+    """ISA flags, cores and provider, e.g. "x86_64/avx2/2c/cpu": nodes of one class run the
+    artifacts of a version at the same relative speeds, so they share one timing verdict.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -65,10 +70,11 @@ class NodeInfo(_message.Message):
         http_address: _builtins.str = ...,
         capacity: _builtins.int = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        hardware_class: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "grpc_address", b"grpc_address", "http_address", b"http_address", "labels", b"labels", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "grpc_address", b"grpc_address", "hardware_class", b"hardware_class", "http_address", b"http_address", "labels", b"labels", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -298,26 +304,80 @@ class VersionAssignment(_message.Message):
     MANIFEST_FIELD_NUMBER: _builtins.int
     SERVE_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
     serve: _builtins.bool
     """false: only seed the chunks this node owns"""
     @_builtins.property
     def manifest(self) -> _common_pb2.Manifest: ...
     @_builtins.property
     def placement(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkPlacement]: ...
+    @_builtins.property
+    def verdict(self) -> Global___ArtifactVerdict:
+        """Which artifact to serve, as timed by the first node of this node's hardware class;
+        unset: none has yet, time the candidates yourself (an operator's pin, the manifest
+        label modelfleet.artifact, wins over both).
+        """
+
     def __init__(
         self,
         *,
         manifest: _common_pb2.Manifest | None = ...,
         serve: _builtins.bool = ...,
         placement: _abc.Iterable[Global___ChunkPlacement] | None = ...,
+        verdict: Global___ArtifactVerdict | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "placement", b"placement", "serve", b"serve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "placement", b"placement", "serve", b"serve", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VersionAssignment: _TypeAlias = VersionAssignment  # noqa: Y015
+
+@_typing.final
+class ArtifactVerdict(_message.Message):
+    """One node's timing of a version's artifacts, shared with the nodes of its hardware class."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_FIELD_NUMBER: _builtins.int
+    HARDWARE_CLASS_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    SPEEDUP_B1_FIELD_NUMBER: _builtins.int
+    SPEEDUP_B8_FIELD_NUMBER: _builtins.int
+    artifact: _builtins.str
+    """the artifact to serve"""
+    hardware_class: _builtins.str
+    """the class it was timed on"""
+    node_id: _builtins.str
+    """the node that timed it"""
+    speedup_b1: _builtins.float
+    """FP32's time over the artifact's, batch 1"""
+    speedup_b8: _builtins.float
+    """the same at batch 8 (unset: not timed)"""
+    def __init__(
+        self,
+        *,
+        artifact: _builtins.str = ...,
+        hardware_class: _builtins.str = ...,
+        node_id: _builtins.str = ...,
+        speedup_b1: _builtins.float | None = ...,
+        speedup_b8: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_speedup_b1", b"_speedup_b1", "_speedup_b8", b"_speedup_b8", "speedup_b1", b"speedup_b1", "speedup_b8", b"speedup_b8"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speedup_b1", b"_speedup_b1", "_speedup_b8", b"_speedup_b8", "artifact", b"artifact", "hardware_class", b"hardware_class", "node_id", b"node_id", "speedup_b1", b"speedup_b1", "speedup_b8", b"speedup_b8"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__speedup_b1: _TypeAlias = _typing.Literal["speedup_b1"]  # noqa: Y015
+    _WhichOneofArgType__speedup_b1: _TypeAlias = _typing.Literal["_speedup_b1", b"_speedup_b1"]  # noqa: Y015
+    _WhichOneofReturnType__speedup_b8: _TypeAlias = _typing.Literal["speedup_b8"]  # noqa: Y015
+    _WhichOneofArgType__speedup_b8: _TypeAlias = _typing.Literal["_speedup_b8", b"_speedup_b8"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__speedup_b1) -> _WhichOneofReturnType__speedup_b1 | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__speedup_b8) -> _WhichOneofReturnType__speedup_b8 | None: ...
+
+Global___ArtifactVerdict: _TypeAlias = ArtifactVerdict  # noqa: Y015
 
 @_typing.final
 class PeerAddress(_message.Message):

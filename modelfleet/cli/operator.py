@@ -116,14 +116,34 @@ def _cache(cache: JsonObject | None) -> str:
     return f"{used} / {output.human_bytes(cache.get('capacity'))}{hits}" if cache.get("capacity") else used + hits
 
 
+def _speedup(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def artifact_line(model: JsonObject) -> str | None:
+    """``mlp:1 int8-u8s8-qdq 1.93x/1.71x (fastest of 3 on this node)``: the artifact a node serves
+    a version as, its speed-up over FP32 at batch 1/batch 8, and why; None before it is known."""
+    c = model.get("choice")
+    if not c:
+        return None
+    speed = ""
+    if c.get("speedup_b1") is not None or c.get("speedup_b8") is not None:
+        speed = f" {_speedup(c.get('speedup_b1'))}/{_speedup(c.get('speedup_b8'))}"
+    return f"{model['name']}:{model['version']} {c['artifact']}{speed} ({c.get('reason') or c.get('source')})"
+
+
 def _node_row(n: JsonObject) -> tuple[str, ...]:
-    versions = ", ".join(f"{m['name']}:{m['version']} {m['state']}" for m in n.get("models", [])) or "-"
+    models = n.get("models", [])
+    versions = ", ".join(f"{m['name']}:{m['version']} {m['state']}" for m in models) or "-"
+    artifacts = "; ".join(line for m in models if (line := artifact_line(m))) or "-"
     return (
         n["node_id"],
         str(n.get("state", "-")),
         output.age(n.get("last_heartbeat_age_s")),
         _load(n.get("load")),
         versions,
+        str(n.get("hardware_class") or "-"),
+        artifacts,
         _cache(n.get("cache")),
         str(n.get("owned_chunks", "-")),
     )
@@ -131,13 +151,14 @@ def _node_row(n: JsonObject) -> tuple[str, ...]:
 
 @output.reported
 def nodes(json: JsonOption = False, central: CentralOption = None, token: TokenOption = None) -> None:
-    """Nodes: state, last heartbeat, load, versions held, cache and chunks owned."""
+    """Nodes: state, last heartbeat, load, versions held, hardware class, the artifact each
+    version is served as (speed-up over FP32 at batch 1/8, and why), cache and chunks owned."""
     with connect(central, token) as client:
         found = _merged_nodes(client)
     if json:
         output.print_json(found)
         return
-    columns = ("NODE", "STATE", "HEARTBEAT", "LOAD", "VERSIONS", "CACHE", "CHUNKS")
+    columns = ("NODE", "STATE", "HEARTBEAT", "LOAD", "VERSIONS", "CLASS", "ARTIFACT", "CACHE", "CHUNKS")
     out = output.console()
     out.print(output.table(columns, [_node_row(n) for n in found]) if found else "no nodes have joined yet")
 

@@ -15,19 +15,21 @@ from pydantic import BaseModel, ValidationError
 from fleetwire.mqtt.fast import (
     DecodeError,
     FastCache,
+    FastChoice,
     FastHeartbeat,
     FastLoad,
     FastModel,
     decode_heartbeat,
     decode_status,
 )
-from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
 
 PAIRS: list[tuple[type[BaseModel], type[msgspec.Struct]]] = [
     (Heartbeat, FastHeartbeat),
     (LoadInfo, FastLoad),
     (ModelInfo, FastModel),
     (CacheInfo, FastCache),
+    (ArtifactChoiceInfo, FastChoice),
 ]
 #: JSON Schema keywords that carry a limit; both sides must state the same ones.
 LIMITS = ("type", "minimum", "exclusiveMinimum", "maximum", "minLength", "maxLength", "maxItems", "enum", "const")
@@ -69,12 +71,16 @@ def _good() -> dict[str, Any]:
         "state": "online",
         "load": {"inflight": 1, "queue_depth": 0, "cpu_percent": 12.5, "rps": 3.0, "p50_ms": 4.0, "p99_ms": 9.0},
         "models": [
-            {"name": "digits", "version": "1", "state": "ready"},
+            {"name": "digits", "version": "1", "state": "ready",
+             "choice": {"artifact": "int8-u8s8-qdq", "hardware_class": "x86_64/avx2/2c/cpu", "source": "measured",
+                        "reason": "fastest of 3 on this node", "speedup_b1": 1.9, "speedup_b8": 1.7,
+                        "from_node": "edge-a"}},
             {"name": "m", "version": "2", "state": "failed", "error": "x", "errors": 2},
         ],
         "cache": {"bytes": 10, "capacity": 100, "hits": 1, "misses": 0},
         "grpc_address": "10.0.0.1:50051",
         "http_address": "10.0.0.1:8081",
+        "hardware_class": "x86_64/avx2/2c/cpu",
     }  # fmt: skip
 
 
@@ -91,7 +97,9 @@ _ODD = st.one_of(
 _PATHS = [
     ("node_id",), ("bdseq",), ("seq",), ("ts",), ("interval_s",), ("state",), ("load",), ("load", "rps"),
     ("load", "inflight"), ("models",), ("models", 0), ("models", 0, "name"), ("models", 1, "errors"),
-    ("cache",), ("cache", "bytes"), ("grpc_address",),
+    ("cache",), ("cache", "bytes"), ("grpc_address",), ("hardware_class",), ("models", 0, "choice"),
+    ("models", 0, "choice", "artifact"), ("models", 0, "choice", "speedup_b8"), ("models", 0, "choice", "reason"),
+    ("models", 0, "choice", "from_node"),
 ]  # fmt: skip
 
 

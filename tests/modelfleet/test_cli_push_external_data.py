@@ -27,7 +27,9 @@ WIDTH = 256
 @pytest.fixture
 async def quantizing_central(tmp_path: Path) -> AsyncIterator[CentralServer]:
     # One regression output: the guard judges by relative error (random weights decide no class).
-    server = CentralServer(central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.9, "external_data_bytes": 0}))
+    server = CentralServer(
+        central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.9, "external_data_bytes": 0})
+    )
     await server.start()
     yield server
     await server.stop()

@@ -91,6 +91,24 @@ function versionTags(models) {
     el("span", { class: `tag tag-${m.state}`, title: m.error || m.state }, `${m.name}:${m.version}`));
 }
 
+function speedup(x) {
+  return x === null || x === undefined ? "—" : `${fmtNum(x, 2)}×`;
+}
+
+// The artifact each version is served as on the node, its speed-up over FP32 (batch 1 / 8)
+// and why: timed here, a verdict of another node of its hardware class, pinned, ...
+function artifactCell(n) {
+  const chosen = n.models.filter((m) => m.choice);
+  if (!chosen.length) return el("span", { class: "muted" }, "—");
+  return chosen.map((m) => {
+    const c = m.choice;
+    const title = `${m.name}:${m.version} on ${c.hardware_class || n.hardware_class || "?"}: ${c.reason || c.source}`;
+    return el("div", { class: "artifact", title, "data-source": c.source },
+      el("span", { class: "mono" }, c.artifact),
+      el("span", { class: "muted" }, ` ${speedup(c.speedup_b1)} / ${speedup(c.speedup_b8)} · ${c.reason || c.source}`));
+  });
+}
+
 function cacheCell(cache) {
   if (!cache) return el("span", { class: "muted" }, "—");
   const pct = cache.capacity ? Math.min(100, (100 * cache.bytes) / cache.capacity) : 0;
@@ -121,6 +139,7 @@ function nodeRow(n, flash) {
     el("td", { class: "num" }, dash ? "—" : fmtNum(load.p99_ms, 1)),
     el("td", { class: "num" }, dash ? "—" : fmtNum(load.cpu_percent, 0) + "%"),
     el("td", {}, versionTags(n.models)),
+    el("td", { class: "artifacts", title: n.hardware_class || "" }, artifactCell(n)),
     el("td", {}, cacheCell(n.cache)),
     el("td", { class: "num" }, n.owned_chunks),
     el("td", { class: "mono muted" }, n.http_address || "—"));
@@ -129,7 +148,7 @@ function nodeRow(n, flash) {
 function renderNodes(s, flashIds) {
   const body = $("nodes-body");
   const rows = s.nodes.map((n) => nodeRow(n, flashIds && flashIds.has(n.node_id)));
-  if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 14 }, "No node has announced itself yet.")));
+  if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 15 }, "No node has announced itself yet.")));
   body.replaceChildren(...rows);
   const c = s.central;
   $("nodes-note").textContent = c.mqtt_enabled

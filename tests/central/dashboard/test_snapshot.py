@@ -19,13 +19,18 @@ from central.registry.blobs import BlobStore
 from central.registry.pipeline import PushPipeline
 from central.registry.service import RegistryService
 from central.registry.sqlite_impl import SQLiteMetadataStore
-from fleetwire.mqtt.payloads import Heartbeat, ModelInfo
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Heartbeat, ModelInfo
 
 
 async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_services(tmp_path: Path) -> None:
     placement = PlacementService(replicas=1)
     nodes = NodeDirectory(placement, on_change=lambda: None)
-    nodes.register(NodeRecord("edge-registered", "127.0.0.1:1", "127.0.0.1:2", capacity=3, labels={"zone": "a"}))
+    nodes.register(
+        NodeRecord(
+            "edge-registered", "127.0.0.1:1", "127.0.0.1:2", capacity=3, labels={"zone": "a"}, hardware_class="arm"
+        )
+    )
+    choice = ArtifactChoiceInfo(artifact="int8-x", source="measured", reason="fastest of 2 on this node", speedup_b1=2)
     tracker = MembershipTracker(loop=asyncio.get_running_loop())
     heartbeat = Heartbeat(
         node_id="edge-heard",
@@ -33,8 +38,9 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
         seq=0,
         ts=int(time.time() * 1000),
         interval_s=5.0,
-        models=[ModelInfo(name="m", version="1", state="ready")],
+        models=[ModelInfo(name="m", version="1", state="ready", choice=choice)],
         http_address="127.0.0.1:9",
+        hardware_class="x86_64/avx2/2c/cpu",
     )
     tracker.on_heartbeat("edge-heard", heartbeat)
     blobs = BlobStore(tmp_path / "blobs")
@@ -61,6 +67,8 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
     heard, registered = snap["nodes"]
     assert (heard["node_id"], heard["state"], heard["registered"]) == ("edge-heard", "alive", False)
     assert heard["http_address"] == "127.0.0.1:9" and heard["models"][0]["name"] == "m"
+    # the Artifact column: what each version is served as, its speed-up and why
+    assert heard["hardware_class"] == "x86_64/avx2/2c/cpu" and heard["models"][0]["choice"]["artifact"] == "int8-x"
     # registered over gRPC, never heard over MQTT: no liveness, but its registration shows
     assert (registered["node_id"], registered["state"], registered["registered"]) == (
         "edge-registered",
@@ -68,6 +76,7 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
         True,
     )
     assert registered["capacity"] == 3 and registered["labels"] == {"zone": "a"}
+    assert registered["hardware_class"] == "arm"
     assert registered["http_address"] == "127.0.0.1:2" and registered["last_heartbeat_age_s"] is None
     assert snap["central"]["mqtt_enabled"] is False and snap["central"]["broker_link_up"] is None
     assert snap["central"]["counts"]["alive"] == 1

@@ -1,0 +1,117 @@
+"""Which artifact of a version runs fastest on each hardware class, as edges measured it.
+
+The first node of a class times a version's artifacts and reports its choice in every
+heartbeat (``ModelInfo.choice``). Central keeps the first such verdict per (model,
+version, hardware class) and puts it in the desired state of every node of that class
+(``VersionAssignment.verdict``), which then fetches only the chosen artifact instead of
+timing them all. First one wins: a verdict never flips under nodes already serving it.
+
+Kept in memory, bounded (``max_entries``, oldest dropped first) and only for active
+versions: after a restart of central the heartbeats of nodes that serve a version bring
+its verdicts back within one interval (a node that reuses a verdict reports it too).
+A choice counts only when the node's heartbeat and its registration name the same class,
+so a node cannot speak for a class it is not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fleetwire.mqtt.fast import AnyHeartbeat
+
+__all__ = ["MAX_VERDICTS", "SHARED_SOURCES", "Verdict", "VerdictBook"]
+
+#: Verdicts kept at most (one per model version and hardware class: a fleet has few classes).
+MAX_VERDICTS = 4096
+#: Choice sources that are timings, first-hand or passed on; pins and defaults are not.
+SHARED_SOURCES = frozenset({"measured", "verdict"})
+
+VersionKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The artifact a node of ``hardware_class`` timed fastest, and by how much."""
+
+    artifact: str
+    hardware_class: str
+    node_id: str
+    speedup_b1: float | None = None
+    speedup_b8: float | None = None
+    at: float = 0.0
+    """Unix time central heard it."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return asdict(self)
+
+
+class VerdictBook:
+    """(model, version, hardware class) → the first verdict heard, for the active versions."""
+
+    def __init__(
+        self,
+        registered_class: Callable[[str], str | None],
+        on_new: Callable[[], None] | None = None,
+        max_entries: int = MAX_VERDICTS,
+    ) -> None:
+        """``registered_class(node_id)``: the class a node registered with (None: unknown);
+        ``on_new``: called after a verdict is first recorded (desired states change)."""
+        self._registered_class = registered_class
+        self._on_new = on_new
+        self._max = max_entries
+        self._verdicts: dict[tuple[str, str, str], Verdict] = {}
+        self._active: frozenset[VersionKey] | None = None
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+    def get(self, key: VersionKey, hardware_class: str) -> Verdict | None:
+        """The verdict for a version on a class, or None: nodes of it time the artifacts."""
+        return self._verdicts.get((key[0], key[1], hardware_class)) if hardware_class else None
+
+    def record(self, key: VersionKey, verdict: Verdict) -> bool:
+        """Keep ``verdict`` unless the version is not active or its class has one already."""
+        book_key = (key[0], key[1], verdict.hardware_class)
+        if book_key in self._verdicts or (self._active is not None and key not in self._active):
+            return False
+        while len(self._verdicts) >= self._max:
+            del self._verdicts[next(iter(self._verdicts))]
+        self._verdicts[book_key] = verdict
+        if self._on_new is not None:
+            self._on_new()
+        return True
+
+    def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
+        """Record the timed choices a heartbeat reports for versions it serves (ready)."""
+        for m in hb.models:
+            c = m.choice
+            if c is None or c.source not in SHARED_SOURCES or m.state != "ready":
+                continue
+            if (m.name, m.version, c.hardware_class) in self._verdicts:
+                continue
+            if not c.hardware_class or c.hardware_class != hb.hardware_class:
+                continue
+            if self._registered_class(node_id) != c.hardware_class:
+                continue
+            verdict = Verdict(
+                artifact=c.artifact,
+                hardware_class=c.hardware_class,
+                node_id=c.from_node or node_id,
+                speedup_b1=c.speedup_b1,
+                speedup_b8=c.speedup_b8,
+                at=time.time(),
+            )
+            self.record((m.name, m.version), verdict)
+
+    def keep(self, active: Iterable[VersionKey]) -> None:
+        """Only versions in ``active`` keep (and get) verdicts from now on."""
+        self._active = frozenset(active)
+        for book_key in [k for k in self._verdicts if (k[0], k[1]) not in self._active]:
+            del self._verdicts[book_key]
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every verdict, with its model and version, for the API."""
+        return [{"model": k[0], "version": k[1], **v.as_dict()} for k, v in self._verdicts.items()]
