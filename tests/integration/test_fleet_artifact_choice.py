@@ -89,9 +89,10 @@ def artifact_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "host": mosquitto.host, "port": mosquitto.port, "default_interval_s": 0.3}
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
     # One owner per chunk: a node then seeds only part of what it does not serve.
-    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, placement={"replicas": 1}))
+    server = CentralServer(central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, placement={"replicas": 1}))
     await server.start()
     yield server
     await server.stop()
@@ -100,12 +101,8 @@ async def mqtt_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncItera
 def _edge_options(broker: MosquittoBroker | None, cpu_flags: str) -> dict[str, Any]:
     options: dict[str, Any] = {"inference": {"cpu_flags": cpu_flags, "choice": QUICK_CHOICE}}
     if broker is not None:
-        options["heartbeat"] = {
-            "enabled": True,
-            "broker_host": broker.host,
-            "broker_port": broker.port,
-            "interval_s": 0.3,
-        }
+        options["heartbeat"] = {"enabled": True, "interval_s": 0.3}
+        options["broker"] = {"host": broker.host, "port": broker.port}
     return options
 
 

@@ -27,7 +27,10 @@ async def test_digits_is_quantized_distributed_and_served_as_int8(
     quantizing_central: CentralServer, make_edge: EdgeFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     digits = build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")  # trained once per session, not per test
-    edges = [await make_edge(f"edge-{i}", quantizing_central) for i in range(2)]
+    # Choice off: these edges serve central's default artifact, the INT8 path under test
+    # (timing would rightly pick FP32 for a model this small).
+    no_timing = {"choice": {"enabled": False}}
+    edges = [await make_edge(f"edge-{i}", quantizing_central, inference=no_timing) for i in range(2)]
     async with httpx.AsyncClient(base_url=quantizing_central.http_url, timeout=120) as api:
         files = {"file": digits.onnx_path.read_bytes(), "calibration": digits.calibration_path.read_bytes()}
         response = await api.post("/api/v1/models/digits/versions", files=files)

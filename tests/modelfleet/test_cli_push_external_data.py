@@ -43,7 +43,10 @@ async def test_the_cli_pushes_every_file_and_the_fleet_serves_the_quantized_mode
     tmp_path: Path, quantizing_central: CentralServer, make_edge: EdgeFactory
 ) -> None:
     graph = build_external_mlp(tmp_path / "export", width=WIDTH, hidden_layers=2, classes=1)
-    edges = [await make_edge(f"edge-{i}", quantizing_central) for i in range(2)]
+    # Choice off: these edges serve central's default artifact, the INT8 path under test
+    # (timing would rightly pick FP32 for a model this small).
+    no_timing = {"choice": {"enabled": False}}
+    edges = [await make_edge(f"edge-{i}", quantizing_central, inference=no_timing) for i in range(2)]
     pushed = await Cli(tmp_path, quantizing_central.http_url)("push", str(graph), "--name", "ext", "--json")
     assert pushed.exit_code == 0, pushed.stderr
     manifest = json.loads(pushed.stdout)["manifest"]
