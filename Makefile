@@ -52,3 +52,15 @@ up: $(DEMO_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digit
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+
+# Optional: retrain the zoo's small models (modelfleet/zoo/weights/*.npz, committed) with torch,
+# in a venv of its own so that torch never becomes a dependency of the project.
+# TORCH=/path/to/torch-…whl for a local wheel; the default takes the CPU build from PyTorch's index.
+TORCH_VENV ?= .torchvenv
+TORCH      ?= torch --extra-index-url https://download.pytorch.org/whl/cpu
+
+.PHONY: zoo-train
+zoo-train:  ## retrain the zoo's digits ResNet and transformer with torch (seeded, a few minutes on a CPU)
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q $(TORCH) numpy scikit-learn onnx onnxruntime
+	PYTHONPATH=$(CURDIR) $(TORCH_VENV)/bin/python scripts/train_zoo.py

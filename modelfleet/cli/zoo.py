@@ -2,17 +2,23 @@
 
 Models come from code, never from a hub: ``digits`` is a scikit-learn MLP trained on the
 digits data set that ships with scikit-learn (with calibration samples for static INT8),
-``mlp`` a random MLP of a chosen size (no meaningful accuracy: push it with ``--fp32``)."""
+``mlp`` a random MLP of a chosen size (no meaningful accuracy: push it with ``--fp32``).
+``resnet``, ``transformer`` and ``external`` write real architectures: trained on digits
+(small, with calibration and eval data) or at real sizes with random weights (for speed)."""
 
 from __future__ import annotations
 
 import shutil
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from modelfleet.cli import output
+
+if TYPE_CHECKING:
+    from modelfleet.zoo import ZooModel
 
 zoo_app = typer.Typer(no_args_is_help=True, help="Write models built by code to files.")
 
@@ -56,3 +62,99 @@ def mlp(
     out.parent.mkdir(parents=True, exist_ok=True)
     build_mlp(out, width=width, hidden_layers=layers, seed=seed)
     output.console().print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+
+
+class ResNetSize(StrEnum):
+    """``zoo resnet --size``."""
+
+    digits = "digits"
+    full = "224"
+
+
+class TransformerSize(StrEnum):
+    """``zoo transformer --size`` and ``zoo external --size``."""
+
+    small = "small"
+    large = "large"
+
+
+def _write(model: ZooModel, out: Path) -> None:
+    """Copy ``model``'s files into ``out`` and say what they are and how to push them."""
+    out.mkdir(parents=True, exist_ok=True)
+    copied = [model.onnx_path, *model.data_files, model.calibration_path, model.eval_path]
+    for path in copied:
+        if path is not None:
+            shutil.copyfile(path, out / path.name)
+    console = output.console()
+
+    def say(line: str) -> None:  # whole lines: a push command must survive copy and paste
+        console.print(line, markup=False, soft_wrap=True)
+
+    size = f"{model.size_bytes:,} bytes" + (f" in {len(model.files)} files" if model.data_files else "")
+    accuracy = "random weights" if model.fp32_accuracy is None else f"FP32 accuracy {model.fp32_accuracy:.4f}"
+    say(f"wrote {model.name} ({model.family}, {size}, {accuracy}) to {out}")
+    for path in model.data_files:
+        say(f"  {out / path.name}: external data; keep it next to model.onnx")
+    push = f"modelfleet push {out / 'model.onnx'} --name {model.name}"
+    if model.calibration_path is not None:
+        push += f" --calibration {out / model.calibration_path.name}"
+    if model.fp32_accuracy is None:
+        push += " --fp32"
+    if model.eval_path is not None:
+        say(f"  {out / model.eval_path.name}: the held-out split, inputs and labels, for judging INT8")
+    say(f"push with\n  {push}")
+
+
+@zoo_app.command("resnet")
+@output.reported
+def resnet(
+    out: Annotated[Path, typer.Option(help="Directory to write model.onnx and its data files into.")],
+    size: Annotated[
+        ResNetSize, typer.Option(help="digits: trained, 1x32x32; 224: ResNet-18's shape, random weights.")
+    ] = ResNetSize.digits,
+) -> None:
+    """A ResNet-style CNN: trained on digits, or ResNet-18 at 3x224x224 for speed."""
+    from modelfleet.zoo import build_resnet_digits, build_resnet_random
+
+    _write(build_resnet_digits() if size is ResNetSize.digits else build_resnet_random(), out)
+
+
+@zoo_app.command("transformer")
+@output.reported
+def transformer(
+    out: Annotated[Path, typer.Option(help="Directory to write model.onnx and its data files into.")],
+    size: Annotated[
+        TransformerSize, typer.Option(help="small: trained on digits as tokens; large: MiniLM's shape, random.")
+    ] = TransformerSize.small,
+) -> None:
+    """A BERT-style encoder classifier (INT64 input_ids and attention_mask, dynamic batch and length)."""
+    from modelfleet.zoo import build_transformer_digits, build_transformer_random
+
+    _write(build_transformer_digits() if size is TransformerSize.small else build_transformer_random(), out)
+
+
+@zoo_app.command("external")
+@output.reported
+def external(
+    out: Annotated[Path, typer.Option(help="Directory to write model.onnx and model.onnx.data into.")],
+    size: Annotated[
+        TransformerSize, typer.Option(help="small: the trained transformer; large: a random MLP of 2.25 GiB.")
+    ] = TransformerSize.small,
+) -> None:
+    """A model shipped as ONNX external data (model.onnx + model.onnx.data)."""
+    if size is TransformerSize.small:
+        from modelfleet.zoo import build_transformer_digits_external
+
+        _write(build_transformer_digits_external(), out)
+        return
+    from modelfleet.zoo.external import DATA_FILE, write_huge_mlp
+
+    # Written straight into ``out`` (not via the cache): one copy of 2.25 GiB is enough.
+    path = write_huge_mlp(out)
+    total = path.stat().st_size + (out / DATA_FILE).stat().st_size
+    output.console().print(
+        f"wrote {path} and {out / DATA_FILE} ({total:,} bytes, random weights); push with\n"
+        f"  modelfleet push {path} --name mlp-huge --fp32",
+        markup=False,
+        soft_wrap=True,
+    )

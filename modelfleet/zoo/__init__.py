@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+from modelfleet.zoo.artifact import ZooModel, eval_accuracy
 from modelfleet.zoo.bench_model import BenchModel, build_bench_model
 from modelfleet.zoo.cache import zoo_cache_dir
+from modelfleet.zoo.catalog import ZooEntry, build_digits_mlp, zoo_entry, zoo_models
 from modelfleet.zoo.digits import DigitsModel, build_digits
+from modelfleet.zoo.random_models import build_huge_mlp, build_resnet_random, build_transformer_random
 from modelfleet.zoo.synthetic import build_mlp, mlp_bytes
+from modelfleet.zoo.trained import build_resnet_digits, build_transformer_digits, build_transformer_digits_external
 
 __all__ = [
     "BenchModel",
     "DigitsModel",
+    "ZooEntry",
+    "ZooModel",
     "build_bench_model",
     "build_digits",
+    "build_digits_mlp",
+    "build_huge_mlp",
     "build_mlp",
+    "build_resnet_digits",
+    "build_resnet_random",
+    "build_transformer_digits",
+    "build_transformer_digits_external",
+    "build_transformer_random",
+    "eval_accuracy",
     "mlp_bytes",
     "zoo_cache_dir",
+    "zoo_entry",
+    "zoo_models",
 ]

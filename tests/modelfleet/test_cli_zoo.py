@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from modelfleet.cli import app
+from modelfleet.zoo.cache import CACHE_ENV
 
 
 def test_mlp_writes_a_valid_model_and_another_seed_another_version(tmp_path: Path) -> None:
@@ -48,3 +49,39 @@ def test_usage_errors_are_one_line_with_exit_code_two(capsys: pytest.CaptureFixt
     assert err == "error: Missing argument 'model'. (see 'modelfleet push --help')\n"
     assert main(["models", "--bogus"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.fixture
+def shared_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's zoo cache (``tests/modelfleet/zoo``): each model is built once per run."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.getbasetemp() / "zoo-cache"))
+
+
+@pytest.mark.usefixtures("shared_cache")
+@pytest.mark.parametrize(
+    ("command", "files"),
+    [
+        (["resnet"], ["model.onnx", "calibration.npz", "eval.npz"]),
+        (["transformer", "--size", "small"], ["model.onnx", "calibration.npz", "eval.npz"]),
+        (["external"], ["model.onnx", "model.onnx.data", "calibration.npz", "eval.npz"]),
+    ],
+)
+def test_trained_architectures_are_written_with_their_data(
+    command: list[str], files: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["zoo", *command, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    assert f"modelfleet push {out / 'model.onnx'}" in result.output
+    assert f"--calibration {out / 'calibration.npz'}" in result.output and "--fp32" not in result.output
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    with np.load(out / "eval.npz") as data:
+        feeds = {i.name: data[i.name][:4] for i in session.get_inputs()}
+    (logits,) = session.run(None, feeds)
+    assert logits.shape == (4, 10)
+
+
+def test_an_unknown_size_is_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["zoo", "resnet", "--out", str(tmp_path / "r"), "--size", "50"])
+    assert result.exit_code == 2 and not (tmp_path / "r").exists()
