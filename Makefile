@@ -41,6 +41,7 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.distribution --edges 8 --json bench/out/distribution.json
 	$(PY) -m bench.delta --json bench/out/delta.json
 	$(PY) -m bench.quantization --json bench/out/quantization.json
+	$(PY) -m bench.zoo --json bench/out/zoo.json
 	$(PY) -m bench.serving --clients 64 --json bench/out/serving.json
 	$(PY) -m bench.warm_start --json bench/out/warm_start.json
 	$(PY) -m bench.failover --json bench/out/failover.json

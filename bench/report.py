@@ -25,7 +25,9 @@ from typing import Any
 __all__ = ["BENCHES", "FIGURES", "Figure", "machine", "main", "render", "rows"]
 
 #: The benchmarks in report order: each writes ``bench/out/<name>.json``.
-BENCHES = ("placement", "distribution", "delta", "quantization", "serving", "warm_start", "failover", "heartbeat_scale")
+BENCHES = (
+    "placement", "distribution", "delta", "quantization", "zoo", "serving", "warm_start", "failover", "heartbeat_scale",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,21 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ("quantization", "speedup_b32"): Figure(
         "speedup_b32", ">=", "INT8 speed-up over FP32, batch 32",
         "FP32: {fp32_ms_b32:.3f} ms per batch; INT8 {int8_ms_b32:.3f} ms",
+    ),
+    ("zoo", "min_speedup"): Figure(
+        "min_speedup", ">=", "slowest served artifact / FP32, any zoo model, batch 1 or 8",
+        "FP32 of the same model in the same run",
+    ),
+    ("zoo", "cnn_speedup_b8"): Figure(
+        "cnn_speedup_b8", ">=", "CNN: served artifact's speed-up over FP32, batch 8", "FP32 {cnn_model}, same run"
+    ),
+    ("zoo", "transformer_speedup_b8"): Figure(
+        "transformer_speedup_b8", ">=", "transformer: served artifact's speed-up over FP32, batch 8",
+        "FP32 {transformer_model}, same run",
+    ),
+    ("zoo", "max_accuracy_delta_pp"): Figure(
+        "max_accuracy_delta_pp", "<=", "accuracy lost by the served artifact, trained zoo models (points)",
+        "FP32 on the same eval split",
     ),
     ("serving", "speedup"): Figure(
         "speedup", ">=", "dynamic batching speed-up (req/s)",
