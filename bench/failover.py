@@ -54,6 +54,7 @@ import httpx
 
 from bench._broker import Received, Recorder
 from bench._fleet import Fleet, parse_env_pairs, sigterm_raises
+from fleetwire.manifest import Manifest
 from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo import build_digits
 
@@ -238,7 +239,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             fleet.start(edges=EDGES)
             pushed = fleet.push_files(MODEL, VERSION, digits.onnx_path, calibration=digits.calibration_path)
             manifest = pushed.manifest
-            chunks = len({c["digest"] for c in manifest["chunks"]})
+            # Every chunk placement places: all files of every artifact the manifest offers.
+            chunks = len(Manifest.model_validate(manifest).unique_chunks())
             log(f"pushed {MODEL}:{VERSION}: {manifest.get('artifact')} {manifest['size']} bytes, {chunks} chunks")
             for node in fleet.edges:
                 fleet.wait_model_ready(node, MODEL, timeout_s=args.timeout_s)

@@ -28,6 +28,7 @@ import pytest
 from bench._fleet import Fleet
 from bench.failover import CHUNKING_ENV, StreamClient, chunk_ownership, oip_bodies, wait_membership_ready
 from brokers import MosquittoBroker
+from fleetwire.manifest import Manifest
 from modelfleet.zoo import DigitsModel, build_digits
 
 MODEL = "digits"
@@ -63,7 +64,7 @@ def running_fleet(
     with Fleet(root=root, central_env=central_env, edge_env=edge_env) as fleet:
         fleet.start(edges=len(EDGES))
         pushed = fleet.push_files(MODEL, "v1", digits.onnx_path, calibration=digits.calibration_path)
-        chunks = len({c["digest"] for c in pushed.manifest["chunks"]})
+        chunks = len(Manifest.model_validate(pushed.manifest).unique_chunks())  # every artifact's, as placed
         assert chunks >= 4, pushed.manifest
         for node in fleet.edges:
             fleet.wait_model_ready(node, MODEL, timeout_s=60)
