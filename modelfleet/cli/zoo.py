@@ -102,6 +102,7 @@ def _write(model: ZooModel, out: Path) -> None:
         push += " --fp32"
     if model.eval_path is not None:
         say(f"  {out / model.eval_path.name}: the held-out split, inputs and labels, for judging INT8")
+        push += f" --eval {out / model.eval_path.name}"
     say(f"push with\n  {push}")
 
 
