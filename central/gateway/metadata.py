@@ -11,10 +11,14 @@ against central as it does against one edge.
   heartbeats, without a request to a node.
 - ``GET /v2/models/{m}[/versions/{v}]`` and ``…/config``: the metadata and Triton model
   configuration of a node that serves the model, passed through as it answered. Asking
-  runs no model, so any failure moves on to the next node; 404 when no node serves it."""
+  runs no model, so any failure moves on to the next node. When no node serves it (yet),
+  the metadata comes from central's registry (the version's manifest, in the words an edge
+  uses, without ``X-Modelfleet-Node``): a client can learn a model's inputs while it is
+  still on its way to the edges. 404 when neither knows it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import metadata as package_metadata
 from typing import Any
 from urllib.parse import quote
@@ -27,10 +31,15 @@ from pydantic import BaseModel
 
 from central.gateway.outcomes import failure_of, node_error
 from central.gateway.proxy import NODE_HEADER, GatewayProxy
+from fleetwire.datatypes import oip_datatype
+from fleetwire.manifest import Manifest, TensorSpec
 from fleetwire.names import InvalidName, check_name
 
 SERVER_NAME = "modelfleet-gateway"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
+#: ``(model, version)`` → the stored manifest of that version (None: the model's newest) and
+#: every stored version of the model, or None when the registry has no such model or version.
+ModelCatalog = Callable[[str, str | None], tuple[Manifest, list[str]] | None]
 
 
 def _version() -> str:
@@ -66,14 +75,40 @@ def _model_path(model: str, version: str | None, suffix: str) -> str:
     return path + suffix
 
 
-async def node_document(proxy: GatewayProxy, model: str, version: str | None, suffix: str) -> Response:
+def _tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "datatype": oip_datatype(s.dtype), "shape": s.shape} for s in specs]
+
+
+def catalog_metadata(manifest: Manifest, versions: list[str]) -> dict[str, Any]:
+    """The OIP model metadata of a stored version, as an edge that serves it would answer."""
+    return {
+        "name": manifest.name,
+        "versions": versions,
+        "platform": "onnxruntime_onnx",
+        "inputs": _tensors(manifest.inputs),
+        "outputs": _tensors(manifest.outputs),
+    }
+
+
+def _not_served(model: str, version: str | None, suffix: str, catalog: ModelCatalog | None) -> Response:
+    """The registry's metadata of a model no node serves; 404 for its config or an unknown model."""
+    found = catalog(model, version) if catalog is not None and suffix == "" else None
+    if found is None:
+        return _json({"error": f"{_what(model, version)} is not served by any alive node"}, 404)
+    return _json(catalog_metadata(*found))
+
+
+async def node_document(
+    proxy: GatewayProxy, model: str, version: str | None, suffix: str, catalog: ModelCatalog | None = None
+) -> Response:
     """``GET`` ``suffix`` ("" for metadata, "/config") of the model from the first node that
-    answers it; nodes that fail or no longer serve it are skipped."""
+    answers it; nodes that fail or no longer serve it are skipped. With no node serving it,
+    the metadata comes from ``catalog`` (central's registry) when it knows the model."""
     if (invalid := _invalid(model, version)) is not None:
         return invalid
     candidates = proxy.router.order(model, version)
     if not candidates:
-        return _json({"error": f"{_what(model, version)} is not served by any alive node"}, 404)
+        return _not_served(model, version, suffix, catalog)
     timeout = httpx.Timeout(proxy.read_timeout_s, connect=proxy.connect_timeout_s)
     path = _model_path(model, version, suffix)
     reason = ""
@@ -134,7 +169,7 @@ class ServerMetadataBody(BaseModel):
 
 _ERRORS: dict[int | str, dict[str, Any]] = {422: {"model": GatewayErrorBody}}
 _DOCUMENT: dict[int | str, dict[str, Any]] = {
-    200: {"model": dict[str, Any], "description": "The document of a node that serves the model"},
+    200: {"model": dict[str, Any], "description": "The document of a node that serves the model (or the registry's)"},
     404: {"model": GatewayErrorBody},
     503: {"model": GatewayErrorBody},
     **_ERRORS,
@@ -142,8 +177,9 @@ _DOCUMENT: dict[int | str, dict[str, Any]] = {
 _MODEL_READY: dict[int | str, dict[str, Any]] = {200: {"model": ReadyBody}, 400: {"model": ReadyBody}, **_ERRORS}
 
 
-def create_metadata_router(proxy: GatewayProxy) -> APIRouter:
-    """Health, server metadata, model readiness, metadata and configuration over ``proxy``."""
+def create_metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> APIRouter:
+    """Health, server metadata, model readiness, metadata and configuration over ``proxy``;
+    ``catalog`` describes models no node serves yet."""
     router = APIRouter()
     version = _version()
 
@@ -161,11 +197,11 @@ def create_metadata_router(proxy: GatewayProxy) -> APIRouter:
 
     @router.get("/v2/models/{name}", responses=_DOCUMENT)
     async def metadata(name: str) -> Response:
-        return await node_document(proxy, name, None, "")
+        return await node_document(proxy, name, None, "", catalog)
 
     @router.get("/v2/models/{name}/versions/{v}", responses=_DOCUMENT)
     async def version_metadata(name: str, v: str) -> Response:
-        return await node_document(proxy, name, v, "")
+        return await node_document(proxy, name, v, "", catalog)
 
     @router.get("/v2/models/{name}/config", responses=_DOCUMENT)
     async def config(name: str) -> Response:

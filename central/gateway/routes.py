@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from central.gateway.candidates import NodeSource
-from central.gateway.metadata import create_metadata_router
+from central.gateway.metadata import ModelCatalog, create_metadata_router
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter
 from central.gateway.timeouts import ReadTimeouts
@@ -101,8 +101,9 @@ _INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
-    """The gateway's routes over ``proxy``."""
+def create_gateway_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> APIRouter:
+    """The gateway's routes over ``proxy``; ``catalog`` (central's registry) describes the
+    models no node serves yet."""
     router = APIRouter()
 
     async def forward(name: str, version: str | None, request: Request) -> Response:
@@ -135,7 +136,7 @@ def create_gateway_router(proxy: GatewayProxy) -> APIRouter:
     async def gateway_infer_version(name: str, version: str, request: Request) -> Response:
         return await forward(name, version, request)
 
-    router.include_router(create_metadata_router(proxy))
+    router.include_router(create_metadata_router(proxy, catalog))
 
     @router.get("/api/v1/gateway")
     async def gateway_status() -> dict[str, Any]:

@@ -17,6 +17,8 @@ import onnx
 
 from central.registry.blobs import BlobStore
 from central.registry.chunker import Chunker
+from central.registry.runtime_compat import make_loadable
+from central.registry.runtime_limits import runtime_limits
 from central.registry.signing import ManifestSigner
 from central.registry.sqlite_impl import utc_now
 from central.registry.validate import data_files, load_checked, signature
@@ -98,14 +100,19 @@ class PushStep(Protocol):
 
 
 class ValidateStep:
-    """``onnx.checker`` plus the model's signature."""
+    """``onnx.checker``, a model ONNX Runtime can load (``runtime_compat``), and the model's signature."""
 
     name = "validate"
 
     def run(self, ctx: PushContext) -> None:
-        """Reject what is not a valid ONNX model with exactly its data files."""
+        """Reject what is not a valid ONNX model with exactly its data files, or what ONNX
+        Runtime cannot load and cannot be converted for it."""
         # The proto can be large: it is not kept in the context; later steps re-read the file.
-        ctx.inputs, ctx.outputs = signature(load_checked(ctx.upload, ctx.staged_files))
+        model = load_checked(ctx.upload, ctx.staged_files)
+        compat = make_loadable(ctx.upload, model, runtime_limits())
+        if compat.changes:
+            ctx.report["compatibility"] = compat.report()
+        ctx.inputs, ctx.outputs = signature(model)
 
 
 class ChunkStep:

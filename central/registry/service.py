@@ -167,6 +167,13 @@ class RegistryService:
             raise NotFound(f"model {name!r} has no version {version!r}")
         return record
 
+    def describe(self, name: str, version: str | None) -> tuple[Manifest, list[str]] | None:
+        """The served manifest of ``version`` (None: the model's newest) and the names of every
+        stored version, oldest first; None when the model or that version is unknown."""
+        records = self.store.list_versions(name)
+        found = records[-1] if records and version is None else next((r for r in records if r.version == version), None)
+        return None if found is None else (found.manifest, [r.version for r in records])
+
     def active_versions(self) -> list[Manifest]:
         """The versions the fleet holds and serves: the latest of every model."""
         active = []

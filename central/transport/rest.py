@@ -320,5 +320,5 @@ def create_app(central: Central) -> FastAPI:
     app.include_router(create_dashboard_router(central.dashboard))
     app.include_router(create_rollout_router(central.rollouts))
     if central.settings.gateway.enabled:
-        app.include_router(create_gateway_router(central.gateway))
+        app.include_router(create_gateway_router(central.gateway, central.registry.describe))
     return app

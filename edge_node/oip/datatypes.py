@@ -1,30 +1,11 @@
-"""OIP v2 datatype names ↔ numpy dtypes."""
+"""OIP v2 datatype names ↔ numpy dtypes (the names are the wire contract's, ``fleetwire.datatypes``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-OIP_TO_NUMPY: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(np.object_),
-}
-NUMPY_TO_OIP: dict[str, str] = {dt.name: name for name, dt in OIP_TO_NUMPY.items() if name != "BYTES"}
-NUMPY_TO_OIP["object"] = "BYTES"
-NUMPY_TO_OIP["str"] = "BYTES"
-NUMPY_TO_OIP["bytes"] = "BYTES"
+from fleetwire.datatypes import NUMPY_TO_OIP, OIP_DTYPE_NAMES, oip_datatype
 
+OIP_TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(numpy) for name, numpy in OIP_DTYPE_NAMES.items()}
 
-def oip_datatype(numpy_name: str) -> str:
-    """The OIP name of a numpy dtype name ("float32" → "FP32")."""
-    return NUMPY_TO_OIP.get(numpy_name, numpy_name.upper())
+__all__ = ["NUMPY_TO_OIP", "OIP_TO_NUMPY", "oip_datatype"]

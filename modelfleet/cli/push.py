@@ -128,6 +128,8 @@ def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
     q = report.get("quantization")
     served = m.get("artifact", "fp32")
     lines = [("pushed", f"{m['name']}:{m['version']}, serving {served.upper()}")]
+    # What central changed so that ONNX Runtime loads the model (a newer opset or IR version).
+    lines += [("converted", str(note)) for note in (report.get("compatibility") or {}).get("notes", [])]
     if q:
         lines += [("sizes", _sizes(q)), ("agreement", _agreement(q))]
         for key, text in (("candidates", _candidates(q)), ("accuracy", _accuracy(q))):

@@ -1,5 +1,6 @@
 """``modelfleet push`` with the quantization options (``--eval``, ``--threshold``, ``--dim``)
-against a real central that quantizes; a refusal shows the guard failing and names ``--fp32``."""
+against a real central that quantizes; a refusal shows the guard failing and names ``--fp32``;
+the summary says what central converted so that ONNX Runtime loads the model."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from cli_harness import Cli, one_error_line
+from onnx_versions import dense_model, save
 
 from bench.graphs import build_transformer
+from central.registry.runtime_limits import runtime_limits
 from central.server import CentralServer
 from conftest import central_settings
 from modelfleet.zoo import DigitsModel, build_digits
@@ -64,3 +68,14 @@ async def test_a_refusal_shows_the_guard_failing_and_names_fp32(
     error = one_error_line(refused)
     assert "below the 99.9% threshold" in error and "push again with --fp32" in error and error.endswith("(HTTP 422)")
     assert "✗ accuracy guard" in refused.stdout and "✗ quantize" not in refused.stdout
+
+
+async def test_the_summary_says_what_central_converted_for_onnx_runtime(tmp_path: Path, central: CentralServer) -> None:
+    limits = runtime_limits()
+    newest = limits.max_opset("")
+    opset = onnx.defs.onnx_opset_version()
+    assert newest is not None and opset > newest, "onnx and ONNX Runtime agree: nothing to convert"
+    model = save(dense_model(opset), tmp_path / "model.onnx")
+    pushed = await Cli(tmp_path, central.http_url)("push", str(model), "--name", "m")
+    assert pushed.exit_code == 0, pushed.stderr
+    assert f"opset {opset} converted to {newest} with ONNX's version converter" in pushed.stdout

@@ -55,3 +55,31 @@ async def test_health_server_metadata_and_models_through_the_gateway(
         source.set([gone])
         r = await gw.get("/v2/models/tiny/config")
         assert r.status_code == 503 and "cannot connect" in r.json()["error"]
+
+
+async def test_before_any_node_serves_a_model_its_metadata_comes_from_the_registry(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    assert (await push(api, "tiny", small_model_file)).status_code == 201
+    stored = {}
+    for path in ("/v2/models/tiny", "/v2/models/tiny/versions/1"):
+        r = await api.get(path)  # central's gateway, no edge anywhere
+        assert r.status_code == 200, (path, r.text)
+        assert "X-Modelfleet-Node" not in r.headers
+        stored[path] = r.json()
+    assert stored["/v2/models/tiny"]["versions"] == ["1"]
+    assert stored["/v2/models/tiny"]["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 32]}]
+    for path, status in (
+        ("/v2/models/tiny/versions/9", 404),
+        ("/v2/models/ghost", 404),
+        ("/v2/models/tiny/config", 404),
+    ):
+        r = await api.get(path)
+        assert r.status_code == status and "is not served by any alive node" in r.json()["error"], (path, r.text)
+
+    # The same document an edge answers once it serves the model.
+    edge = await make_edge("edge-0", central)
+    await wait_for(lambda: edge.edge.repository.ready(), what="tiny served")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}") as direct:
+        for path, document in stored.items():
+            assert (await direct.get(path)).json() == document
