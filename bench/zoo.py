@@ -170,6 +170,9 @@ def _guard_summary(ctx: PushContext | None, error: str | None) -> dict[str, Any]
         "threshold": q.get("threshold"),
         "samples": q.get("samples"),
         "samples_source": q.get("samples_source"),
+        # central's default INT8 artifact on the eval data, whatever the edge then served
+        "int8_accuracy": q.get("int8_accuracy"),
+        "int8_accuracy_delta_pp": q.get("accuracy_delta_pp"),
         "quantize_seconds": q.get("quantize_seconds"),
         "guard_seconds": q.get("guard_seconds"),
     }
