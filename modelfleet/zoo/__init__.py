@@ -7,7 +7,13 @@ from modelfleet.zoo.bench_model import BenchModel, build_bench_model
 from modelfleet.zoo.cache import zoo_cache_dir
 from modelfleet.zoo.catalog import ZooEntry, build_digits_mlp, zoo_entry, zoo_models
 from modelfleet.zoo.digits import DigitsModel, build_digits
-from modelfleet.zoo.random_models import build_huge_mlp, build_resnet_random, build_transformer_random
+from modelfleet.zoo.random_models import (
+    build_huge_mlp,
+    build_resnet_random,
+    build_transformer_random,
+    write_random_resnet,
+    write_random_transformer,
+)
 from modelfleet.zoo.synthetic import build_mlp, mlp_bytes
 from modelfleet.zoo.trained import build_resnet_digits, build_transformer_digits, build_transformer_digits_external
 
@@ -28,6 +34,8 @@ __all__ = [
     "build_transformer_random",
     "eval_accuracy",
     "mlp_bytes",
+    "write_random_resnet",
+    "write_random_transformer",
     "zoo_cache_dir",
     "zoo_entry",
     "zoo_models",

@@ -4,7 +4,9 @@ Built at run time and cached, never committed: ResNet-18's shape at 3x224x224 (4
 MiniLM-L6's shape (91 MB) and, for pushing and serving big models, an MLP over 2 GiB
 stored as external data. Random weights have no accuracy to keep, so these come with
 calibration inputs of the right shapes and ranges but no eval file. Every builder takes
-its size as parameters, so tests run the same code at tiny widths."""
+its size as parameters, so tests run the same code at tiny widths: ``write_random_resnet``
+and ``write_random_transformer`` write just the graph of any config to a path, uncached,
+for tests and benchmarks that need a model of a particular shape."""
 
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from modelfleet.zoo.transformer import (
 )
 
 #: Bump when what a build writes changes (sizes and seeds are in the key already).
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 CALIBRATION_SEED = 11
-RESNET_CALIBRATION_SAMPLES = 16
+#: A push needs 20 samples at least (``central.quantize.calibration.MIN_SAMPLES``): 10 to calibrate,
+#: 10 held out for the guard.
+RESNET_CALIBRATION_SAMPLES = 32
 TRANSFORMER_CALIBRATION_SAMPLES = 64
 #: Calibration sequences are 16 to this many tokens long (capped by the model's positions).
 TRANSFORMER_CALIBRATION_LENGTH = 128
@@ -41,10 +45,13 @@ def _key(config_json: str, seed: int) -> str:
 
 
 def resnet_calibration(config: ResNetConfig, samples: int = RESNET_CALIBRATION_SAMPLES) -> dict[str, np.ndarray]:
-    """Images as a normalised camera pipeline delivers them: about standard normal per channel."""
+    """Images as a normalised camera pipeline delivers them: about standard normal per channel
+    (raw pixels in 0..1 for a model that normalises them itself)."""
     rng = np.random.default_rng(CALIBRATION_SEED)
     size = config.image_size
     shape = (samples, config.in_channels, size, size)
+    if config.normalize:
+        return {INPUT_NAME: rng.random(shape, dtype=np.float32)}
     return {INPUT_NAME: rng.standard_normal(shape, dtype=np.float32)}
 
 
@@ -64,14 +71,27 @@ def transformer_calibration(
     return dict(zip(INPUT_NAMES, (ids, mask), strict=True))
 
 
+def write_random_resnet(path: Path, config: ResNetConfig, seed: int = 0, name: str = "resnet") -> Path:
+    """The ResNet of ``config`` with seeded random weights, written (atomically) to ``path``."""
+    model = resnet_graph(config, random_resnet_weights(config, seed), name=name.replace("-", "_"))
+    write_atomic(path, model.SerializeToString())
+    return path
+
+
+def write_random_transformer(path: Path, config: TransformerConfig, seed: int = 0, name: str = "encoder") -> Path:
+    """The encoder classifier of ``config`` with seeded random weights, written (atomically) to ``path``."""
+    model = transformer_graph(config, random_transformer_weights(config, seed), name=name.replace("-", "_"))
+    write_atomic(path, model.SerializeToString())
+    return path
+
+
 def build_resnet_random(
     cache_dir: Path | None = None, *, config: ResNetConfig = RESNET18, seed: int = 0, name: str = "resnet18-224"
 ) -> ZooModel:
     """A ResNet of ``config`` (ResNet-18 at 224x224 by default) with seeded random weights."""
 
     def build(directory: Path) -> None:
-        model = resnet_graph(config, random_resnet_weights(config, seed), name=name.replace("-", "_"))
-        write_atomic(directory / MODEL_FILE, model.SerializeToString())
+        write_random_resnet(directory / MODEL_FILE, config, seed, name)
         write_npz(directory / "calibration.npz", resnet_calibration(config))
 
     entry = cached_entry(name, _key(config.to_json(), seed), build, cache_dir)
@@ -88,8 +108,7 @@ def build_transformer_random(
     """An encoder classifier of ``config`` (MiniLM-L6-H384's shape by default) with seeded random weights."""
 
     def build(directory: Path) -> None:
-        model = transformer_graph(config, random_transformer_weights(config, seed), name=name.replace("-", "_"))
-        write_atomic(directory / MODEL_FILE, model.SerializeToString())
+        write_random_transformer(directory / MODEL_FILE, config, seed, name)
         write_npz(directory / "calibration.npz", transformer_calibration(config))
 
     entry = cached_entry(name, _key(config.to_json(), seed), build, cache_dir)

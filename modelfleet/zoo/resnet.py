@@ -24,6 +24,9 @@ from modelfleet.zoo.graph import FLOAT, GraphBuilder
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 BN_EPSILON = 1e-5
+#: ImageNet's per-channel mean and standard deviation (RGB), as torchvision's transforms use them.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,15 @@ class ResNetConfig:
     stem_pool: bool
     widths: tuple[int, ...]
     blocks: tuple[int, ...]
+    #: ImageNet's ``(x - mean) / std`` in front of the stem, as many exported vision models
+    #: have: the model then takes raw RGB pixels in 0..1 (3 channels only).
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.widths) != len(self.blocks):
+            raise ValueError(f"{len(self.widths)} stage widths but {len(self.blocks)} block counts")
+        if self.normalize and self.in_channels != len(IMAGENET_MEAN):
+            raise ValueError(f"normalize needs 3 (RGB) input channels, not {self.in_channels}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -150,6 +162,13 @@ def _block(g: GraphBuilder, x: str, w: dict[str, np.ndarray], blk: ResNetBlock) 
     return g.op("Relu", [g.op("Add", [y, shortcut], f"{p}.add")], f"{p}.relu2")
 
 
+def _normalize(g: GraphBuilder, x: str) -> str:
+    """``(x - mean) / std`` per channel: a Sub and a Div on the input, as exporters write the transform."""
+    mean = g.const("normalize.mean", np.reshape(IMAGENET_MEAN, (1, 3, 1, 1)), np.float32)
+    std = g.const("normalize.std", np.reshape(IMAGENET_STD, (1, 3, 1, 1)), np.float32)
+    return g.op("Div", [g.op("Sub", [x, mean], "normalize.sub"), std], "normalize.div")
+
+
 def resnet_graph(config: ResNetConfig, weights: dict[str, np.ndarray], name: str = "resnet") -> onnx.ModelProto:
     """The ONNX model: ``input`` float32 ``[batch, C, H, W]`` → ``logits`` ``[batch, classes]``.
 
@@ -161,7 +180,8 @@ def resnet_graph(config: ResNetConfig, weights: dict[str, np.ndarray], name: str
     if wrong or missing:
         raise ValueError(f"weights do not fit {config}: missing {sorted(missing)}, unexpected {wrong}")
     g = GraphBuilder(name)
-    x = g.op("Relu", [_conv_bn(g, INPUT_NAME, weights, "stem.conv", "stem.bn", config.stem_stride)], "stem.relu")
+    x = _normalize(g, INPUT_NAME) if config.normalize else INPUT_NAME
+    x = g.op("Relu", [_conv_bn(g, x, weights, "stem.conv", "stem.bn", config.stem_stride)], "stem.relu")
     if config.stem_pool:
         x = g.op("MaxPool", [x], "stem.pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     for blk in resnet_blocks(config):

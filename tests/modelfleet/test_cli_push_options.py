@@ -14,11 +14,14 @@ import pytest
 from cli_harness import Cli, one_error_line
 from onnx_versions import dense_model, save
 
-from bench.graphs import build_transformer
 from central.registry.runtime_limits import runtime_limits
 from central.server import CentralServer
 from conftest import central_settings
-from modelfleet.zoo import DigitsModel, build_digits
+from modelfleet.zoo import DigitsModel, build_digits, write_random_transformer
+from modelfleet.zoo.transformer import TransformerConfig
+
+#: A one-layer BERT-style encoder: what ``--dim`` sizes (its ``sequence`` axis is dynamic).
+BERT = TransformerConfig(vocab=100, max_positions=128, hidden=32, heads=2, layers=1, ffn=128, classes=4)
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +51,9 @@ async def test_eval_file_gives_task_accuracy_in_the_summary(
 
 
 async def test_dim_and_threshold_are_sent(tmp_path: Path, quantizing: CentralServer) -> None:
-    model = build_transformer(tmp_path / "bert.onnx")
+    model = write_random_transformer(tmp_path / "bert.onnx", BERT)
     cli = Cli(tmp_path, quantizing.http_url)
-    pushed = await cli("push", str(model), "--name", "bert", "--dim", "seq=40", "--threshold", "0.9", "--json")
+    pushed = await cli("push", str(model), "--name", "bert", "--dim", "sequence=40", "--threshold", "0.9", "--json")
     assert pushed.exit_code == 0, pushed.stderr
     report = json.loads(pushed.stdout)["report"]["quantization"]
     assert report["threshold"] == 0.9 and report["generated_shapes"]["input_ids"] == [40]

@@ -1,8 +1,10 @@
 """Models for the quantization tests: small classifiers, built with ``onnx.helper``, that
-INT8 gets wrong on purpose, and the trained digits classifier."""
+INT8 gets wrong on purpose, the trained digits classifier, and the zoo's ResNet-style CNN
+and BERT-style encoder at sizes a test can afford (seeded random weights)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +12,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelfleet.zoo import build_digits
+from modelfleet.zoo import build_digits, write_random_resnet, write_random_transformer
 from modelfleet.zoo.digits import DigitsModel
+from modelfleet.zoo.resnet import ResNetConfig
+from modelfleet.zoo.transformer import TransformerConfig
+
+#: Two stages of one basic block each, at 3x32x32 and 10 classes (about 10k parameters).
+SMALL_CNN = ResNetConfig(
+    in_channels=3, image_size=32, classes=10, stem_channels=8, stem_kernel=3, stem_stride=1, stem_pool=False,
+    widths=(8, 16), blocks=(1, 1),
+)  # fmt: skip
+#: One encoder layer of width 32 over a 100-token vocabulary, 4 classes.
+SMALL_BERT = TransformerConfig(vocab=100, max_positions=128, hidden=32, heads=2, layers=1, ffn=128, classes=4)
 
 
 def save(graph: onnx.GraphProto, path: Path) -> Path:
@@ -64,3 +76,13 @@ def fragile_head(tmp_path: Path) -> tuple[Path, Path]:
 def digits_model(tmp_path_factory: pytest.TempPathFactory) -> DigitsModel:
     """The zoo's digits classifier; same cache path as the zoo tests, so it is trained once per session."""
     return build_digits(tmp_path_factory.getbasetemp() / "zoo-cache")
+
+
+def cnn(path: Path, **changes: object) -> Path:
+    """``SMALL_CNN`` with ``changes`` (``image_size``, ``widths``, ``normalize``...) written to ``path``."""
+    return write_random_resnet(path, replace(SMALL_CNN, **changes))
+
+
+def bert(path: Path, **changes: object) -> Path:
+    """``SMALL_BERT`` with ``changes`` (``vocab``, ``layers``...) written to ``path``."""
+    return write_random_transformer(path, replace(SMALL_BERT, **changes))

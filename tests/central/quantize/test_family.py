@@ -6,9 +6,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-from quant_models import digits_model
+from quant_models import bert, cnn, digits_model
 
-from bench.graphs import build_cnn, build_transformer
 from central.quantize.family import detect_family, embedding_vocab, name_nodes, sensitive_nodes
 from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel
@@ -24,27 +23,28 @@ def _load(path: Path) -> onnx.ModelProto:
 
 
 def test_cnn_transformer_and_mlp_are_told_apart(tmp_path: Path, digits: DigitsModel) -> None:
-    assert detect_family(_load(build_cnn(tmp_path / "cnn.onnx"))) == "cnn"
-    assert detect_family(_load(build_transformer(tmp_path / "bert.onnx"))) == "transformer"
+    assert detect_family(_load(cnn(tmp_path / "cnn.onnx"))) == "cnn"
+    assert detect_family(_load(bert(tmp_path / "bert.onnx"))) == "transformer"
     assert detect_family(_load(build_mlp(tmp_path / "mlp.onnx", width=16, hidden_layers=1))) == "mlp"
     # skl2onnx's MLP ends in Softmax, but no MatMul multiplies two activations: not attention.
     assert detect_family(_load(digits.onnx_path)) == "mlp"
 
 
 def test_embedding_vocab_is_the_table_an_id_input_indexes(tmp_path: Path) -> None:
-    model = _load(build_transformer(tmp_path / "bert.onnx", vocab=321))
+    model = _load(bert(tmp_path / "bert.onnx", vocab=321))
     assert embedding_vocab(model) == {"input_ids": 321}
 
 
 def test_sensitive_nodes_are_first_and_last_layers_softmax_and_norms(tmp_path: Path) -> None:
-    cnn = _load(build_cnn(tmp_path / "cnn.onnx"))
-    chosen = sensitive_nodes(cnn, "cnn")
-    by_name = {n.name: n.op_type for n in cnn.graph.node}
+    resnet = _load(cnn(tmp_path / "cnn.onnx"))
+    chosen = sensitive_nodes(resnet, "cnn")
+    by_name = {n.name: n.op_type for n in resnet.graph.node}
     assert [by_name[n] for n in chosen] == ["Conv", "Gemm"]
-    assert chosen[0] == next(n.name for n in cnn.graph.node if n.op_type == "Conv")
-    bert = _load(build_transformer(tmp_path / "bert.onnx", layers=2))
-    ops = [{n.name: n.op_type for n in bert.graph.node}[name] for name in sensitive_nodes(bert, "transformer")]
-    assert ops.count("Softmax") == 2 and ops.count("LayerNormalization") == 5 and ops.count("Gather") == 2
+    assert chosen[0] == next(n.name for n in resnet.graph.node if n.op_type == "Conv")
+    encoder = _load(bert(tmp_path / "bert.onnx", layers=2))
+    ops = [{n.name: n.op_type for n in encoder.graph.node}[name] for name in sensitive_nodes(encoder, "transformer")]
+    # The one Gather on a table is the word embedding (positions are a Slice of theirs).
+    assert ops.count("Softmax") == 2 and ops.count("LayerNormalization") == 5 and ops.count("Gather") == 1
     assert ops[:2] == ["MatMul", "MatMul"]  # the first projection and the classifier
 
 

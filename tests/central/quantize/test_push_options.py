@@ -11,9 +11,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from quant_models import digits_model, fragile
+from quant_models import bert, digits_model, fragile
 
-from bench.graphs import build_transformer
 from central.server import CentralServer
 from conftest import central_settings
 from modelfleet.zoo.digits import DigitsModel
@@ -50,15 +49,15 @@ async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 async def test_bad_options_are_400_before_the_body(
     api: httpx.AsyncClient, tmp_path: Path, params: dict[str, str], error: str
 ) -> None:
-    model = build_transformer(tmp_path / "bert.onnx")
+    model = bert(tmp_path / "bert.onnx")
     response = await api.post(URL.format("m"), params=params, content=model.read_bytes())
     assert response.status_code == 400 and response.json() == {"error": error}
     assert (await api.get("/api/v1/models")).json() == []
 
 
 async def test_dim_and_threshold_reach_the_guard(api: httpx.AsyncClient, tmp_path: Path) -> None:
-    model = build_transformer(tmp_path / "bert.onnx", vocab=300)
-    params = [("dim", "seq=40"), ("threshold", "0.9")]
+    model = bert(tmp_path / "bert.onnx", vocab=300)
+    params = [("dim", "sequence=40"), ("threshold", "0.9")]
     response = await api.post(URL.format("bert"), params=params, content=model.read_bytes())
     assert response.status_code == 201, response.text
     report = response.json()["report"]["quantization"]
@@ -66,7 +65,7 @@ async def test_dim_and_threshold_reach_the_guard(api: httpx.AsyncClient, tmp_pat
     assert report["threshold"] == 0.9 and report["family"] == "transformer" and report["served"] == "int8-dynamic"
     unknown = await api.post(URL.format("bert"), params={"dim": "length=40"}, content=model.read_bytes())
     assert unknown.status_code == 400
-    assert unknown.json()["error"] == "--dim length=40: the model has no dynamic dimension 'length' (it has: seq)"
+    assert unknown.json()["error"] == "--dim length=40: the model has no dynamic dimension 'length' (it has: sequence)"
 
 
 async def test_eval_file_in_the_multipart_gives_task_accuracy(

@@ -12,12 +12,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from quant_models import digits_model
+from quant_models import bert, cnn, digits_model
 from quant_models import fragile as _fragile
 from quant_models import fragile_head as _fragile_head
 from quant_models import save as _save
 
-from bench.graphs import build_cnn, build_transformer
 from central.errors import BadRequest
 from central.quantize import AccuracyGuardFailed, GuardStep, QuantizeStep
 from central.quantize.calibration import MIN_SAMPLES, load_calibration, split
@@ -38,6 +37,10 @@ RECIPE_KEYS = {
     "nodes_excluded", "optimizer", "guard", "int8_bytes", "size_ratio", "seconds",
 }  # fmt: skip
 AVX2 = ["avx2", "fma"]
+#: For the CNNs with random weights: their logits' top-2 margins are tiny (every image gives
+#: about the same features), so a percent or two of samples flip under INT8 even at a cosine
+#: of 0.9999; random weights have no accuracy to keep (``bench._fleet.RANDOM_MODEL_THRESHOLD``).
+RANDOM_THRESHOLD = 0.9
 
 
 @pytest.fixture(scope="session")
@@ -99,12 +102,12 @@ def test_served_recipe_follows_the_cpu_flags(digits: DigitsModel, tmp_path: Path
 
 
 def test_cnn_without_calibration_gets_static_candidates_on_generated_images(tmp_path: Path) -> None:
-    model = build_cnn(tmp_path / "cnn.onnx", image=32, widths=(16, 32))
-    ctx = _ctx(model, tmp_path)
+    model = cnn(tmp_path / "cnn.onnx", image_size=32, widths=(16, 32))
+    ctx = _ctx(model, tmp_path, threshold=RANDOM_THRESHOLD)
     report = _push(ctx, QuantizeSettings(cpu_flags=AVX2, small_model_bytes=0))
     assert report["family"] == "cnn" and report["calibration_source"] == "generated"
     assert report["calibration_samples"] == 64 and report["samples_source"] == "generated"
-    assert report["generated_shapes"] == {"image": [3, 32, 32]}
+    assert report["generated_shapes"] == {"input": [3, 32, 32]}
     assert list(report["candidates"]) == [U8S8_QDQ, S8S8_QDQ, U8S8_QOP]  # type: ignore[call-overload]
     assert all(c["method"] == "static" for c in report["candidates"].values())  # type: ignore[attr-defined]
     assert ctx.served_artifact == U8S8_QDQ
@@ -112,19 +115,20 @@ def test_cnn_without_calibration_gets_static_candidates_on_generated_images(tmp_
     for name in (U8S8_QDQ, S8S8_QDQ, U8S8_QOP):
         _loads(ctx.artifacts[name])
         assert ctx.artifact_reports[name]["guard"]["passed"] is True
-    arm = _ctx(model, tmp_path / "arm")
+    arm = _ctx(model, tmp_path / "arm", threshold=RANDOM_THRESHOLD)
     assert _push(arm, QuantizeSettings(cpu_flags=["asimd", "asimddp"], small_model_bytes=0))["served"] == S8S8_QDQ
 
 
 def test_max_candidates_bounds_the_push(tmp_path: Path) -> None:
-    model = build_cnn(tmp_path / "cnn.onnx", image=16)
-    report = _push(_ctx(model, tmp_path), QuantizeSettings(cpu_flags=AVX2, small_model_bytes=0, max_candidates=2))
+    model = cnn(tmp_path / "cnn.onnx", image_size=16)
+    ctx = _ctx(model, tmp_path, threshold=RANDOM_THRESHOLD)
+    report = _push(ctx, QuantizeSettings(cpu_flags=AVX2, small_model_bytes=0, max_candidates=2))
     assert list(report["candidates"]) == [U8S8_QDQ, S8S8_QDQ]  # type: ignore[call-overload]
 
 
 def test_transformer_is_fused_then_dynamic_on_realistic_generated_inputs(tmp_path: Path) -> None:
-    model = build_transformer(tmp_path / "bert.onnx", vocab=200, layers=1)
-    ctx = _ctx(model, tmp_path, dims={"seq": 48}, threshold=0.9)
+    model = bert(tmp_path / "bert.onnx", vocab=200, layers=1)
+    ctx = _ctx(model, tmp_path, dims={"sequence": 48}, threshold=0.9)
     report = _push(ctx)
     assert report["family"] == "transformer" and list(report["candidates"]) == [DYNAMIC]  # type: ignore[call-overload]
     assert report["generated_shapes"] == {"input_ids": [48], "attention_mask": [48]}
@@ -159,7 +163,7 @@ def test_eval_file_problems_are_bad_requests(digits: DigitsModel, tmp_path: Path
 
 
 def test_unknown_dim_is_a_bad_request(tmp_path: Path) -> None:
-    model = build_transformer(tmp_path / "bert.onnx")
+    model = bert(tmp_path / "bert.onnx")
     with pytest.raises(BadRequest, match="no dynamic dimension 'length'"):
         _push(_ctx(model, tmp_path, dims={"length": 64}))
 
@@ -334,8 +338,8 @@ def test_fixed_batch_model(tmp_path: Path) -> None:
 
 def test_large_models_are_written_with_external_data(tmp_path: Path) -> None:
     """What a model over 2 GiB needs, made to happen on a small one by the setting."""
-    model = build_cnn(tmp_path / "cnn.onnx", image=16, widths=(16, 32))
-    ctx = _ctx(model, tmp_path)
+    model = cnn(tmp_path / "cnn.onnx", image_size=16, widths=(32, 64))
+    ctx = _ctx(model, tmp_path, threshold=RANDOM_THRESHOLD)
     settings = QuantizeSettings(cpu_flags=AVX2, small_model_bytes=0, max_candidates=2, external_data_bytes=0)
     report = _push(ctx, settings)
     for name in (U8S8_QDQ, S8S8_QDQ):

@@ -11,9 +11,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
-from quant_models import digits_model
+from quant_models import bert, cnn, digits_model
 
-from bench.graphs import build_cnn, build_transformer
 from central.quantize import load_calibration, quantize, split
 from central.quantize.family import sensitive_nodes
 from central.quantize.quantizer import (
@@ -124,7 +123,7 @@ def _zero_point_types(path: Path) -> set[int]:
 
 
 def test_every_cnn_recipe_gives_a_verified_model_of_its_kind(tmp_path: Path) -> None:
-    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32, widths=(16, 32))
+    fp32 = cnn(tmp_path / "cnn.onnx", image_size=32, widths=(16, 32))
     source = prepare(fp32, tmp_path / "prep", "cnn")
     calibration = Calibration(_images(fp32, 16, 1), 8, cache=tmp_path / "prep" / "ranges.json")
     made = {}
@@ -141,7 +140,7 @@ def test_every_cnn_recipe_gives_a_verified_model_of_its_kind(tmp_path: Path) -> 
 
 
 def test_reduce_range_keeps_weights_in_seven_bits(tmp_path: Path) -> None:
-    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32)
+    fp32 = cnn(tmp_path / "cnn.onnx", image_size=32)
     source = prepare(fp32, tmp_path / "prep", "cnn")
     calibration = Calibration(_images(fp32, 8, 1), 8)
     out = tmp_path / "q" / "model.onnx"
@@ -153,7 +152,7 @@ def test_reduce_range_keeps_weights_in_seven_bits(tmp_path: Path) -> None:
 
 
 def test_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
-    fp32 = build_cnn(tmp_path / "cnn.onnx", image=32)
+    fp32 = cnn(tmp_path / "cnn.onnx", image_size=32)
     source = prepare(fp32, tmp_path / "prep", "cnn")
     sensitive = sensitive_nodes(onnx.load(str(source.path)), "cnn")
     out = tmp_path / "q" / "model.onnx"
@@ -167,7 +166,7 @@ def test_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
 
 
 def test_transformer_is_fused_then_quantized_dynamically(tmp_path: Path) -> None:
-    fp32 = build_transformer(tmp_path / "bert.onnx", layers=2)
+    fp32 = bert(tmp_path / "bert.onnx", layers=2)
     source = prepare(fp32, tmp_path / "prep", "transformer")
     assert source.preprocess == "transformer" and source.preprocess_note is None
     assert source.fused["Attention"] == 2 and source.fused["SkipLayerNormalization"] >= 2
@@ -181,7 +180,7 @@ def test_transformer_is_fused_then_quantized_dynamically(tmp_path: Path) -> None
 
 
 def test_static_recipe_without_calibration_is_an_error(tmp_path: Path) -> None:
-    fp32 = build_cnn(tmp_path / "cnn.onnx", image=16)
+    fp32 = cnn(tmp_path / "cnn.onnx", image_size=16)
     source = prepare(fp32, tmp_path / "prep", "cnn")
     with pytest.raises(QuantizationError, match="static and needs calibration"):
         quantize_recipe(source, fp32, tmp_path / "q.onnx", RECIPES[S8S8_QDQ], calibration=None)

@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from quant_models import bert, cnn
 
-from bench.graphs import build_cnn, build_transformer
 from central.errors import BadRequest
 from central.quantize.synthetic import DEFAULT_SEQUENCE, Sizes, check_dims, generated_samples, input_hints
 from central.registry.validate import signature
@@ -23,7 +23,7 @@ def _generated(path: Path, n: int, sizes: Sizes | None = None) -> dict[str, np.n
 
 
 def test_transformer_inputs_respect_vocab_mask_and_sequence(tmp_path: Path) -> None:
-    path = build_transformer(tmp_path / "bert.onnx", vocab=50)
+    path = bert(tmp_path / "bert.onnx", vocab=50)
     samples = _generated(path, 64)
     ids, mask = samples["input_ids"], samples["attention_mask"]
     assert ids.shape == mask.shape == (64, DEFAULT_SEQUENCE) and ids.dtype == mask.dtype == np.int64
@@ -38,23 +38,23 @@ def test_transformer_inputs_respect_vocab_mask_and_sequence(tmp_path: Path) -> N
 
 
 def test_operator_dims_override_defaults_and_unknown_names_are_refused(tmp_path: Path) -> None:
-    path = build_transformer(tmp_path / "bert.onnx")
-    assert _generated(path, 4, Sizes({"seq": 128}))["input_ids"].shape == (4, 128)
+    path = bert(tmp_path / "bert.onnx")
+    assert _generated(path, 4, Sizes({"sequence": 128}))["input_ids"].shape == (4, 128)
     hints = input_hints(onnx.load(str(path)))
-    assert hints.dynamic_names == {"seq"}
-    check_dims({"seq": 128}, hints)
+    assert hints.dynamic_names == {"sequence"}
+    check_dims({"sequence": 128}, hints)
     with pytest.raises(
-        BadRequest, match=r"--dim sequence=64: the model has no dynamic dimension 'sequence' \(it has: seq\)"
+        BadRequest, match=r"--dim seq=64: the model has no dynamic dimension 'seq' \(it has: sequence\)"
     ):
-        check_dims({"sequence": 64}, hints)
+        check_dims({"seq": 64}, hints)
 
 
 def test_images_are_smooth_and_in_a_pixel_range(tmp_path: Path) -> None:
-    plain = _generated(build_cnn(tmp_path / "cnn.onnx", image=32), 16)["image"]
+    plain = _generated(cnn(tmp_path / "cnn.onnx", image_size=32), 16)["input"]
     assert plain.shape == (16, 3, 32, 32) and plain.dtype == np.float32
     # No normalisation in the graph: the images come ImageNet-normalised, about -2..2.5.
     assert -2.1 < plain.min() < 0 < plain.max() < 2.5
-    normalizing = _generated(build_cnn(tmp_path / "norm.onnx", image=32, normalize=True), 16)["image"]
+    normalizing = _generated(cnn(tmp_path / "norm.onnx", image_size=32, normalize=True), 16)["input"]
     assert normalizing.min() >= 0.0 and normalizing.max() <= 1.0 and normalizing.std() > 0.1  # raw pixels 0..1
     # Smooth: neighbouring pixels differ far less than the pixels spread (in noise, ~1.1x as much).
     steps = np.abs(np.diff(normalizing, axis=3)).mean()
@@ -62,14 +62,14 @@ def test_images_are_smooth_and_in_a_pixel_range(tmp_path: Path) -> None:
 
 
 def test_dynamic_image_size_defaults_and_can_be_set(tmp_path: Path) -> None:
-    path = build_cnn(tmp_path / "cnn.onnx", image=32)
+    path = cnn(tmp_path / "cnn.onnx", image_size=32)
     model = onnx.load(str(path))
     for i, dim in enumerate(model.graph.input[0].type.tensor_type.shape.dim[2:]):
         dim.ClearField("dim_value")
         dim.dim_param = ("height", "width")[i]
     onnx.save(model, str(path))
-    assert _generated(path, 2)["image"].shape == (2, 3, 224, 224)
-    assert _generated(path, 2, Sizes({"height": 48, "width": 64}))["image"].shape == (2, 3, 48, 64)
+    assert _generated(path, 2)["input"].shape == (2, 3, 224, 224)
+    assert _generated(path, 2, Sizes({"height": 48, "width": 64}))["input"].shape == (2, 3, 48, 64)
 
 
 def test_seeded_and_other_inputs_stay_normal(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,17 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from modelfleet.zoo import ZooModel, build_resnet_random, eval_accuracy
-from modelfleet.zoo.resnet import RESNET18, ResNetConfig, parameter_count, random_resnet_weights, resnet_graph
+from central.quantize.calibration import MIN_SAMPLES
+from modelfleet.zoo import ZooModel, build_resnet_random, eval_accuracy, write_random_resnet
+from modelfleet.zoo.resnet import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RESNET18,
+    ResNetConfig,
+    parameter_count,
+    random_resnet_weights,
+    resnet_graph,
+)
 
 #: ResNet-18's family at a width and size a test can afford: 7x7 stride-2 stem, max pool, 4 stages of 2 blocks.
 TINY_RESNET18 = ResNetConfig(3, 64, 20, 8, 7, 2, True, (8, 16, 24, 32), (2, 2, 2, 2))
@@ -58,7 +68,7 @@ def test_resnet18_family_at_a_tiny_width_runs_any_batch(zoo_cache: Path) -> None
     session = _session(model)
     with np.load(model.calibration_path) as data:
         images = data["input"]
-    assert images.shape[1:] == (3, 64, 64)
+    assert images.shape[1:] == (3, 64, 64) and len(images) >= MIN_SAMPLES  # enough for central to take it
     (logits,) = session.run(None, {"input": images[:8]})
     (single,) = session.run(None, {"input": images[:1]})
     assert logits.shape == (8, 20) and np.all(np.isfinite(logits))
@@ -84,3 +94,23 @@ def test_weights_that_do_not_fit_the_config_are_refused() -> None:
     del weights["stem.bn.var"]
     with pytest.raises(ValueError, match=r"missing \['stem.bn.var'\].*fc.weight"):
         resnet_graph(TINY_RESNET18, weights)
+
+
+def test_normalize_puts_imagenets_transform_in_front_of_the_same_network(tmp_path: Path) -> None:
+    plain = TINY_RESNET18
+    normalizing = replace(plain, normalize=True)
+    write_random_resnet(tmp_path / "plain.onnx", plain, seed=3)
+    write_random_resnet(tmp_path / "norm.onnx", normalizing, seed=3)
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "norm.onnx")).graph.node]
+    assert ops[:3] == ["Sub", "Div", "Conv"]  # what exporters write, and what central's pixel detection reads
+    pixels = np.random.default_rng(0).random((2, 3, 64, 64), dtype=np.float32)
+    mean, std = (np.reshape(v, (1, 3, 1, 1)).astype(np.float32) for v in (IMAGENET_MEAN, IMAGENET_STD))
+    (raw,) = ort.InferenceSession(str(tmp_path / "norm.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input": pixels}
+    )
+    (normalized,) = ort.InferenceSession(str(tmp_path / "plain.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input": (pixels - mean) / std}
+    )
+    np.testing.assert_allclose(raw, normalized, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="normalize needs 3 \\(RGB\\) input channels, not 1"):
+        replace(normalizing, in_channels=1)
