@@ -81,7 +81,9 @@ def _verdict(ctx: PushContext, plan: QuantizePlan, candidate: Candidate, referen
     got = run_outputs(candidate.path, plan.samples.guard, names, plan.batch_size, plan.fixed_batch)
     if plan.samples.labels is not None:
         plan.accuracies[candidate.recipe.name] = accuracy(ctx.outputs, got, plan.samples.labels)
-    return judge(compare(ctx.outputs, reference, got, z_score(plan.confidence)), plan.threshold)
+    generated = plan.samples.source == "generated"
+    z = z_score(plan.confidence)
+    return judge(compare(ctx.outputs, reference, got, z, generated=generated, threshold=plan.threshold), plan.threshold)
 
 
 def _retry(ctx: PushContext, plan: QuantizePlan, candidate: Candidate) -> Candidate | None:

@@ -74,9 +74,13 @@ class Measure:
     samples: int
     #: Which output, how; for the report and the error message.
     detail: str
+    #: Whether the threshold applies to it; a measure that cannot mean anything on these
+    #: samples (top-1 on too few decisive generated inputs) is reported, not judged.
+    gates: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "lower_bound": self.lower_bound, "samples": self.samples, "detail": self.detail}
+        out = {"value": self.value, "lower_bound": self.lower_bound, "samples": self.samples, "detail": self.detail}
+        return out if self.gates else {**out, "judged": False}
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,6 @@ class Verdict:
 
 
 def judge(measures: list[Measure], threshold: float) -> Verdict:
-    """Pass when every bound reaches ``threshold``; the smallest margin decides."""
-    deciding = min(measures, key=lambda m: m.lower_bound - threshold)
+    """Pass when every judged measure's bound reaches ``threshold``; the smallest margin decides."""
+    deciding = min((m for m in measures if m.gates), key=lambda m: m.lower_bound - threshold)
     return Verdict(deciding.lower_bound >= threshold, deciding, measures, threshold)

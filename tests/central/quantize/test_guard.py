@@ -14,7 +14,7 @@ from quant_models import digits_model
 from central.errors import BadRequest
 from central.quantize import quantize
 from central.quantize.guard import accuracy, compare, run_outputs
-from central.quantize.verdict import Measure, wilson_lower_bound, z_score
+from central.quantize.verdict import Measure, judge, wilson_lower_bound, z_score
 from central.registry.validate import signature
 from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_mlp
@@ -142,3 +142,37 @@ def test_accuracy_needs_a_classifier(tmp_path: Path) -> None:
     values = run_outputs(fp32, {"input": np.zeros((4, 8), np.float32)}, ["y"], 4, False)
     with pytest.raises(BadRequest, match="eval labels need a classifier"):
         accuracy(outputs, values, np.zeros(4, np.int64))
+
+
+def _logits(rows: list[tuple[float, float]]) -> np.ndarray:
+    return np.array(rows, dtype=np.float32)
+
+
+SCORES = [TensorSpec(name="logits", dtype="float32", shape=[-1, 2])]
+
+
+def test_generated_near_ties_that_flip_do_not_count_decisive_flips_do() -> None:
+    """On generated inputs only samples FP32 decides clearly count for top-1: a flip of a
+    near-tie is rounding, a flip of a clear decision is an error."""
+    clear, tie = (4.0, -4.0), (0.01, -0.01)
+    ref = _logits([clear] * 40 + [tie] * 10)
+    tie_flipped = _logits([clear] * 40 + [(-0.01, 0.01)] * 10)
+    z = z_score(0.95)
+    (top1, _) = compare(SCORES, [ref], [tie_flipped], z, generated=True, threshold=0.5)
+    assert (top1.value, top1.samples, top1.gates) == (1.0, 40, True)
+    (real, _) = compare(SCORES, [ref], [tie_flipped], z)  # real data: every sample counts
+    assert (real.value, real.samples) == (0.8, 50)
+    clear_flipped = _logits([(-4.0, 4.0)] * 4 + [clear] * 36 + [tie] * 10)
+    (top1, _) = compare(SCORES, [ref], [clear_flipped], z, generated=True, threshold=0.5)
+    assert (top1.value, top1.samples) == (0.9, 40)
+
+
+def test_too_few_decisive_generated_samples_leave_top1_unjudged_and_cosine_decides() -> None:
+    ref = _logits([(4.0, -4.0)] * 5 + [(0.01, -0.01)] * 95)
+    got = _logits([(4.0, -4.0)] * 5 + [(-0.01, 0.01)] * 95)  # every tie flipped
+    measures = compare(SCORES, [ref], [got], z_score(0.95), generated=True, threshold=0.97)
+    top1 = next(m for m in measures if m.name == "top1")
+    assert top1.samples == 5 and not top1.gates and "reported only" in top1.detail
+    verdict = judge(measures, 0.97)
+    assert verdict.decided_by.name == "cosine"
+    assert verdict.report()["measures"]["top1"]["judged"] is False
