@@ -36,6 +36,11 @@ _GATEWAY_COUNTERS = (
         "Attempts after the first of a request: a node failed, the next was tried.",
     ),
     ("node_failures", "modelfleet_gateway_node_failures", "Attempts that failed: unreachable, timed out or 5xx."),
+    (
+        "timeouts",
+        "modelfleet_gateway_timeouts",
+        "Requests answered 504: the node did not answer within the request's read timeout.",
+    ),
 )
 
 

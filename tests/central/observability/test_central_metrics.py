@@ -96,4 +96,5 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     assert sample(after, "modelfleet_gateway_request_duration_seconds_count", model="tiny") == 5
     assert sample(after, "modelfleet_gateway_request_duration_seconds_bucket", model="tiny", le="+Inf") == 5
     assert sample(after, "modelfleet_gateway_attempts_total") >= 5
+    assert sample(after, "modelfleet_gateway_timeouts_total") == 0
     assert sample(after, "modelfleet_membership_messages_dropped_total", reason="malformed") == 0
