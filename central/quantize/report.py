@@ -8,6 +8,7 @@ candidate's when none is served), under the keys earlier reports used."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from central.errors import QuantizationFailed
@@ -108,6 +109,13 @@ def _ceiling(verdict: Verdict, plan: QuantizePlan) -> str:
     )
 
 
+def percent(share: float) -> str:
+    """``share`` as a percentage that never rounds up to a figure it is not: 0.97 → "97%",
+    0.99999 → "99.999%", 0.98765 → "98.765%"."""
+    text = f"{math.floor(round(share * 100_000, 6)) / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
 def guard_message(plan: QuantizePlan) -> str:
     """E.g. "INT8 top-1 agreement 93.3% (95% lower bound 90.1%) is below the 97.0% threshold ..."."""
     name = best_candidate(plan)
@@ -117,8 +125,8 @@ def guard_message(plan: QuantizePlan) -> str:
     d = verdict.decided_by
     tried = ", ".join(plan.candidates)
     return (
-        f"INT8 {LABELS[d.name]} {d.value:.1%} ({plan.confidence:.0%} lower bound {d.lower_bound:.1%}) "
-        f"is below the {plan.threshold:.1%} threshold on {d.samples} {plan.samples.source} samples "
+        f"INT8 {LABELS[d.name]} {percent(d.value)} ({plan.confidence:.0%} lower bound {percent(d.lower_bound)}) "
+        f"is below the {percent(plan.threshold)} threshold on {d.samples} {plan.samples.source} samples "
         f"(best of {tried}: {name}){_ceiling(verdict, plan)}"
     )
 

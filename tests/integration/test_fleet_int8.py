@@ -58,7 +58,7 @@ async def test_digits_is_quantized_distributed_and_served_as_int8(
 async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
     tmp_path: Path,
 ) -> None:
-    settings = central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.999})
+    settings = central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.99999})
     server = CentralServer(settings)
     await server.start()
     try:
@@ -66,7 +66,7 @@ async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
         async with httpx.AsyncClient(base_url=server.http_url, timeout=120) as api:
             refused = await api.post("/api/v1/models/m/versions", content=model.read_bytes())
             assert refused.status_code == 422
-            assert "below the 99.9% threshold" in refused.json()["error"] and "keep_fp32" in refused.json()["error"]
+            assert "below the 99.999% threshold" in refused.json()["error"] and "keep_fp32" in refused.json()["error"]
             assert (await api.get("/api/v1/models")).json() == []
             kept = await api.post("/api/v1/models/m/versions", params={"keep_fp32": "true"}, content=model.read_bytes())
             assert kept.status_code == 201, kept.text

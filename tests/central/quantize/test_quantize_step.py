@@ -176,7 +176,7 @@ def test_guard_refuses_fragile_classifier_naming_the_fp32_flag(tmp_path: Path) -
         _push(ctx)
     message = info.value.message
     # 100 samples: half are held out (the most the split gives when the bound needs more).
-    assert message.startswith("INT8 top-1 agreement ") and "below the 97.0% threshold on 50 held-out" in message
+    assert message.startswith("INT8 top-1 agreement ") and "below the 97% threshold on 50 held-out" in message
     assert "95% lower bound" in message and "50 samples cannot prove more than 94.9%" in message
     assert "push again with --fp32 (REST: keep_fp32=true) to serve FP32" in message
     assert info.value.http_status == 422 and info.value.grpc_code == grpc.StatusCode.FAILED_PRECONDITION
