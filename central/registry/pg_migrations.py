@@ -7,10 +7,12 @@ first applies what is missing, the others then find it recorded in ``schema_migr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 import psycopg
 
+#: Shipped as package data (pyproject's ``[tool.setuptools.package-data]``).
+MIGRATIONS_DIR = Path(__file__).parent / "migrations" / "postgres"
 #: The advisory lock key of registry migrations (any constant shared by all replicas).
 MIGRATION_LOCK_KEY = 0x6D666C74_6D696772  # "mflt" "migr"
 
@@ -32,8 +34,7 @@ class Migration:
 
 def bundled_migrations() -> list[Migration]:
     """The migrations shipped with central, in file-name order."""
-    folder = resources.files("central.registry").joinpath("migrations", "postgres")
-    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    files = sorted(MIGRATIONS_DIR.glob("*.sql"))
     return [Migration(f.name.removesuffix(".sql"), f.read_text(encoding="utf-8")) for f in files]
 
 

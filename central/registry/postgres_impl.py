@@ -66,7 +66,7 @@ class PostgresMetadataStore:
             "SELECT m.name, m.created_at, COUNT(v.version),"
             " (SELECT version FROM versions WHERE name = m.name ORDER BY seq DESC LIMIT 1)"
             " FROM models m JOIN versions v ON v.name = m.name GROUP BY m.name, m.created_at"
-            " ORDER BY m.name COLLATE \"C\""
+            ' ORDER BY m.name COLLATE "C"'
         )
         return [ModelRecord(name=r[0], created_at=r[1], versions=r[2], latest=r[3]) for r in rows]
 
@@ -110,7 +110,9 @@ class PostgresMetadataStore:
         except psycopg.errors.UniqueViolation as exc:
             raise VersionExists(f"{manifest.name}:{manifest.version}") from exc
         assert row is not None
-        return VersionRecord(manifest.name, manifest.version, int(row[0]), manifest, manifest.created_at, dict(artifacts))
+        return VersionRecord(
+            manifest.name, manifest.version, int(row[0]), manifest, manifest.created_at, dict(artifacts)
+        )
 
     def replace_manifests(self, manifest: Manifest, artifacts: dict[str, Manifest]) -> None:
         """Overwrite a stored version's manifests in one statement (same chunks; e.g. now signed)."""
