@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from central.registry.pg_migrations import apply_migrations
 from central.registry.sqlite_impl import _add_digests, utc_now
@@ -35,6 +35,10 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+class StoreUnavailable(RuntimeError):
+    """The database could not be reached at start-up; the message names it (password masked)."""
+
+
 def _artifacts_json(artifacts: dict[str, Manifest]) -> Jsonb:
     return Jsonb({k: m.model_dump(mode="json") for k, m in artifacts.items()})
 
@@ -47,10 +51,16 @@ class PostgresMetadataStore:
         self._pool = ConnectionPool(
             url, min_size=1, max_size=pool_size, timeout=connect_timeout_s, open=False, name="registry"
         )
-        self._pool.open(wait=True, timeout=connect_timeout_s)
         try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
             with self._pool.connection() as conn:
                 applied = apply_migrations(conn)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(
+                f"PostgreSQL at {masked_url(url)} not reachable within {connect_timeout_s} s"
+                " (is it running, and are the user and password right?)"
+            ) from exc
         except BaseException:
             self._pool.close()
             raise

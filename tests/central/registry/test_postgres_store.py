@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from central.registry.pg_migrations import apply_migrations, bundled_migrations
-from central.registry.postgres_impl import PostgresMetadataStore, masked_url
+from central.registry.postgres_impl import PostgresMetadataStore, StoreUnavailable, masked_url
 from central.registry.sqlite_impl import utc_now
 from central.server import CentralServer
 from central.settings import CentralSettings
@@ -96,9 +96,24 @@ def test_masked_url_hides_only_the_password() -> None:
     assert masked_url("postgresql://fleet@db/reg") == "postgresql://fleet@db/reg"
 
 
-def test_store_url_must_be_postgresql(tmp_path: Path) -> None:
+def test_store_url_must_be_postgresql_and_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValidationError, match="postgresql://"):
         CentralSettings(data_dir=tmp_path, store={"url": "mysql://x@y/z"})
+    assert CentralSettings(data_dir=tmp_path).store.url is None, "SQLite unless asked"
+    monkeypatch.setenv("MODELFLEET_STORE__URL", "postgresql://fleet:pw@db:5432/reg")
+    assert CentralSettings(data_dir=tmp_path).store.url == "postgresql://fleet:pw@db:5432/reg"
+
+
+def test_a_wrong_password_fails_start_up_with_the_url_masked(postgres_url: str) -> None:
+    parts = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    wrong = postgres_url.replace(f":{parts['password']}@", ":not-the-password@")
+    assert wrong != postgres_url
+    with pytest.raises(StoreUnavailable, match="not reachable") as raised:
+        PostgresMetadataStore(wrong, connect_timeout_s=1.0)
+    assert masked_url(wrong) in str(raised.value)
+    assert "not-the-password" not in str(raised.value)
 
 
 async def test_central_on_postgres_keeps_pushes_across_a_restart_and_never_logs_the_password(
