@@ -37,6 +37,18 @@ def postgres_bindir() -> Path | None:
     return None
 
 
+def _unprivileged_owner() -> pwd.struct_passwd | None:
+    """The ``postgres`` user when running as root (PostgreSQL refuses root), else None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise RuntimeError(
+            "as root, PostgreSQL runs as the postgres user, which is missing: install postgresql"
+        ) from None
+
+
 class PostgresInstance:
     """One private PostgreSQL server with one database (``modelfleet``) and a random password."""
 
@@ -48,7 +60,7 @@ class PostgresInstance:
         self.host = "127.0.0.1"
         self.port = 0
         self.password = secrets.token_urlsafe(16)
-        self._owner = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        self._owner = _unprivileged_owner()
         self._root = Path(tempfile.mkdtemp(prefix="modelfleet-pg-"))
         self.data_dir = self._root / "data"
 
