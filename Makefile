@@ -30,7 +30,7 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 	$(VENV)/bin/mypy
 
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
-	bash scripts/ensure_apt.sh mosquitto chromium --optional wrk
+	bash scripts/ensure_apt.sh mosquitto chromium postgresql:pg_ctlcluster --optional wrk
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 

@@ -23,8 +23,8 @@ from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
-from central.registry.sqlite_impl import SQLiteMetadataStore
 from central.registry.staging import Staging
+from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
 from central.settings import CentralSettings
 from fleetwire.mqtt.payloads import Event
@@ -55,7 +55,7 @@ class Central:
         self.blobs = BlobStore(data / "blobs")
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
-        self.store = SQLiteMetadataStore(data / "registry.sqlite3")
+        self.store = open_metadata_store(settings.store, data / "registry.sqlite3")
         self.signer = ManifestSigner.load_or_create(data)
         self.signer.sign_stored(self.store)
         p = settings.placement

@@ -309,6 +309,28 @@ class AuthSettings(BaseModel):
         return self.tokens_file if self.tokens_file is not None else data_dir / DEFAULT_TOKENS_FILENAME
 
 
+class StoreSettings(BaseModel):
+    """Where the registry's metadata lives: SQLite in the data dir (the default), or a
+    PostgreSQL database that several central replicas share."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    url: str | None = None
+    """None: SQLite (<data_dir>/registry.sqlite3). postgresql://user:password@host:port/db: PostgreSQL;
+    pass the password in the environment (MODELFLEET_STORE__URL), never on a command line. Logged masked."""
+    pool_size: int = Field(4, ge=1, le=256)
+    """PostgreSQL connections each central keeps at most."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """How long central waits for PostgreSQL at start-up (and for a pooled connection) before giving up."""
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("store.url must be a postgresql:// URL (or unset for SQLite in the data dir)")
+        return value
+
+
 class CentralTlsSettings(TlsSettings):
     """TLS on central's gRPC Registry and its REST/OIP gateway (HTTPS), and for the
     gateway's requests to the edges."""
@@ -394,6 +416,9 @@ class CentralSettings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Operator API bearer tokens with roles.")
     tls: CentralTlsSettings = Field(
         default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
+    )
+    store: StoreSettings = Field(
+        default_factory=StoreSettings, description="Registry metadata: SQLite in data_dir, or PostgreSQL (store.url)."
     )
     log_level: str = Field("info", description="Python logging level name.")
 

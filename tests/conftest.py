@@ -33,6 +33,7 @@ from central.settings import CentralSettings
 from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
 from modelfleet.zoo import build_mlp
+from postgres import PostgresInstance
 
 #: Small chunks so that a few-MB test model has dozens of them.
 SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}
@@ -74,6 +75,19 @@ def mosquitto() -> Iterator[MosquittoBroker]:
     """A private Mosquitto on a free loopback port, stopped after the test."""
     with MosquittoBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresInstance]:
+    """A private PostgreSQL server (free loopback port, temp dir), once per session."""
+    with PostgresInstance() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresInstance) -> str:
+    """The URL, password included, of a new empty database on the session's PostgreSQL."""
+    return postgres.fresh_database()
 
 
 @pytest.fixture(scope="session")

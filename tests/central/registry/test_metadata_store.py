@@ -1,16 +1,19 @@
-"""SQLiteMetadataStore: versions, sequence numbers, deletes, references, reopening."""
+"""The ``MetadataStore`` contract, each behaviour on SQLite and on PostgreSQL (a fresh
+database on the session's private server): versions, sequence numbers, deletes,
+references, reopening, a second store on the same database."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from central.registry.postgres_impl import PostgresMetadataStore
 from central.registry.sqlite_impl import SQLiteMetadataStore, utc_now
-from central.registry.store import VersionExists
+from central.registry.store import MetadataStore, VersionExists
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 
 
@@ -32,19 +35,40 @@ def manifest(name: str, version: str, chunks: list[str], **labels: str) -> Manif
     )
 
 
+#: Opens another store on the test's database (SQLite file or PostgreSQL database).
+OpenStore = Callable[[], MetadataStore]
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "meta" / "registry.sqlite3"
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, db_path: Path) -> Iterator[OpenStore]:
+    """Opens stores of the backend under test on one database; all are closed at the end."""
+    opened: list[MetadataStore] = []
+    if request.param == "sqlite":
+        make: OpenStore = lambda: SQLiteMetadataStore(db_path)  # noqa: E731
+    else:
+        url = request.getfixturevalue("postgres_url")
+        make = lambda: PostgresMetadataStore(url)  # noqa: E731
+
+    def factory() -> MetadataStore:
+        opened.append(make())
+        return opened[-1]
+
+    yield factory
+    for s in opened:
+        s.close()
+
+
 @pytest.fixture
-def store(db_path: Path) -> Iterator[SQLiteMetadataStore]:
-    s = SQLiteMetadataStore(db_path)
-    yield s
-    s.close()
+def store(open_store: OpenStore) -> MetadataStore:
+    return open_store()
 
 
-def test_empty_store(store: SQLiteMetadataStore) -> None:
+def test_empty_store(store: MetadataStore) -> None:
     assert store.list_models() == []
     assert store.list_versions("m") == []
     assert store.get_version("m", "1") is None
@@ -53,7 +77,7 @@ def test_empty_store(store: SQLiteMetadataStore) -> None:
     assert store.delete_version("m", "1") is False
 
 
-def test_insert_and_read_back(store: SQLiteMetadataStore) -> None:
+def test_insert_and_read_back(store: MetadataStore) -> None:
     m = manifest("m", "1", ["a", "b"], team="vision")
     record = store.insert_version(m)
     assert (record.name, record.version, record.seq) == ("m", "1", 1)
@@ -66,7 +90,7 @@ def test_insert_and_read_back(store: SQLiteMetadataStore) -> None:
     assert got.created_at == m.created_at
 
 
-def test_sequence_numbers_and_listing_order(store: SQLiteMetadataStore) -> None:
+def test_sequence_numbers_and_listing_order(store: MetadataStore) -> None:
     assert store.next_seq("m") == 1
     for i, version in enumerate(["1", "rc", "zeta", "alpha"], start=1):
         assert store.insert_version(manifest("m", version, [version])).seq == i
@@ -77,7 +101,7 @@ def test_sequence_numbers_and_listing_order(store: SQLiteMetadataStore) -> None:
     assert store.insert_version(manifest("other", "x", ["x"])).seq == 1
 
 
-def test_list_models_sorted_with_count_and_latest_by_seq(store: SQLiteMetadataStore) -> None:
+def test_list_models_sorted_with_count_and_latest_by_seq(store: MetadataStore) -> None:
     store.insert_version(manifest("zeta", "1", ["a"]))
     store.insert_version(manifest("alpha", "b", ["a"]))
     store.insert_version(manifest("alpha", "a", ["b"]))  # later, though it sorts first
@@ -86,7 +110,7 @@ def test_list_models_sorted_with_count_and_latest_by_seq(store: SQLiteMetadataSt
     assert all(m.created_at for m in models)
 
 
-def test_duplicate_version_raises_and_changes_nothing(store: SQLiteMetadataStore) -> None:
+def test_duplicate_version_raises_and_changes_nothing(store: MetadataStore) -> None:
     original = manifest("m", "1", ["a"])
     store.insert_version(original)
     with pytest.raises(VersionExists):
@@ -99,7 +123,7 @@ def test_duplicate_version_raises_and_changes_nothing(store: SQLiteMetadataStore
     assert store.insert_version(manifest("m", "2", ["b"])).seq == 2
 
 
-def test_delete_version(store: SQLiteMetadataStore) -> None:
+def test_delete_version(store: MetadataStore) -> None:
     store.insert_version(manifest("m", "1", ["a"]))
     store.insert_version(manifest("m", "2", ["b"]))
     assert store.delete_version("m", "1") is True
@@ -110,7 +134,7 @@ def test_delete_version(store: SQLiteMetadataStore) -> None:
     assert [(m.name, m.versions, m.latest) for m in store.list_models()] == [("m", 1, "2")]
 
 
-def test_deleting_the_last_version_removes_the_model(store: SQLiteMetadataStore) -> None:
+def test_deleting_the_last_version_removes_the_model(store: MetadataStore) -> None:
     store.insert_version(manifest("m", "1", ["a"]))
     assert store.delete_version("m", "1") is True
     assert store.list_models() == []
@@ -118,7 +142,7 @@ def test_deleting_the_last_version_removes_the_model(store: SQLiteMetadataStore)
     assert store.insert_version(manifest("m", "1", ["a"])).seq == 1
 
 
-def test_referenced_digests_is_the_union_over_all_versions(store: SQLiteMetadataStore) -> None:
+def test_referenced_digests_is_the_union_over_all_versions(store: MetadataStore) -> None:
     store.insert_version(manifest("m", "1", ["a", "b", "a"]))
     store.insert_version(manifest("m", "2", ["b", "c"]))
     store.insert_version(manifest("n", "1", ["d"]))
@@ -129,28 +153,55 @@ def test_referenced_digests_is_the_union_over_all_versions(store: SQLiteMetadata
     assert store.referenced_digests() == {digest(x) for x in "bc"}
 
 
-def test_reopen_after_close_keeps_data(db_path: Path) -> None:
-    first = SQLiteMetadataStore(db_path)
+def test_reopen_after_close_keeps_data(open_store: OpenStore) -> None:
+    first = open_store()
     m1 = manifest("m", "1", ["a"], k="v")
     first.insert_version(m1)
     first.insert_version(manifest("m", "2", ["b"]))
     first.delete_version("m", "2")
     first.close()
 
-    again = SQLiteMetadataStore(db_path)
-    try:
-        got = again.get_version("m", "1")
-        assert got is not None and got.manifest == m1
-        assert [v.version for v in again.list_versions("m")] == ["1"]
-        assert again.next_seq("m") == 2
-        assert again.referenced_digests() == {digest("a")}
-        with pytest.raises(VersionExists):
-            again.insert_version(manifest("m", "1", ["z"]))
-    finally:
-        again.close()
+    again = open_store()
+    got = again.get_version("m", "1")
+    assert got is not None and got.manifest == m1
+    assert [v.version for v in again.list_versions("m")] == ["1"]
+    assert again.next_seq("m") == 2
+    assert again.referenced_digests() == {digest("a")}
+    with pytest.raises(VersionExists):
+        again.insert_version(manifest("m", "1", ["z"]))
 
 
-def test_committed_version_is_visible_to_another_connection(store: SQLiteMetadataStore, db_path: Path) -> None:
+def test_artifacts_and_replaced_manifests_read_back(store: MetadataStore) -> None:
+    served = manifest("m", "1", ["a"])
+    fp32 = manifest("m", "1", ["f", "g"]).model_copy(update={"artifact": "fp32"})
+    record = store.insert_version(served, {served.artifact: served, "fp32": fp32})
+    assert set(record.artifacts) == {served.artifact, "fp32"}
+    got = store.get_version("m", "1")
+    assert got is not None and got.artifacts == {served.artifact: served, "fp32": fp32}
+    assert store.referenced_digests() == {digest(x) for x in "afg"}
+    # Without artifacts the served manifest is the only one.
+    store.insert_version(manifest("m", "2", ["b"]))
+    only = store.get_version("m", "2")
+    assert only is not None and list(only.artifacts.values()) == [only.manifest]
+
+    labelled = served.model_copy(update={"labels": {"signed": "yes"}})
+    store.replace_manifests(labelled, {served.artifact: labelled})
+    again = store.get_version("m", "1")
+    assert again is not None and again.manifest.labels == {"signed": "yes"}
+    assert again.artifacts == {served.artifact: labelled} and again.seq == 1
+    assert store.referenced_digests() == {digest(x) for x in "ab"}
+
+
+def test_committed_version_is_visible_to_another_store(open_store: OpenStore) -> None:
+    first, second = open_store(), open_store()
+    first.insert_version(manifest("m", "1", ["a"]))
+    got = second.get_version("m", "1")
+    assert got is not None and got.seq == 1
+    assert second.next_seq("m") == 2
+
+
+def test_sqlite_store_is_in_wal_mode(db_path: Path) -> None:
+    store = SQLiteMetadataStore(db_path)
     store.insert_version(manifest("m", "1", ["a"]))
     other = sqlite3.connect(db_path)
     try:
@@ -158,3 +209,4 @@ def test_committed_version_is_visible_to_another_connection(store: SQLiteMetadat
         assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         other.close()
+        store.close()
