@@ -33,6 +33,7 @@ from central.settings import CentralSettings
 from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
 from modelfleet.zoo import build_mlp
+from s3server import S3Server
 
 #: Small chunks so that a few-MB test model has dozens of them.
 SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}
@@ -74,6 +75,13 @@ def mosquitto() -> Iterator[MosquittoBroker]:
     """A private Mosquitto on a free loopback port, stopped after the test."""
     with MosquittoBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3 server process on a free loopback port, one per session (a bucket per test)."""
+    with S3Server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,96 @@
+"""The ``ChunkBlobs`` contract, run against the directory store and an S3 bucket on a real
+S3 server process (``tests/s3server.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from central.core import open_blobs
+from central.registry.blobs import BlobStore, ChunkBlobs, CorruptBlob
+from central.registry.s3blobs import S3BlobStore
+from central.settings import BlobSettings
+from s3server import S3Server
+
+#: (store, write raw bytes under a key as someone tampering with the storage would)
+Backend = tuple[ChunkBlobs, Callable[[str, bytes], None]]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _directory(tmp_path: Path, grace_s: float) -> Backend:
+    store = BlobStore(tmp_path / "blobs", grace_s=grace_s)
+    return store, lambda digest, data: store.path(digest).write_bytes(data)
+
+
+def _s3(s3_server: S3Server, grace_s: float) -> Backend:
+    bucket = s3_server.new_bucket()
+    store = open_blobs(BlobSettings(**s3_server.blob_settings(bucket, prefix="fleet/", gc_grace_s=grace_s)), Path())
+    assert isinstance(store, S3BlobStore)
+    client = s3_server.client()
+    return store, lambda digest, data: client.put_object(Bucket=bucket, Key=store.key(digest), Body=data)
+
+
+@pytest.fixture(params=["directory", "s3"])
+def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[float], Backend]:
+    def make(grace_s: float = 0.0) -> Backend:
+        if request.param == "directory":
+            return _directory(tmp_path, grace_s)
+        return _s3(request.getfixturevalue("s3_server"), grace_s)
+
+    return make
+
+
+def test_put_stores_under_the_digest_once(make_backend: Callable[[float], Backend]) -> None:
+    store, _ = make_backend(0.0)
+    data = os.urandom(100_000)
+    assert store.put(data) == (sha(data), True)
+    assert store.put(data) == (sha(data), False)
+    assert store.has(sha(data))
+    assert store.read(sha(data)) == data
+    assert store.put(b"") == (sha(b""), True)
+    assert store.read(sha(b"")) == b""
+
+
+def test_unknown_and_malformed_digests(make_backend: Callable[[float], Backend]) -> None:
+    store, _ = make_backend(0.0)
+    assert not store.has(sha(b"never stored"))
+    with pytest.raises(FileNotFoundError):
+        store.read(sha(b"never stored"))
+    with pytest.raises(ValueError, match="not a sha256 digest"):
+        store.has("../../etc/passwd")
+    assert store.delete(sha(b"never stored")) is False
+
+
+def test_digests_usage_and_delete(make_backend: Callable[[float], Backend]) -> None:
+    store, _ = make_backend(0.0)
+    blobs = [b"a" * 10, b"b" * 20, b"c" * 30]
+    for data in blobs:
+        store.put(data)
+    assert sorted(store.digests()) == sorted(sha(d) for d in blobs)
+    assert store.usage() == (3, 60)
+    assert store.delete(sha(blobs[0])) is True
+    assert not store.has(sha(blobs[0]))
+    assert store.usage() == (2, 50)
+    assert store.remove_temp_files() == 0
+
+
+def test_a_blob_younger_than_the_grace_period_is_not_deleted(make_backend: Callable[[float], Backend]) -> None:
+    store, _ = make_backend(3600.0)
+    digest, _ = store.put(b"just pushed by another central")
+    assert store.delete(digest) is False
+    assert store.has(digest)
+
+
+def test_a_corrupt_blob_is_never_read(make_backend: Callable[[float], Backend]) -> None:
+    store, tamper = make_backend(0.0)
+    digest, _ = store.put(b"the real chunk")
+    tamper(digest, b"the real chunK")
+    with pytest.raises(CorruptBlob, match=digest[:12]):
+        store.read(digest)
