@@ -16,6 +16,7 @@ Blocking calls (obstore's synchronous API): async callers run them in a thread."
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from obstore.store import S3Store
 from central.registry.blobs import check_digest, verified
 from fleetwire.digest import chunk_digest, is_digest
 
+#: How long ``usage()`` answers from its last listing.
+USAGE_TTL_S = 60.0
+
 
 class S3BlobStore:
     """Chunks by sha256 in one bucket under ``prefix``."""
@@ -33,6 +37,7 @@ class S3BlobStore:
         self._store = store
         self._root = f"{prefix.strip('/')}/sha256" if prefix.strip("/") else "sha256"
         self.grace_s = grace_s
+        self._usage: tuple[float, tuple[int, int]] | None = None
 
     @classmethod
     def connect(
@@ -80,9 +85,10 @@ class S3BlobStore:
         older than half the grace period is uploaded again to renew it against a concurrent GC."""
         digest = chunk_digest(data)
         meta = self._head(digest)
-        if meta is not None and self._age_s(meta) < self.grace_s / 2:
+        if meta is not None and (not self.grace_s or self._age_s(meta) < self.grace_s / 2):
             return digest, False
         obstore.put(self._store, self.key(digest), data)
+        self._usage = None
         return digest, meta is None
 
     def has(self, digest: str) -> bool:
@@ -100,6 +106,7 @@ class S3BlobStore:
         if meta is None or self._age_s(meta) < self.grace_s:
             return False
         obstore.delete(self._store, self.key(digest))
+        self._usage = None
         return True
 
     def _objects(self) -> Iterator[dict[str, Any]]:
@@ -114,11 +121,17 @@ class S3BlobStore:
             yield str(meta["path"]).rsplit("/", 1)[-1]
 
     def usage(self) -> tuple[int, int]:
-        """(blobs, bytes) stored, from a listing of the prefix."""
+        """(blobs, bytes) stored, from a listing of the prefix, kept for ``USAGE_TTL_S`` or until
+        this store writes or deletes: the
+        metrics scrape asks on the event loop, and a bucket listing is many round trips."""
+        now = time.monotonic()
+        if self._usage is not None and now - self._usage[0] < USAGE_TTL_S:
+            return self._usage[1]
         count = size = 0
         for meta in self._objects():
             count += 1
             size += int(meta["size"])
+        self._usage = (now, (count, size))
         return count, size
 
     def remove_temp_files(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,3 +95,18 @@ def test_a_corrupt_blob_is_never_read(make_backend: Callable[[float], Backend]) 
     tamper(digest, b"the real chunK")
     with pytest.raises(CorruptBlob, match=digest[:12]):
         store.read(digest)
+
+
+def test_s3_put_renews_an_old_blob_so_a_concurrent_gc_keeps_it(s3_server: S3Server) -> None:
+    bucket = s3_server.new_bucket()
+    store = open_blobs(BlobSettings(**s3_server.blob_settings(bucket, gc_grace_s=2.0)), Path())
+    assert isinstance(store, S3BlobStore)
+    client = s3_server.client()
+    digest, _ = store.put(b"reused by a later push")
+    key = store.key(digest)
+    before = client.head_object(Bucket=bucket, Key=key)["LastModified"]
+    time.sleep(1.1)  # past half the grace period: the next put uploads again
+    assert store.put(b"reused by a later push") == (digest, False)
+    after = client.head_object(Bucket=bucket, Key=key)["LastModified"]
+    assert after > before
+    assert store.delete(digest) is False, "renewed, so inside the grace period again"
