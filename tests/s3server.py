@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from types import TracebackType
+from typing import Any
 
 import boto3
 import httpx
@@ -59,7 +60,7 @@ class S3Server:
                 self._process.kill()
                 self._process.wait()
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> Any:
         """A boto3 client: the tests' own view of the bucket (create, corrupt, inspect)."""
         return boto3.client(
             "s3",

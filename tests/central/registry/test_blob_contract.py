@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from central.core import open_blobs
 from central.registry.blobs import BlobStore, ChunkBlobs, CorruptBlob
 from central.registry.s3blobs import S3BlobStore
-from central.settings import BlobSettings
+from central.settings import BlobSettings, CentralSettings
 from s3server import S3Server
 
 #: (store, write raw bytes under a key as someone tampering with the storage would)
@@ -110,3 +111,30 @@ def test_s3_put_renews_an_old_blob_so_a_concurrent_gc_keeps_it(s3_server: S3Serv
     after = client.head_object(Bucket=bucket, Key=key)["LastModified"]
     assert after > before
     assert store.delete(digest) is False, "renewed, so inside the grace period again"
+
+
+def test_the_blobs_section_reads_the_environment_and_keeps_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELFLEET_BLOBS__BUCKET", "fleet-chunks")
+    monkeypatch.setenv("MODELFLEET_BLOBS__S3_ENDPOINT", "http://seaweedfs:8333")
+    monkeypatch.setenv("MODELFLEET_BLOBS__ACCESS_KEY", "central")
+    monkeypatch.setenv("MODELFLEET_BLOBS__SECRET_KEY", "s3cret")
+    blobs = CentralSettings().blobs
+    assert (blobs.bucket, blobs.s3_endpoint) == ("fleet-chunks", "http://seaweedfs:8333")
+    assert blobs.secret_key is not None and blobs.secret_key.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(blobs)
+
+
+def test_no_bucket_means_the_local_directory(tmp_path: Path) -> None:
+    assert isinstance(open_blobs(BlobSettings(), tmp_path / "blobs"), BlobStore)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"bucket": "b", "access_key": "only-the-id"}, "access_key and blobs.secret_key go together"),
+        ({"s3_endpoint": "http://127.0.0.1:9000"}, "need blobs.bucket"),
+    ],
+)
+def test_an_incomplete_blobs_section_fails_at_start_up(fields: dict[str, str], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        CentralSettings(blobs=fields)
