@@ -53,16 +53,13 @@ class S3BlobStore:
     ) -> S3BlobStore:
         """A store on ``bucket`` (path-style at ``endpoint`` when one is given, e.g. SeaweedFS or
         MinIO; plain http allowed there); without keys the client's default credential chain."""
-        keys = access_key is not None and secret_key is not None
-        store = S3Store(
-            bucket,
-            region=region,
-            access_key_id=access_key if keys else None,
-            secret_access_key=secret_key if keys else None,
-            endpoint=endpoint or None,
-            virtual_hosted_style_request=False if endpoint else None,
-            client_options={"allow_http": bool(endpoint and endpoint.startswith("http://"))},
-        )
+        options: dict[str, Any] = {"region": region}
+        if access_key is not None and secret_key is not None:
+            options |= {"access_key_id": access_key, "secret_access_key": secret_key}
+        if endpoint:
+            options |= {"endpoint": endpoint, "virtual_hosted_style_request": False}
+        allow_http = bool(endpoint and endpoint.startswith("http://"))
+        store = S3Store(bucket, client_options={"allow_http": allow_http}, **options)
         return cls(store, prefix, grace_s)
 
     def key(self, digest: str) -> str:

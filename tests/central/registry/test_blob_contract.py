@@ -138,3 +138,9 @@ def test_no_bucket_means_the_local_directory(tmp_path: Path) -> None:
 def test_an_incomplete_blobs_section_fails_at_start_up(fields: dict[str, str], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         CentralSettings(blobs=fields)
+
+
+def test_a_bucket_without_keys_or_endpoint_uses_the_default_chain_and_aws() -> None:
+    store = open_blobs(BlobSettings(bucket="fleet-chunks", prefix="/prod/"), Path())
+    assert isinstance(store, S3BlobStore)
+    assert store.key("a" * 64) == f"prod/sha256/aa/{'a' * 64}"
