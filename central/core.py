@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
@@ -18,7 +19,7 @@ from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
-from central.registry.blobs import BlobStore
+from central.registry.blobs import BlobStore, ChunkBlobs
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
@@ -26,7 +27,7 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
-from central.settings import CentralSettings
+from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
 
@@ -42,6 +43,23 @@ class TrackerNodeSource:
         return [Candidate(n, a) for n, a in self._tracker.ready_endpoints(model, version) if a]
 
 
+def open_blobs(settings: BlobSettings, root: Path) -> ChunkBlobs:
+    """The chunk store the settings name: an S3 bucket, or the directory ``root``."""
+    if settings.bucket is None:
+        return BlobStore(root)
+    from central.registry.s3blobs import S3BlobStore  # obstore only where S3 is configured
+
+    return S3BlobStore.connect(
+        bucket=settings.bucket,
+        endpoint=settings.s3_endpoint,
+        region=settings.region,
+        access_key=settings.access_key.get_secret_value() if settings.access_key else None,
+        secret_key=settings.secret_key.get_secret_value() if settings.secret_key else None,
+        prefix=settings.prefix,
+        grace_s=settings.gc_grace_s,
+    )
+
+
 class Central:
     """The registry, placement, node directory, desired state and origin of one central."""
 
@@ -52,7 +70,7 @@ class Central:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         self._fresh = not (data / "registry.sqlite3").exists()
-        self.blobs = BlobStore(data / "blobs")
+        self.blobs = open_blobs(settings.blobs, data / "blobs")
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
         self.store = open_metadata_store(settings.store, data / "registry.sqlite3")
@@ -132,7 +150,7 @@ class Central:
             placement=self.placement,
             desired=self.desired,
             registry=self.registry,
-            blobs_root=self.blobs.root,
+            blobs=self.blobs,
             origin=self.origin,
             gateway=self.gateway,
             rollouts=self.rollouts,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetwire.deprecated import adopt_moved, refuse_moved
@@ -363,6 +363,37 @@ class CentralTlsSettings(TlsSettings):
         return "https" if on else "http"
 
 
+class BlobSettings(BaseModel):
+    """Where chunk blobs live: ``<data_dir>/blobs`` unless a bucket is set, then an S3-compatible
+    object store (AWS S3, SeaweedFS, MinIO) that several centrals may share."""
+
+    bucket: str | None = Field(None, description="S3 bucket of the chunks; unset = the local directory.")
+    s3_endpoint: str | None = Field(
+        None,
+        description="Endpoint URL of an S3-compatible server (path-style), e.g. http://seaweedfs:8333; unset = AWS.",
+    )
+    prefix: str = Field("", description="Key prefix inside the bucket (chunks under <prefix>/sha256/ab/<digest>).")
+    region: str = Field("us-east-1", description="Region of the bucket.")
+    access_key: SecretStr | None = Field(None, description="Access key id; unset = the default credential chain.")
+    secret_key: SecretStr | None = Field(None, description="Secret access key, with access_key.")
+    gc_grace_s: float = Field(
+        3600.0,
+        ge=0,
+        description=(
+            "S3 only: a blob whose LastModified is younger than this is never garbage-collected, so a push"
+            " on another central sharing the bucket that just stored or reused it is safe."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> BlobSettings:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError("blobs.access_key and blobs.secret_key go together")
+        if self.bucket is None and (self.s3_endpoint or self.access_key is not None):
+            raise ValueError("blobs.s3_endpoint and the keys need blobs.bucket")
+        return self
+
+
 class CentralSettings(BaseSettings):
     """Everything central needs; validated at start-up."""
 
@@ -420,6 +451,7 @@ class CentralSettings(BaseSettings):
     store: StoreSettings = Field(
         default_factory=StoreSettings, description="Registry metadata: SQLite in data_dir, or PostgreSQL (store.url)."
     )
+    blobs: BlobSettings = Field(default_factory=BlobSettings, description="Where chunk blobs live (directory or S3).")
     log_level: str = Field("info", description="Python logging level name.")
 
     @model_validator(mode="before")

@@ -34,6 +34,7 @@ from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
 from modelfleet.zoo import build_mlp
 from postgres import PostgresInstance
+from s3server import S3Server
 
 #: Small chunks so that a few-MB test model has dozens of them.
 SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}
@@ -88,6 +89,13 @@ def postgres() -> Iterator[PostgresInstance]:
 def postgres_url(postgres: PostgresInstance) -> str:
     """The URL, password included, of a new empty database on the session's PostgreSQL."""
     return postgres.fresh_database()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3 server process on a free loopback port, one per session (a bucket per test)."""
+    with S3Server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,7 @@ reader of the tracker, the placement and the gateway."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,11 +19,12 @@ from central.membership.failover import FailoverCoordinator
 from central.membership.tracker import MembershipTracker
 from central.origin import OriginService
 from central.placement import PlacementService
+from central.registry.blobs import ChunkBlobs
 from central.registry.service import RegistryService
 from central.rollout import RolloutService
 from central.rollout.model import NodeProgress, RolloutState
 
-__all__ = ["CentralStateCollector", "blob_usage"]
+__all__ = ["CentralStateCollector"]
 
 _GATEWAY_COUNTERS = (
     ("attempts", "modelfleet_gateway_attempts", "Requests the gateway sent to nodes (a request may take several)."),
@@ -52,23 +50,6 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
-def blob_usage(root: Path) -> tuple[int, int]:
-    """(blobs, bytes) under a blob store root (``sha256/ab/abcd…``); one stat per blob."""
-    count = size = 0
-    with os.scandir(root) as shards:
-        for shard in shards:
-            if not shard.is_dir():
-                continue
-            with os.scandir(shard.path) as blobs:
-                for blob in blobs:
-                    if blob.name.startswith("."):  # a write in progress (``.tmp-*``)
-                        continue
-                    with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
-                        size += blob.stat().st_size
-                        count += 1
-    return count, size
-
-
 class CentralStateCollector(Collector):
     """Membership, nodes, placement, registry, origin, gateway and rollout figures."""
 
@@ -81,7 +62,7 @@ class CentralStateCollector(Collector):
         placement: PlacementService,
         desired: DesiredStateService,
         registry: RegistryService,
-        blobs_root: Path,
+        blobs: ChunkBlobs,
         origin: OriginService,
         gateway: GatewayProxy,
         rollouts: RolloutService,
@@ -92,7 +73,7 @@ class CentralStateCollector(Collector):
         self._placement = placement
         self._desired = desired
         self._registry_service = registry
-        self._blobs_root = blobs_root
+        self._blobs = blobs
         self._origin = origin
         self._gateway = gateway
         self._rollouts = rollouts
@@ -150,7 +131,7 @@ class CentralStateCollector(Collector):
         models = self._registry_service.list_models()
         yield _gauge("modelfleet_registry_models", "Models in the registry.", len(models))
         yield _gauge("modelfleet_registry_versions", "Model versions in the registry.", sum(m.versions for m in models))
-        count, size = blob_usage(self._blobs_root)
+        count, size = self._blobs.usage()
         yield _gauge("modelfleet_registry_blobs", "Chunk blobs stored by central.", count)
         yield _gauge("modelfleet_registry_blob_bytes", "Bytes of chunk blobs stored by central.", size)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded, PermissionDenied
 from central.origin.egress import TokenBucket
 from central.placement import PlacementService
-from central.registry.blobs import BlobStore
+from central.registry.blobs import ChunkBlobs, CorruptBlob
 from fleetwire.digest import CHUNK_PIECE_BYTES, is_digest
 
 
@@ -39,7 +39,7 @@ class OriginService:
 
     def __init__(
         self,
-        blobs: BlobStore,
+        blobs: ChunkBlobs,
         placement: PlacementService,
         bucket: TokenBucket,
         max_streams: int,
@@ -63,7 +63,9 @@ class OriginService:
         self.active = 0
         self.stats = OriginStats()
 
-    def check(self, digest: str, requester: str, failed_owners: Collection[str], *, verified: bool = False) -> None:
+    async def check(
+        self, digest: str, requester: str, failed_owners: Collection[str], *, verified: bool = False
+    ) -> None:
         """Raise unless ``requester`` may fetch ``digest`` from the origin now. ``verified``: the
         requester is a node its token proved, and gets only chunks of its desired state (asked
         before whether the chunk exists, so a refusal tells nothing about what central stores)."""
@@ -72,7 +74,8 @@ class OriginService:
         if verified and self._entitled is not None and not self._entitled(requester, digest):
             self.stats.denied += 1
             raise PermissionDenied(f"chunk {digest[:12]} is in no version of node {requester!r}'s desired state")
-        if not self._blobs.has(digest):
+        # A thread: on an object store this is a network round trip.
+        if not await asyncio.to_thread(self._blobs.has, digest):
             raise NotFound(f"chunk {digest} is not stored")
         allowed, owners = self._placement.origin_allowed(digest, requester, failed_owners)
         if not allowed:
@@ -83,11 +86,16 @@ class OriginService:
         self, digest: str, requester: str, failed_owners: Collection[str], *, verified: bool = False
     ) -> AsyncIterator[bytes]:
         """The chunk in pieces, metered by the egress bucket (``verified``: see ``check``)."""
-        self.check(digest, requester, failed_owners, verified=verified)
+        await self.check(digest, requester, failed_owners, verified=verified)
         await self._slot()
         self.active += 1
         try:
-            data = await asyncio.to_thread(self._blobs.read, digest)
+            try:
+                data = await asyncio.to_thread(self._blobs.read, digest)
+            except CorruptBlob as exc:  # never served; the edge tries its other sources
+                raise NotFound(f"{exc}; not served") from exc
+            except FileNotFoundError as exc:  # deleted since the check
+                raise NotFound(f"chunk {digest} is not stored") from exc
             for start in range(0, len(data), CHUNK_PIECE_BYTES):
                 piece = data[start : start + CHUNK_PIECE_BYTES]
                 await self._bucket.consume(len(piece))

@@ -1,15 +1,21 @@
-"""Content-addressed chunk files under ``<data_dir>/blobs/sha256/ab/abcdef…``.
+"""Content-addressed chunk blobs: the interface central's callers use (``ChunkBlobs``) and the
+default implementation, files under ``<data_dir>/blobs/sha256/ab/abcdef…``.
 
 Every write is temp file + fsync + rename + directory fsync, so a crash leaves either
 the whole blob or nothing under its name. A blob is only ever written under the
-digest of the bytes actually written, so a wrong chunk can never be served."""
+digest of the bytes actually written, and every read checks that digest again, so a
+wrong chunk can never be served (``CorruptBlob``). The S3 implementation is
+``central.registry.s3blobs``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from fleetwire.digest import chunk_digest, is_digest
 
@@ -41,17 +47,69 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-class BlobStore:
-    """Chunks by sha256 on the local filesystem."""
+class CorruptBlob(Exception):
+    """A stored blob's bytes no longer hash to its digest; it is never served."""
 
-    def __init__(self, root: Path) -> None:
+
+class ChunkBlobs(Protocol):
+    """What central's callers need from a chunk store. Blocking calls: async callers run them in
+    a thread (``asyncio.to_thread``)."""
+
+    def put(self, data: bytes) -> tuple[str, bool]:
+        """Store ``data`` under its own digest (idempotent); returns (digest, newly stored)."""
+        ...
+
+    def has(self, digest: str) -> bool:
+        """True when the blob is stored."""
+        ...
+
+    def read(self, digest: str) -> bytes:
+        """The whole blob, checked against its digest (``CorruptBlob``; ``FileNotFoundError``
+        when absent)."""
+        ...
+
+    def delete(self, digest: str) -> bool:
+        """Delete the blob unless it is younger than the store's grace period; True if deleted."""
+        ...
+
+    def digests(self) -> Iterator[str]:
+        """Every stored digest."""
+        ...
+
+    def usage(self) -> tuple[int, int]:
+        """(blobs, bytes) stored."""
+        ...
+
+    def remove_temp_files(self) -> int:
+        """Delete what a crashed write left behind; returns how many."""
+        ...
+
+
+def check_digest(digest: str) -> None:
+    """ValueError unless ``digest`` is a lowercase sha256 hex digest."""
+    if not is_digest(digest):
+        raise ValueError(f"not a sha256 digest: {digest!r}")
+
+
+def verified(digest: str, data: bytes) -> bytes:
+    """``data`` when it hashes to ``digest``, else ``CorruptBlob``."""
+    if chunk_digest(data) != digest:
+        raise CorruptBlob(f"blob {digest[:12]} is corrupt in the store (its bytes hash otherwise)")
+    return data
+
+
+class BlobStore:
+    """Chunks by sha256 on the local filesystem (the default ``ChunkBlobs``). ``grace_s``: a
+    blob modified less than this long ago is not deleted (0: one central owns the directory)."""
+
+    def __init__(self, root: Path, grace_s: float = 0.0) -> None:
         self.root = root / "sha256"
         self.root.mkdir(parents=True, exist_ok=True)
+        self.grace_s = grace_s
 
     def path(self, digest: str) -> Path:
         """Where the blob for ``digest`` lives (whether or not it exists)."""
-        if not is_digest(digest):
-            raise ValueError(f"not a sha256 digest: {digest!r}")
+        check_digest(digest)
         return self.root / digest[:2] / digest
 
     def has(self, digest: str) -> bool:
@@ -72,8 +130,34 @@ class BlobStore:
         return digest, True
 
     def read(self, digest: str) -> bytes:
-        """The whole blob."""
-        return self.path(digest).read_bytes()
+        """The whole blob, checked against its digest."""
+        return verified(digest, self.path(digest).read_bytes())
+
+    def delete(self, digest: str) -> bool:
+        """Delete the blob unless modified within ``grace_s``; True if deleted."""
+        path = self.path(digest)
+        try:
+            if self.grace_s and time.time() - path.stat().st_mtime < self.grace_s:
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def digests(self) -> Iterator[str]:
+        """Every stored digest (temp files of writes in progress left out)."""
+        for path in self.root.glob("*/*"):
+            if is_digest(path.name) and path.is_file():
+                yield path.name
+
+    def usage(self) -> tuple[int, int]:
+        """(blobs, bytes) stored; one stat per blob."""
+        count = size = 0
+        for digest in self.digests():
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                size += self.path(digest).stat().st_size
+                count += 1
+        return count, size
 
     def iter_pieces(self, digest: str, piece: int = _READ_PIECE) -> Iterator[bytes]:
         """The blob in pieces, for streaming without holding it whole."""

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import onnx
 
-from central.registry.blobs import BlobStore
+from central.registry.blobs import ChunkBlobs
 from central.registry.chunker import Chunker
 from central.registry.runtime_compat import make_loadable
 from central.registry.runtime_limits import runtime_limits
@@ -121,7 +121,7 @@ class ChunkStep:
 
     name = "chunk"
 
-    def __init__(self, chunker: Chunker, blobs: BlobStore) -> None:
+    def __init__(self, chunker: Chunker, blobs: ChunkBlobs) -> None:
         self._chunker = chunker
         self._blobs = blobs
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from central.errors import Conflict, InvalidName, NotFound
-from central.registry.blobs import BlobStore
+from central.registry.blobs import ChunkBlobs
 from central.registry.pipeline import PushContext, PushPipeline
 from central.registry.staging import StagedUpload
 from central.registry.store import MetadataStore, ModelRecord, VersionExists, VersionRecord
@@ -49,7 +49,7 @@ class RegistryService:
     def __init__(
         self,
         store: MetadataStore,
-        blobs: BlobStore,
+        blobs: ChunkBlobs,
         pipeline: PushPipeline,
         on_change: Callable[[], None],
     ) -> None:
@@ -137,14 +137,11 @@ class RegistryService:
         return PushResult(manifest=manifest, report=ctx.report)
 
     def remove_orphan_blobs(self) -> int:
-        """Delete blobs no version references (left by a push killed mid-way); at start-up only."""
+        """Delete blobs no version references (left by a push killed mid-way); at start-up only.
+        A blob younger than the store's grace period stays (a push on another central sharing
+        the store may be about to reference it)."""
         referenced = self.store.referenced_digests()
-        removed = 0
-        for path in self.blobs.root.glob("*/*"):
-            if path.is_file() and path.name not in referenced:
-                path.unlink(missing_ok=True)
-                removed += 1
-        return removed
+        return sum(self.blobs.delete(d) for d in list(self.blobs.digests()) if d not in referenced)
 
     def list_models(self) -> list[ModelRecord]:
         """Every model."""
@@ -196,5 +193,5 @@ class RegistryService:
             for artifact in {**record.artifacts, "_served": record.manifest}.values():
                 for chunk in artifact.unique_chunks():
                     if chunk.digest not in referenced:
-                        self.blobs.path(chunk.digest).unlink(missing_ok=True)
+                        await asyncio.to_thread(self.blobs.delete, chunk.digest)
         self._on_change()
