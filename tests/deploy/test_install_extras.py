@@ -52,12 +52,12 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "")
 
 
-def test_the_images_install_no_demo_or_dev_packages_and_only_central_gets_sympy() -> None:
+def test_the_images_install_no_demo_or_dev_packages_and_only_central_gets_sympy_and_s3() -> None:
     edge = set(distributions(image_extras("edge.Dockerfile")))
     central = set(distributions(image_extras("central.Dockerfile")))
     assert edge & DEMO_AND_DEV == set()
     assert central & DEMO_AND_DEV == set()
-    assert central - edge == {"sympy", "mpmath"}
+    assert central - edge == {"sympy", "mpmath", "obstore"}  # obstore: chunks on S3 (blobs.bucket)
     assert {"scikit-learn", "skl2onnx", "amqtt", "sympy"} <= set(distributions(["demo"]))
 
 
