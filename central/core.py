@@ -26,7 +26,8 @@ from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
-from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
+from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
@@ -170,7 +171,9 @@ class Central:
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
         fleet = DirectoryFleet(self.nodes, self.membership)
-        book = RolloutBook(RolloutStore(settings.data_dir / "rollouts.sqlite3"), self._latest_versions)
+        book = RolloutBook(
+            open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"), self._latest_versions
+        )
         r = settings.rollout
         controller = RolloutController(
             book,
