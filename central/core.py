@@ -10,7 +10,7 @@ from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
-from central.membership.event_journal import EventJournal
+from central.membership.event_journal import EventJournal, JournalDB
 from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
@@ -159,13 +159,20 @@ class Central:
 
     @staticmethod
     def _event_log(settings: CentralSettings) -> EventLog:
-        """The event log, restored from ``events.sqlite3`` and journaled there (unless ``events.persist`` is off)."""
+        """The event log, restored from ``events.sqlite3`` (or PostgreSQL with ``store.url``) and journaled
+        there (unless ``events.persist`` is off)."""
         e = settings.events
         kept = e.kept
         journal = None
         if e.persist:
-            path = settings.data_dir / "events.sqlite3"
-            journal = EventJournal(path, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events)
+            target: Path | JournalDB = settings.data_dir / "events.sqlite3"
+            if settings.store.url is not None:
+                from central.membership.postgres_journal import PostgresJournalDB  # the [postgres] extra
+
+                target = PostgresJournalDB(settings.store.url, connect_timeout_s=settings.store.connect_timeout_s)
+            journal = EventJournal(
+                target, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events
+            )
         return EventLog(kept, journal=journal)
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
