@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from central.auth import OperatorAuth, TokenStore, actor_of
+from central.auth import OperatorAuth, actor_of
 from central.auth.middleware import is_write, protects
+from central.auth.tokens import open_token_store
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound
@@ -143,9 +144,12 @@ def _install_auth(app: FastAPI, central: Central) -> None:
     auth = central.settings.auth
     if not auth.enabled:
         return
-    store = TokenStore(auth.tokens_path(central.settings.data_dir))
+    s = central.settings.store
+    store = open_token_store(
+        s.url, auth.tokens_path(central.settings.data_dir), "operator", connect_timeout_s=s.connect_timeout_s
+    )
     if not store.records():
-        log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.path)
+        log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.location)
     app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
     _declare_auth(app, auth.protect_reads)
 
