@@ -1,26 +1,34 @@
 """A central on ``store.url`` keeps its rollouts, its event log and its API tokens in
 PostgreSQL, not in its data directory: a central started again on another, empty data
 directory with the same database serves the same rollout, the same events (same numbers)
-and accepts the same token."""
+and accepts the same token, created with ``modelfleet token create`` on ``MODELFLEET_STORE__URL``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import httpx
+from typer.testing import CliRunner
 
 from central.auth import Role
 from central.auth.postgres_tokens import PostgresTokenStore
 from central.server import CentralServer
 from conftest import central_settings, push
+from modelfleet.cli import app
 
 
 async def test_rollouts_events_and_tokens_survive_a_restart_on_postgres(
     postgres_url: str, tmp_path: Path, small_model_file: Path
 ) -> None:
     first_dir = tmp_path / "first"
-    tokens = PostgresTokenStore(postgres_url, "operator")  # what an operator's tool would write
-    admin = tokens.create("ci", Role.ADMIN)
+    env = {"MODELFLEET_STORE__URL": postgres_url, "MODELFLEET_CONFIG": str(tmp_path / "none.toml")}
+    made = CliRunner().invoke(
+        app, ["token", "create", "--name", "ci", "--role", "admin", "--data-dir", str(first_dir)], env=env
+    )
+    assert made.exit_code == 0, made.output
+    admin = made.stdout.strip()
+    tokens = PostgresTokenStore(postgres_url, "operator")
+    assert [(r.name, r.role) for r in tokens.records()] == [("ci", Role.ADMIN)], "the CLI wrote to PostgreSQL"
     tokens.close()
     auth = {"Authorization": f"Bearer {admin}"}
 
