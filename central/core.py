@@ -6,6 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
+from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
@@ -105,6 +106,19 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
         )
         self.rollouts = self._rollout_service(settings)
+        a, s = settings.auth, settings.store
+        #: The REST API's operator tokens (``auth.enabled``) and the gRPC Registry's node tokens
+        #: (``auth.nodes_required``): files in the data dir, or PostgreSQL with ``store.url``.
+        self.operator_tokens = (
+            open_token_store(s.url, a.tokens_path(data), "operator", connect_timeout_s=s.connect_timeout_s)
+            if a.enabled
+            else None
+        )
+        self.node_tokens = (
+            open_token_store(s.url, a.node_tokens_path(data), "node", connect_timeout_s=s.connect_timeout_s)
+            if a.nodes_required
+            else None
+        )
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
@@ -236,5 +250,8 @@ class Central:
         self.rollouts.close()
         self.membership.close()
         self.store.close()
+        for tokens in (self.operator_tokens, self.node_tokens):
+            if tokens is not None:
+                tokens.close()
         if self.events.journal is not None:
             self.events.journal.close()

@@ -90,6 +90,7 @@ class Tokens(Protocol):
     def create(self, name: str, role: Role, node_id: str | None = None) -> str: ...
     def revoke(self, name: str) -> None: ...
     def revoke_node(self, node_id: str) -> list[str]: ...
+    def close(self) -> None: ...
 
 
 def check_binding(role: Role, node_id: str | None) -> None:
@@ -120,6 +121,9 @@ class TokenStore:
     def location(self) -> str:
         """The file's path."""
         return str(self.path)
+
+    def close(self) -> None:
+        """Nothing to release: the file is read and written whole, never held open."""
 
     def records(self) -> list[TokenRecord]:
         """Every stored token (hashes, names, roles)."""

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 import grpc
 
 from central.auth import NodeGuard
-from central.auth.tokens import open_token_store
 from central.core import Central
 from central.errors import BadRequest, CentralError, PermissionDenied
 from central.registry.service import check_name
@@ -41,15 +40,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
 
     def __init__(self, central: Central) -> None:
         self._central = central
-        auth, data_dir = central.settings.auth, central.settings.data_dir
-        s = central.settings.store
-        self._guard = (
-            NodeGuard(
-                open_token_store(s.url, auth.node_tokens_path(data_dir), "node", connect_timeout_s=s.connect_timeout_s)
-            )
-            if auth.nodes_required
-            else None
-        )
+        # Central opens the node tokens when ``auth.nodes_required`` (a file, or PostgreSQL with store.url).
+        self._guard = NodeGuard(central.node_tokens) if central.node_tokens is not None else None
 
     async def _authorize(self, context: grpc.aio.ServicerContext, node_id: str | None) -> str | None:
         """The calling node's id, once it may act as ``node_id`` (None: as any node); None

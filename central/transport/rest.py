@@ -16,7 +16,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from central.auth import OperatorAuth, actor_of
 from central.auth.middleware import is_write, protects
-from central.auth.tokens import open_token_store
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound
@@ -144,10 +143,8 @@ def _install_auth(app: FastAPI, central: Central) -> None:
     auth = central.settings.auth
     if not auth.enabled:
         return
-    s = central.settings.store
-    store = open_token_store(
-        s.url, auth.tokens_path(central.settings.data_dir), "operator", connect_timeout_s=s.connect_timeout_s
-    )
+    store = central.operator_tokens
+    assert store is not None  # opened by Central when auth is enabled
     if not store.records():
         log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.location)
     app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)

@@ -25,9 +25,7 @@ def opened(url: str | None, tmp_path: Path) -> Iterator[dict[TokenKind, Tokens]]
     }
     yield stores
     for store in stores.values():
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        store.close()
 
 
 def _stored_text(url: str | None, tmp_path: Path) -> str:
