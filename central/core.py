@@ -6,11 +6,12 @@ import asyncio
 import time
 from pathlib import Path
 
+from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
 from central.membership import NodeDirectory
-from central.membership.event_journal import EventJournal
+from central.membership.event_journal import EventJournal, JournalDB
 from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
@@ -26,7 +27,8 @@ from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
-from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
+from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
@@ -104,6 +106,19 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
         )
         self.rollouts = self._rollout_service(settings)
+        a, s = settings.auth, settings.store
+        #: The REST API's operator tokens (``auth.enabled``) and the gRPC Registry's node tokens
+        #: (``auth.nodes_required``): files in the data dir, or PostgreSQL with ``store.url``.
+        self.operator_tokens = (
+            open_token_store(s.url, a.tokens_path(data), "operator", connect_timeout_s=s.connect_timeout_s)
+            if a.enabled
+            else None
+        )
+        self.node_tokens = (
+            open_token_store(s.url, a.node_tokens_path(data), "node", connect_timeout_s=s.connect_timeout_s)
+            if a.nodes_required
+            else None
+        )
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
@@ -158,19 +173,28 @@ class Central:
 
     @staticmethod
     def _event_log(settings: CentralSettings) -> EventLog:
-        """The event log, restored from ``events.sqlite3`` and journaled there (unless ``events.persist`` is off)."""
+        """The event log, restored from ``events.sqlite3`` (or PostgreSQL with ``store.url``) and journaled
+        there (unless ``events.persist`` is off)."""
         e = settings.events
         kept = e.kept
         journal = None
         if e.persist:
-            path = settings.data_dir / "events.sqlite3"
-            journal = EventJournal(path, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events)
+            target: Path | JournalDB = settings.data_dir / "events.sqlite3"
+            if settings.store.url is not None:
+                from central.membership.postgres_journal import PostgresJournalDB  # the [postgres] extra
+
+                target = PostgresJournalDB(settings.store.url, connect_timeout_s=settings.store.connect_timeout_s)
+            journal = EventJournal(
+                target, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events
+            )
         return EventLog(kept, journal=journal)
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
         fleet = DirectoryFleet(self.nodes, self.membership)
-        book = RolloutBook(RolloutStore(settings.data_dir / "rollouts.sqlite3"), self._latest_versions)
+        book = RolloutBook(
+            open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"), self._latest_versions
+        )
         r = settings.rollout
         controller = RolloutController(
             book,
@@ -226,5 +250,8 @@ class Central:
         self.rollouts.close()
         self.membership.close()
         self.store.close()
+        for tokens in (self.operator_tokens, self.node_tokens):
+            if tokens is not None:
+                tokens.close()
         if self.events.journal is not None:
             self.events.journal.close()

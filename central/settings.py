@@ -449,7 +449,8 @@ class CentralSettings(BaseSettings):
         default_factory=CentralTlsSettings, description="TLS on gRPC and HTTPS, and to the edges (off by default)."
     )
     store: StoreSettings = Field(
-        default_factory=StoreSettings, description="Registry metadata: SQLite in data_dir, or PostgreSQL (store.url)."
+        default_factory=StoreSettings,
+        description="Metadata, rollouts, events, API tokens: SQLite/files in data_dir, or PostgreSQL (store.url).",
     )
     blobs: BlobSettings = Field(default_factory=BlobSettings, description="Where chunk blobs live (directory or S3).")
     log_level: str = Field("info", description="Python logging level name.")

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from central.auth import browser
-from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, TokenStore
+from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, Tokens
 from fleetwire.credentials import parse_bearer
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -53,7 +53,7 @@ def protects(method: str, path: str, protect_reads: bool) -> bool:
 class OperatorAuth:
     """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
 
-    def __init__(self, app: ASGIApp, store: TokenStore, protect_reads: bool = False) -> None:
+    def __init__(self, app: ASGIApp, store: Tokens, protect_reads: bool = False) -> None:
         self.app = app
         self.store = store
         self.protect_reads = protect_reads

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from central.auth.tokens import Role, TokenStore
+from central.auth.tokens import Role, Tokens
 from central.errors import PermissionDenied, Unauthenticated
 from fleetwire.credentials import bearer_from_metadata
 
@@ -25,7 +25,7 @@ _QUOTE = 80
 class NodeGuard:
     """The one check every Registry method runs before doing anything."""
 
-    def __init__(self, store: TokenStore) -> None:
+    def __init__(self, store: Tokens) -> None:
         self.store = store
 
     def caller(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:

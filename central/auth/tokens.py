@@ -20,6 +20,7 @@ import tempfile
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -72,6 +73,41 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+#: Which of central's two token stores: operator tokens (REST) or node tokens (gRPC).
+TokenKind = Literal["operator", "node"]
+
+
+class Tokens(Protocol):
+    """A token store: a JSON file (``TokenStore``) or PostgreSQL. Only hashes are kept."""
+
+    @property
+    def location(self) -> str:
+        """Where the tokens are, for messages (never a password)."""
+        ...
+
+    def records(self) -> list[TokenRecord]: ...
+    def verify(self, token: str) -> TokenRecord | None: ...
+    def create(self, name: str, role: Role, node_id: str | None = None) -> str: ...
+    def revoke(self, name: str) -> None: ...
+    def revoke_node(self, node_id: str) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def check_binding(role: Role, node_id: str | None) -> None:
+    """A ``node`` token is bound to one node id; other roles have none."""
+    if (role == Role.NODE) != (node_id is not None):
+        raise TokenStoreError("a node token needs a node id, and only a node token has one")
+
+
+def open_token_store(url: str | None, path: Path, kind: TokenKind, *, connect_timeout_s: float = 10.0) -> Tokens:
+    """The ``kind`` tokens on PostgreSQL when ``url`` (``store.url``) is set, else in the file ``path``."""
+    if url is None:
+        return TokenStore(path)
+    from central.auth.postgres_tokens import PostgresTokenStore  # the [postgres] extra
+
+    return PostgresTokenStore(url, kind, connect_timeout_s=connect_timeout_s)
+
+
 class TokenStore:
     """Load, change and check the tokens in one file."""
 
@@ -80,6 +116,14 @@ class TokenStore:
         self._records: list[TokenRecord] = []
         self._stamp: tuple[int, int, int] | None = None
         self.refresh()
+
+    @property
+    def location(self) -> str:
+        """The file's path."""
+        return str(self.path)
+
+    def close(self) -> None:
+        """Nothing to release: the file is read and written whole, never held open."""
 
     def records(self) -> list[TokenRecord]:
         """Every stored token (hashes, names, roles)."""
@@ -117,8 +161,7 @@ class TokenStore:
     def create(self, name: str, role: Role, node_id: str | None = None) -> str:
         """Store a new token under ``name`` and return its plaintext (the only time it exists).
         A ``node`` token is bound to ``node_id``; other roles have none."""
-        if (role == Role.NODE) != (node_id is not None):
-            raise TokenStoreError("a node token needs a node id, and only a node token has one")
+        check_binding(role, node_id)
         records = self.records()
         if any(r.name == name for r in records):
             raise TokenStoreError(f"a token named {name!r} exists already (revoke it first)")

@@ -24,13 +24,13 @@ import sqlite3
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESERVE_AHEAD", "EventJournal", "PreviousStop"]
+__all__ = ["RESERVE_AHEAD", "EventJournal", "JournalDB", "PreviousStop", "SQLiteJournalDB"]
 
 #: Sequence numbers reserved ahead of the last one written (see the module doc).
 RESERVE_AHEAD = 100_000
@@ -53,11 +53,104 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
-class EventJournal:
-    """Write-behind SQLite copy of the event log; ``add`` is the only method the loop calls per event."""
+#: One row of ``events``: seq, ts, type, node_id, body (the event as JSON).
+Row = tuple[int | None, int, str, str | None, str]
 
-    def __init__(self, path: Path, kept: int, *, flush_interval_s: float = 0.1, flush_max_events: int = 1000) -> None:
+
+class JournalDB(Protocol):
+    """Where the journal's rows live: SQLite (``SQLiteJournalDB``) or PostgreSQL. Called from one
+    thread at a time (the journal holds its lock); each method is one transaction."""
+
+    #: What a failed read or write raises (the journal counts a failed write and goes on).
+    errors: tuple[type[Exception], ...]
+
+    def load(self) -> tuple[dict[str, int], int, int]:
+        """The meta values, the highest seq stored (0 when none) and the number of rows."""
+        ...
+
+    def bodies(self, limit: int) -> list[str]:
+        """The bodies of the newest ``limit`` events, newest first."""
+        ...
+
+    def write(self, rows: list[Row], prune_to: int | None, meta: dict[str, int]) -> int | None:
+        """Insert (or replace) ``rows``; when ``prune_to`` is set, drop all but the newest
+        ``prune_to`` rows and return the rows left; store ``meta``. All in one transaction."""
+        ...
+
+    def set_meta(self, meta: dict[str, int]) -> None:
+        """Store ``meta`` (key -> value)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class SQLiteJournalDB:
+    """``events.sqlite3``: WAL, one connection, like the registry's and the rollouts' stores."""
+
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def load(self) -> tuple[dict[str, int], int, int]:
+        """The meta values, the highest seq stored and the number of rows."""
+        meta = {str(k): int(v) for k, v in self._db.execute("SELECT key, value FROM meta").fetchall()}
+        max_seq, rows = self._db.execute("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM events").fetchone()
+        return meta, int(max_seq), int(rows)
+
+    def bodies(self, limit: int) -> list[str]:
+        """The newest ``limit`` bodies, newest first."""
+        return [r[0] for r in self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (limit,))]
+
+    def write(self, rows: list[Row], prune_to: int | None, meta: dict[str, int]) -> int | None:
+        """Insert, maybe prune, store ``meta``: one ``BEGIN IMMEDIATE`` transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO events (seq, ts, type, node_id, body) VALUES (?, ?, ?, ?, ?)", rows
+            )
+            left = self._prune(prune_to) if prune_to is not None else None
+            if meta:
+                self.set_meta(meta)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return left
+
+    def _prune(self, kept: int) -> int:
+        """Drop every row but the newest ``kept`` (one range delete on the primary key); the rows left."""
+        row = self._db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?", (kept - 1,)).fetchone()
+        if row is None:  # fewer rows than counted (a replaced row)
+            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        self._db.execute("DELETE FROM events WHERE seq < ?", (row[0],))
+        return kept
+
+    def set_meta(self, meta: dict[str, int]) -> None:
+        """Upsert each key."""
+        self._db.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            list(meta.items()),
+        )
+
+    def close(self) -> None:
+        """Close the file."""
+        self._db.close()
+
+
+class EventJournal:
+    """Write-behind copy of the event log (SQLite file or PostgreSQL); ``add`` is the only method
+    the loop calls per event."""
+
+    def __init__(
+        self, target: Path | JournalDB, kept: int, *, flush_interval_s: float = 0.1, flush_max_events: int = 1000
+    ) -> None:
         self.kept = kept
         self.flush_interval_s = flush_interval_s
         self.flush_max_events = flush_max_events
@@ -68,25 +161,21 @@ class EventJournal:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._db: JournalDB = SQLiteJournalDB(target) if isinstance(target, Path) else target
         self.previous_stop, self._last_seq, self._rows = self._open()
         self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
         self._thread.start()
 
     def _open(self) -> tuple[PreviousStop, int, int]:
         """Read how the last run ended and where numbering goes on; reserve ahead."""
-        meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-        max_seq, rows = self._db.execute("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM events").fetchone()
+        meta, max_seq, rows = self._db.load()
         previous: PreviousStop = None
         if meta:
             previous = "clean" if meta.get("clean") == 1 else "unclean"
-        last = max(int(max_seq), int(meta.get("reserved", 0)))
+        last = max(max_seq, meta.get("reserved", 0))
         self._reserved = last + RESERVE_AHEAD
-        self._set_meta(reserved=self._reserved, clean=0)
-        return previous, last, int(rows)
+        self._db.set_meta({"reserved": self._reserved, "clean": 0})
+        return previous, last, rows
 
     @property
     def next_seq(self) -> int:
@@ -94,11 +183,11 @@ class EventJournal:
         return self._last_seq + 1
 
     def restore(self) -> list[Event]:
-        """The last ``kept`` events on disk, oldest first."""
+        """The last ``kept`` events stored, oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (self.kept,)).fetchall()
+            bodies = self._db.bodies(self.kept)
         events = []
-        for (body,) in reversed(rows):
+        for body in reversed(bodies):
             try:
                 events.append(Event.model_validate_json(body))
             except ValueError:
@@ -120,12 +209,12 @@ class EventJournal:
         if batch:
             try:
                 self._write(batch)
-            except sqlite3.Error:
+            except self._db.errors:
                 self.write_errors += 1
                 log.exception("could not write %d events to the event log", len(batch))
 
     def close(self) -> None:
-        """Write what is left, remember a clean stop, close the file."""
+        """Write what is left, remember a clean stop, close the store."""
         if self._closing:
             return
         self._closing = True
@@ -134,8 +223,8 @@ class EventJournal:
         self.flush()
         with self._lock:
             try:  # even numbers whose write failed were handed out: never again
-                self._set_meta(reserved=max(self._last_seq, self._last_added), clean=1)
-            except sqlite3.Error:
+                self._db.set_meta({"reserved": max(self._last_seq, self._last_added), "clean": 1})
+            except self._db.errors:
                 log.exception("could not mark the event log closed; the next start counts it as unclean")
             self._db.close()
 
@@ -146,38 +235,17 @@ class EventJournal:
             self.flush()
 
     def _write(self, batch: list[Event]) -> None:
-        rows = [(e.seq, e.ts, e.type, e.node_id, e.model_dump_json()) for e in batch]
+        rows: list[Row] = [(e.seq, e.ts, e.type, e.node_id, e.model_dump_json()) for e in batch]
         last = max(int(e.seq or 0) for e in batch)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO events (seq, ts, type, node_id, body) VALUES (?, ?, ?, ?, ?)", rows
-                )
-                total = self._rows + len(rows)
-                if total > self.kept + self._slack:
-                    total = self._prune()
-                reserved = self._reserved
-                if last + RESERVE_AHEAD // 2 > reserved:
-                    reserved = last + RESERVE_AHEAD
-                    self._set_meta(reserved=reserved)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._rows, self._reserved = total, reserved
+            total = self._rows + len(rows)
+            prune_to = self.kept if total > self.kept + self._slack else None
+            reserved = self._reserved
+            meta: dict[str, int] = {}
+            if last + RESERVE_AHEAD // 2 > reserved:
+                reserved = last + RESERVE_AHEAD
+                meta["reserved"] = reserved
+            left = self._db.write(rows, prune_to, meta)
+            self._rows = total if left is None else left
+            self._reserved = reserved
             self._last_seq = max(self._last_seq, last)
-
-    def _prune(self) -> int:
-        """Drop every row but the newest ``kept`` (one range delete on the primary key); the rows left."""
-        row = self._db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?", (self.kept - 1,)).fetchone()
-        if row is None:  # fewer rows than counted (a replaced row)
-            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-        self._db.execute("DELETE FROM events WHERE seq < ?", (row[0],))
-        return self.kept
-
-    def _set_meta(self, **values: int) -> None:
-        self._db.executemany(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            list(values.items()),
-        )

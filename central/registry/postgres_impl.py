@@ -7,36 +7,20 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from central.registry.pg_migrations import apply_migrations
+from central.registry.pg_pool import StoreUnavailable, masked_url, open_pool
 from central.registry.sqlite_impl import _add_digests, utc_now
 from central.registry.store import ModelRecord, VersionExists, VersionRecord
 from fleetwire.manifest import Manifest
 
 _log = logging.getLogger(__name__)
 
+__all__ = ["PostgresMetadataStore", "StoreUnavailable", "masked_url"]
+
 _SELECT_VERSION = "SELECT name, version, seq, manifest, created_at, artifacts FROM versions"
-
-
-def masked_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``: the only form that may be logged."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-class StoreUnavailable(RuntimeError):
-    """The database could not be reached at start-up; the message names it (password masked)."""
 
 
 def _artifacts_json(artifacts: dict[str, Manifest]) -> Jsonb:
@@ -48,22 +32,7 @@ class PostgresMetadataStore:
     Thread-safe: each call borrows a pooled connection."""
 
     def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0) -> None:
-        self._pool = ConnectionPool(
-            url, min_size=1, max_size=pool_size, timeout=connect_timeout_s, open=False, name="registry"
-        )
-        try:
-            self._pool.open(wait=True, timeout=connect_timeout_s)
-            with self._pool.connection() as conn:
-                applied = apply_migrations(conn)
-        except PoolTimeout as exc:
-            self._pool.close()
-            raise StoreUnavailable(
-                f"PostgreSQL at {masked_url(url)} not reachable within {connect_timeout_s} s"
-                " (is it running, and are the user and password right?)"
-            ) from exc
-        except BaseException:
-            self._pool.close()
-            raise
+        self._pool, applied = open_pool(url, name="registry", pool_size=pool_size, connect_timeout_s=connect_timeout_s)
         _log.info("registry metadata on PostgreSQL %s; migrations applied now: %s", masked_url(url), applied or "none")
 
     def close(self) -> None:

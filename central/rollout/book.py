@@ -9,13 +9,13 @@ from collections.abc import Callable
 
 from central.rollout.model import Rollout
 from central.rollout.plan import ServingPlan
-from central.rollout.store import Release, RolloutStore
+from central.rollout.store import Release, RolloutRecords
 
 
 class RolloutBook:
     """Every rollout (oldest first) and every model's release pointer."""
 
-    def __init__(self, store: RolloutStore, latest_versions: Callable[[], dict[str, str | None]]) -> None:
+    def __init__(self, store: RolloutRecords, latest_versions: Callable[[], dict[str, str | None]]) -> None:
         self._store = store
         self._latest_versions = latest_versions
         self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}

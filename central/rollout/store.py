@@ -10,9 +10,10 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from central.rollout.model import Rollout
+from central.settings import StoreSettings
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS releases (
@@ -37,6 +38,29 @@ class Release:
     model: str
     stable: str | None
     epoch: int
+
+
+class RolloutRecords(Protocol):
+    """What ``RolloutBook`` needs of a store: SQLite (``RolloutStore``) or PostgreSQL."""
+
+    def close(self) -> None: ...
+    def releases(self) -> dict[str, Release]: ...
+    def set_release(self, model: str, stable: str | None, epoch: int) -> None: ...
+    def insert(self, rollout: Rollout) -> Rollout: ...
+    def update(self, rollout: Rollout) -> None: ...
+    def all(self) -> list[Rollout]: ...
+    def max_id(self, model: str) -> int: ...
+
+
+def open_rollout_store(settings: StoreSettings, sqlite_path: Path) -> RolloutRecords:
+    """PostgreSQL when ``settings.url`` is set (migrated on open), else SQLite at ``sqlite_path``."""
+    if settings.url is None:
+        return RolloutStore(sqlite_path)
+    from central.rollout.postgres_store import PostgresRolloutStore  # the [postgres] extra
+
+    return PostgresRolloutStore(
+        settings.url, pool_size=settings.pool_size, connect_timeout_s=settings.connect_timeout_s
+    )
 
 
 class RolloutStore:

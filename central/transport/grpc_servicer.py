@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from central.auth import NodeGuard, TokenStore
+from central.auth import NodeGuard
 from central.core import Central
 from central.errors import BadRequest, CentralError, PermissionDenied
 from central.registry.service import check_name
@@ -40,8 +40,8 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
 
     def __init__(self, central: Central) -> None:
         self._central = central
-        auth, data_dir = central.settings.auth, central.settings.data_dir
-        self._guard = NodeGuard(TokenStore(auth.node_tokens_path(data_dir))) if auth.nodes_required else None
+        # Central opens the node tokens when ``auth.nodes_required`` (a file, or PostgreSQL with store.url).
+        self._guard = NodeGuard(central.node_tokens) if central.node_tokens is not None else None
 
     async def _authorize(self, context: grpc.aio.ServicerContext, node_id: str | None) -> str | None:
         """The calling node's id, once it may act as ``node_id`` (None: as any node); None

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from central.auth import OperatorAuth, TokenStore, actor_of
+from central.auth import OperatorAuth, actor_of
 from central.auth.middleware import is_write, protects
 from central.core import Central
 from central.dashboard import create_dashboard_router
@@ -143,9 +143,10 @@ def _install_auth(app: FastAPI, central: Central) -> None:
     auth = central.settings.auth
     if not auth.enabled:
         return
-    store = TokenStore(auth.tokens_path(central.settings.data_dir))
+    store = central.operator_tokens
+    assert store is not None  # opened by Central when auth is enabled
     if not store.records():
-        log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.path)
+        log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.location)
     app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
     _declare_auth(app, auth.protect_reads)
 

@@ -7,6 +7,7 @@ node id, so a token is printed once. Central picks changes up without a restart.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,7 +19,7 @@ from modelfleet.cli.config import JsonOption
 from modelfleet.cli.token import DataDirOption
 
 if TYPE_CHECKING:
-    from central.auth import TokenStore
+    from central.auth.tokens import Tokens
 
 node_token_app = typer.Typer(
     no_args_is_help=True, help="Create, list and revoke edge nodes' credentials for central's gRPC Registry."
@@ -39,11 +40,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(node_token_app, name="node-token")
 
 
-def _store(data_dir: Path, node_tokens_file: Path | None) -> TokenStore:
-    from central.auth import TokenStore
+def _store(data_dir: Path, node_tokens_file: Path | None) -> Tokens:
+    """The file in the data dir, or PostgreSQL when central's ``MODELFLEET_STORE__URL`` is set."""
+    from central.auth.tokens import open_token_store
     from central.settings import AuthSettings
 
-    return TokenStore(AuthSettings(node_tokens_file=node_tokens_file).node_tokens_path(data_dir))
+    path = AuthSettings(node_tokens_file=node_tokens_file).node_tokens_path(data_dir)
+    return open_token_store(os.environ.get("MODELFLEET_STORE__URL") or None, path, "node")
 
 
 @node_token_app.command("create")
@@ -74,7 +77,7 @@ def create(
         raise CliError(str(exc)) from None
     print(token)  # alone on stdout: `modelfleet node-token create --node a > /etc/modelfleet/node-token`
     typer.echo(
-        f"created node token {name or node!r} for node {node!r} in {store.path}; it is not shown again", err=True
+        f"created node token {name or node!r} for node {node!r} in {store.location}; it is not shown again", err=True
     )
 
 

@@ -7,6 +7,7 @@ the commands so that the rest of the CLI starts without it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,7 +18,7 @@ from modelfleet.cli.client import CliError, UsageError
 from modelfleet.cli.config import JsonOption
 
 if TYPE_CHECKING:
-    from central.auth import TokenStore
+    from central.auth.tokens import Tokens
 
 token_app = typer.Typer(no_args_is_help=True, help="Create, list and revoke operator API tokens.")
 
@@ -39,11 +40,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="token")
 
 
-def _store(data_dir: Path, tokens_file: Path | None) -> TokenStore:
-    from central.auth import TokenStore
+def _store(data_dir: Path, tokens_file: Path | None) -> Tokens:
+    """The file in the data dir, or PostgreSQL when central's ``MODELFLEET_STORE__URL`` is set."""
+    from central.auth.tokens import open_token_store
     from central.settings import AuthSettings
 
-    return TokenStore(AuthSettings(tokens_file=tokens_file).tokens_path(data_dir))
+    path = AuthSettings(tokens_file=tokens_file).tokens_path(data_dir)
+    return open_token_store(os.environ.get("MODELFLEET_STORE__URL") or None, path, "operator")
 
 
 @token_app.command("create")
@@ -65,7 +68,7 @@ def create(
     except TokenStoreError as exc:
         raise CliError(str(exc)) from None
     print(token)  # alone on stdout, so that `TOKEN=$(modelfleet token create …)` works
-    typer.echo(f"created {role} token {name!r} in {store.path}; it is not shown again", err=True)
+    typer.echo(f"created {role} token {name!r} in {store.location}; it is not shown again", err=True)
 
 
 @token_app.command("list")

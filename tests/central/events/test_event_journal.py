@@ -1,4 +1,4 @@
-"""The event log's journal on a real SQLite file: it keeps the last N events across a
+"""The event log's journal on a real SQLite file and on a real PostgreSQL database: it keeps the last N events across a
 clean close and a SIGKILL, numbering goes on without ever repeating a number, and
 pruning keeps the file at N (plus a small batch) rows."""
 
@@ -14,34 +14,59 @@ from pathlib import Path
 
 import pytest
 
-from central.membership.event_journal import RESERVE_AHEAD, EventJournal
+from central.membership.event_journal import RESERVE_AHEAD, EventJournal, JournalDB
 from central.membership.events import EventLog
 from central.settings import CentralSettings
 from fleetwire.mqtt.payloads import Event
 
 
-def _log(path: Path, kept: int) -> EventLog:
-    return EventLog(kept, journal=EventJournal(path, kept, flush_interval_s=0.02, flush_max_events=100))
+class Where:
+    """One journal's storage: ``events.sqlite3`` in a temp dir, or a fresh PostgreSQL database."""
+
+    def __init__(self, path: Path, url: str | None) -> None:
+        self.path, self.url = path, url
+
+    def target(self) -> Path | JournalDB:
+        if self.url is None:
+            return self.path
+        from central.membership.postgres_journal import PostgresJournalDB
+
+        return PostgresJournalDB(self.url)
+
+    def rows(self) -> list[int]:
+        if self.url is None:
+            if not self.path.exists():
+                return []
+            with sqlite3.connect(self.path) as db:
+                return [r[0] for r in db.execute("SELECT seq FROM events ORDER BY seq")]
+        import psycopg
+
+        with psycopg.connect(self.url) as conn:
+            return [r[0] for r in conn.execute("SELECT seq FROM events ORDER BY seq")]
 
 
-def _rows(path: Path) -> list[int]:
-    with sqlite3.connect(path) as db:
-        return [r[0] for r in db.execute("SELECT seq FROM events ORDER BY seq")]
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    return Where(tmp_path / "events.sqlite3", url)
 
 
-def test_pruning_keeps_the_last_n_and_numbering_goes_on_after_a_clean_restart(tmp_path: Path) -> None:
-    path = tmp_path / "events.sqlite3"
-    log = _log(path, kept=50)
+def _log(where: Where, kept: int) -> EventLog:
+    return EventLog(kept, journal=EventJournal(where.target(), kept, flush_interval_s=0.02, flush_max_events=100))
+
+
+def test_pruning_keeps_the_last_n_and_numbering_goes_on_after_a_clean_restart(where: Where) -> None:
+    log = _log(where, kept=50)
     assert log.journal is not None and log.journal.previous_stop is None  # a new journal
     for i in range(1000):
         log.append(Event(type="node_alive", ts=i, node_id=f"n{i}"))
     log.journal.close()
 
-    on_disk = _rows(path)
+    on_disk = where.rows()
     assert on_disk[-1] == 1000 and len(on_disk) <= 50 + 100  # pruned in batches, never below the last 50
     assert on_disk[-50:] == list(range(951, 1001))
 
-    again = _log(path, kept=50)
+    again = _log(where, kept=50)
     assert again.journal is not None and again.journal.previous_stop == "clean"
     restored = again.last()
     assert [e.seq for e in restored] == list(range(951, 1001))
@@ -59,7 +84,11 @@ _WRITER = """
     from central.membership.events import EventLog
     from fleetwire.mqtt.payloads import Event
 
-    log = EventLog(100, journal=EventJournal(Path(sys.argv[1]), 100, flush_interval_s=0.02))
+    target = Path(sys.argv[1])
+    if sys.argv[1].startswith("postgresql://"):
+        from central.membership.postgres_journal import PostgresJournalDB
+        target = PostgresJournalDB(sys.argv[1])
+    log = EventLog(100, journal=EventJournal(target, 100, flush_interval_s=0.02))
     for i in range(30):
         log.append(Event(type="node_dead", ts=i, node_id=f"n{i}"))
     print("appended", flush=True)
@@ -67,21 +96,20 @@ _WRITER = """
 """
 
 
-def test_events_survive_a_sigkill_and_no_number_is_used_twice(tmp_path: Path) -> None:
-    path = tmp_path / "events.sqlite3"
-    command = [sys.executable, "-c", textwrap.dedent(_WRITER), str(path)]
+def test_events_survive_a_sigkill_and_no_number_is_used_twice(where: Where) -> None:
+    command = [sys.executable, "-c", textwrap.dedent(_WRITER), where.url or str(where.path)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as writer:
         try:
             assert writer.stdout is not None and writer.stdout.readline().strip() == "appended"
             for _ in range(200):  # the writer thread commits within its flush interval
-                if path.exists() and len(_rows(path)) == 30:
+                if len(where.rows()) == 30:
                     break
                 time.sleep(0.02)
         finally:
             writer.send_signal(signal.SIGKILL)
             writer.wait(timeout=10)
 
-    log = _log(path, kept=100)
+    log = _log(where, kept=100)
     assert log.journal is not None and log.journal.previous_stop == "unclean"
     assert [(e.seq, e.node_id) for e in log.last()] == [(i + 1, f"n{i}") for i in range(30)]
     # Numbers handed out but maybe not written before the kill are never handed out again.

@@ -11,23 +11,27 @@ from pathlib import Path
 from central.membership import NodeDirectory, NodeRecord
 from central.membership.tracker import MembershipTracker
 from central.placement import PlacementService
-from central.registry.sqlite_impl import SQLiteMetadataStore
-from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService, RolloutStore
+from central.registry.stores import open_metadata_store
+from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.store import open_rollout_store
+from central.settings import StoreSettings
 from fleetwire.manifest import ChunkRef, Manifest
 from fleetwire.mqtt.payloads import Event, Heartbeat, ModelInfo
 
 
 class RolloutHarness:
-    """Central's rollout parts on ``data_dir``; reopen it to simulate a restart."""
+    """Central's rollout parts on ``data_dir`` (or PostgreSQL when ``store.url`` is set); reopen it
+    to simulate a restart."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, store: StoreSettings | None = None) -> None:
+        store = store or StoreSettings()
         self.events: list[Event] = []
         self.changes = 0
         self.nodes = NodeDirectory(PlacementService(replicas=2, load_factor=1.25, enabled=True), self._changed)
         self.tracker = MembershipTracker(default_interval_s=60.0)
-        self.registry = SQLiteMetadataStore(data_dir / "registry.sqlite3")
+        self.registry = open_metadata_store(store, data_dir / "registry.sqlite3")
         fleet = DirectoryFleet(self.nodes, self.tracker)
-        book = RolloutBook(RolloutStore(data_dir / "rollouts.sqlite3"), self._latest)
+        book = RolloutBook(open_rollout_store(store, data_dir / "rollouts.sqlite3"), self._latest)
         self.controller = RolloutController(
             book, fleet, emit=self.events.append, on_change=self._changed, stuck_after_s=30.0
         )

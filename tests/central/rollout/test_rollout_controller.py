@@ -1,4 +1,4 @@
-"""The rollout controller's rules on real SQLite and real heartbeat payloads: canary
+"""The rollout controller's rules on real SQLite and PostgreSQL and real heartbeat payloads: canary
 choice, selectors, soak and promote, threshold rollback, restarts, and the 409s."""
 
 from __future__ import annotations
@@ -12,12 +12,21 @@ from rollout_harness import RolloutHarness, failed, ready
 
 from central.errors import Conflict, NotFound
 from central.rollout import RolloutRequest
+from central.settings import StoreSettings
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> StoreSettings:
+    """Every test runs on both backends: SQLite files, and a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return StoreSettings()
+    return StoreSettings(url=request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RolloutHarness]:
+async def harness(tmp_path: Path, store: StoreSettings) -> AsyncIterator[RolloutHarness]:
     """A harness with model ``m`` at version 1 (stable) and 2 (stored, not activated)."""
-    h = RolloutHarness(tmp_path)
+    h = RolloutHarness(tmp_path, store)
     h.store_version("m", "1")
     h.store_version("m", "2", activate=False)
     yield h
@@ -101,13 +110,15 @@ async def test_failures_past_the_threshold_roll_back_every_node(harness: Rollout
     assert harness.events[-1].detail == {"model": "m", "version": "2", "rollout_id": r.id, "reason": r.reason}
 
 
-async def test_rollouts_and_stable_versions_survive_a_restart(harness: RolloutHarness, tmp_path: Path) -> None:
+async def test_rollouts_and_stable_versions_survive_a_restart(
+    harness: RolloutHarness, tmp_path: Path, store: StoreSettings
+) -> None:
     harness.add_nodes(["n0", "n1"])
     started = harness.service.start("m", _request(canary=0.5))
     harness.service.promote("m")
     harness.close()
 
-    again = RolloutHarness(tmp_path)
+    again = RolloutHarness(tmp_path, store)
     again.add_nodes(["n0", "n1"])
     r = again.service.get("m")
     assert (r.id, r.state, r.canary_nodes) == (started.id, "rolling", started.canary_nodes)
@@ -116,7 +127,7 @@ async def test_rollouts_and_stable_versions_survive_a_restart(harness: RolloutHa
     again.store_version("m", "3", activate=False)
     again.close()
 
-    third = RolloutHarness(tmp_path)
+    third = RolloutHarness(tmp_path, store)
     third.add_nodes(["n0"])
     assert third.service.get("m").state == "rolled_back"
     assert third.serves("n0") == "1"  # version 3 was stored, not activated

@@ -1,0 +1,73 @@
+"""Rollouts and release pointers on PostgreSQL (``store.url``), so central replicas share
+them. Same semantics as the SQLite ``RolloutStore``: ids only grow (a sequence), a rollout
+is stored whole as JSON with its state beside it, ``epoch`` is the highest rollout id a
+plain push superseded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from central.registry.pg_pool import open_pool
+from central.rollout.model import Rollout
+from central.rollout.store import Release
+
+
+class PostgresRolloutStore:
+    """``RolloutRecords`` on PostgreSQL; thread-safe (each call borrows a pooled connection)."""
+
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0) -> None:
+        self._pool, _ = open_pool(url, name="rollouts", pool_size=pool_size, connect_timeout_s=connect_timeout_s)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    def releases(self) -> dict[str, Release]:
+        """Every model's release pointer, by model."""
+        rows = self._query("SELECT model, stable, epoch FROM releases")
+        return {r[0]: Release(r[0], r[1], int(r[2])) for r in rows}
+
+    def set_release(self, model: str, stable: str | None, epoch: int) -> None:
+        """Point ``model`` at ``stable``; rollouts with an id up to ``epoch`` no longer apply."""
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO releases (model, stable, epoch) VALUES (%s, %s, %s)"
+                " ON CONFLICT (model) DO UPDATE SET stable = excluded.stable, epoch = excluded.epoch",
+                (model, stable, epoch),
+            )
+
+    def insert(self, rollout: Rollout) -> Rollout:
+        """Store a new rollout; returns it with its id (one transaction)."""
+        with self._pool.connection() as conn, conn.transaction():
+            row = conn.execute(
+                "INSERT INTO rollouts (model, state, body) VALUES (%s, %s, '{}') RETURNING id",
+                (rollout.model, rollout.state),
+            ).fetchone()
+            assert row is not None
+            stored = rollout.model_copy(update={"id": int(row[0])})
+            conn.execute(
+                "UPDATE rollouts SET body = %s WHERE id = %s", (Jsonb(stored.model_dump(mode="json")), stored.id)
+            )
+        return stored
+
+    def update(self, rollout: Rollout) -> None:
+        """Persist a rollout's new state and progress."""
+        with self._pool.connection() as conn:
+            conn.execute(
+                "UPDATE rollouts SET state = %s, body = %s WHERE id = %s",
+                (rollout.state, Jsonb(rollout.model_dump(mode="json")), rollout.id),
+            )
+
+    def all(self) -> list[Rollout]:
+        """Every rollout, oldest first."""
+        return [Rollout.model_validate(r[0]) for r in self._query("SELECT body FROM rollouts ORDER BY id")]
+
+    def max_id(self, model: str) -> int:
+        """The highest rollout id of ``model`` (0 when none)."""
+        return int(self._query("SELECT COALESCE(MAX(id), 0) FROM rollouts WHERE model = %s", (model,))[0][0])
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:
+            return conn.execute(sql, args).fetchall()
