@@ -32,6 +32,7 @@ from central.settings import CENTRAL_KEEPALIVE_S, MqttSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.fast import DecodeError, decode_heartbeat, decode_status
 from fleetwire.mqtt.payloads import CentralStatus, Event
+from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class MembershipConsumer:
         tracker's events go to ``topics.events`` while the consumer runs."""
         self.settings = settings
         self.broker = broker = broker or BrokerSettings()
+        self.rotation = BrokerRotation(broker)
+        """Which of ``broker.hosts`` central is on; it moves on after a failure or a loss."""
         self.tracker = tracker
         self.topics = Topics(broker.topic_prefix)
         self.central_id = central_id or f"central-{os.getpid()}"
@@ -131,13 +134,14 @@ class MembershipConsumer:
         self._client = client
         self._loop_thread = threading.get_ident()
         self.tracker.link_down()  # until the first CONNACK: nobody can be heard yet
-        client.connect_async(b.host, b.port, keepalive=b.effective_keepalive_s(CENTRAL_KEEPALIVE_S))
+        self.rotation.connect_async(client, b.effective_keepalive_s(CENTRAL_KEEPALIVE_S))
         self._driver = MqttLoopDriver(
             client,
             self._loop,
             min_delay_s=b.reconnect_min_s,
             max_delay_s=b.reconnect_max_s,
             on_connect_failed=self._connect_failed,
+            rotation=self.rotation,
         )
         self._driver.start()
         self.tracker.set_lag_source(self.probe.lag)
@@ -169,7 +173,7 @@ class MembershipConsumer:
 
     def _connect_failed(self, exc: BaseException) -> None:
         self.connect_failures += 1
-        log.debug("MQTT connect to %s failed: %s", self.broker.url, exc)
+        log.debug("MQTT connect to %s failed: %s", self.rotation.url, exc)
 
     # ----------------------------------------------------------------- events out
 
@@ -219,7 +223,7 @@ class MembershipConsumer:
         self._connected.set()
         if self._loop is not None:
             self.probe.connected(self._loop)
-        log.info("MQTT connected to %s (connect #%d)", self.broker.url, self.connects)
+        log.info("MQTT connected to %s (connect #%d)", self.rotation.url, self.connects)
 
     def _on_disconnect(
         self,

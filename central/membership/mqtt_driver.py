@@ -36,6 +36,7 @@ import paho.mqtt.client as mqtt
 from tenacity import RetryCallState, retry_if_result
 
 from fleetwire.backoff import retrying
+from fleetwire.mqtt.rotation import BrokerRotation
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +162,13 @@ class MqttLoopDriver:
         min_delay_s: float,
         max_delay_s: float,
         on_connect_failed: Callable[[BaseException], None] | None = None,
+        rotation: BrokerRotation | None = None,
     ) -> None:
+        """``rotation``: several brokers; every attempt after a failed connect or a lost
+        connection goes to the next one (after the same backoff wait)."""
         self._client = client
+        self._rotation = rotation
+        self._attempted = False
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._min_delay = min_delay_s
@@ -226,6 +232,9 @@ class MqttLoopDriver:
         """One connection: connect, then wait until it is lost."""
         self._lost.clear()
         self.connack_seen = False
+        if self._attempted and self._rotation is not None:
+            self._rotation.move(self._client)  # the last one failed or was lost: try the next broker
+        self._attempted = True
         try:
             await self._loop.run_in_executor(None, self._client.reconnect)
         except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad host

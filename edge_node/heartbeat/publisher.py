@@ -65,6 +65,7 @@ from edge_node.heartbeat.body import HeartbeatBody
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Heartbeat, NodeStatus
+from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class HeartbeatPublisher:
         self.settings = settings
         self.broker = broker = broker or BrokerSettings()
         self.topics = Topics(broker.topic_prefix)
+        self.rotation = BrokerRotation(broker)
+        """Which of ``broker.hosts`` the edge is on; it moves on after a failure or a loss."""
         self.status_topic = self.topics.node_status(node_id)
         self.heartbeat_topic = self.topics.node_heartbeat(node_id)
         self._snapshot = snapshot
@@ -196,7 +199,7 @@ class HeartbeatPublisher:
         self._will_bdseq = await asyncio.to_thread(self._store.reserve)
         self._will_used = False
         client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
-        client.connect_async(b.host, b.port, keepalive=keepalive_s)
+        self.rotation.connect_async(client, keepalive_s)
         log.info(
             "heartbeat for %s: %s %s every %.3gs (next bdseq %d)",
             self.node_id,
@@ -280,7 +283,7 @@ class HeartbeatPublisher:
                 self._bdseq = bdseq
                 self._seq = 0
                 self.connects += 1
-            log.info("%s connected to %s, bdseq %d", self.node_id, self.broker.url, bdseq)
+            log.info("%s connected to %s, bdseq %d", self.node_id, self.rotation.url, bdseq)
             self._call_in_loop(self._wake_up)
         except Exception:
             log.exception("heartbeat on_connect failed")
@@ -293,7 +296,10 @@ class HeartbeatPublisher:
                 self.disconnects += 1
                 log.warning("%s lost mqtt connection (bdseq %d): %s", self.node_id, was_live, reason_code)
                 self._jitter_reconnect(client)  # paho waits after this callback returns
-            if self._stopping or not self._will_used:
+            if self._stopping:
+                return
+            self.rotation.move(client)  # paho's next reconnect dials the next broker, if any
+            if not self._will_used:
                 return
             # the next CONNECT must carry a new number: set its will before paho reconnects
             self._will_bdseq = self._store.reserve()
@@ -304,7 +310,9 @@ class HeartbeatPublisher:
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
         self.connect_failures += 1
-        log.debug("%s: no mqtt connection to %s", self.node_id, self.broker.url)
+        log.debug("%s: no mqtt connection to %s", self.node_id, self.rotation.url)
+        if not self._stopping:
+            self.rotation.move(client)
 
     def _jitter_reconnect(self, client: mqtt.Client) -> None:
         """A new random first reconnect wait (``first_reconnect_delay_s``); paho starts

@@ -26,6 +26,12 @@ class BrokerSettings(BaseModel):
     """Broker host name or address."""
     port: int = Field(1883, ge=1, le=65535)
     """Broker port (usually 1883, or 8883 for its TLS listener)."""
+    hosts: list[str] = Field(default_factory=list)
+    """Several brokers of one fleet, as ``host:port`` (``[v6]:port``; without a port, ``port``),
+    e.g. ``MODELFLEET_BROKER__HOSTS='["10.0.0.1:1883","10.0.0.2:1883"]'`` (a JSON list).
+    When set it wins over ``host``: the client starts on the first and moves to the next one
+    whenever a connect fails or its connection is lost (``fleetwire.mqtt.rotation``). Setting
+    ``host`` as well is an error, so a config never says two things. Empty: just ``host:port``."""
     username: str | None = None
     """Broker user name (None: anonymous). Under the shipped Mosquitto ACL central logs in as
     ``central`` (the only user that may publish ``…/central/#`` and ``…/events``) and an edge
@@ -54,7 +60,16 @@ class BrokerSettings(BaseModel):
     def _ordered(self) -> BrokerSettings:
         if self.reconnect_min_s > self.reconnect_max_s:
             raise ValueError("broker.reconnect_min_s must not exceed broker.reconnect_max_s")
+        if self.hosts and "host" in self.model_fields_set:
+            raise ValueError("set broker.host or broker.hosts, not both (hosts wins; host is the one-broker form)")
+        self.addresses()  # every entry parses, or start-up fails here
         return self
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """The brokers to try, in order: ``hosts`` parsed, else the one ``(host, port)``."""
+        if not self.hosts:
+            return [(self.host, self.port)]
+        return [_parse_address(entry, self.port) for entry in self.hosts]
 
     def effective_keepalive_s(self, default: int) -> int:
         """The keep-alive sent in CONNECT: ``keepalive_s``, else the deployable's ``default``."""
@@ -65,7 +80,34 @@ class BrokerSettings(BaseModel):
         ``use_username_as_clientid`` makes of it anyway), else ``client_id``, else ``default``."""
         return self.username or self.client_id or default
 
+    def url_of(self, host: str, port: int) -> str:
+        """``mqtt(s)://host:port`` of one broker, for logs."""
+        shown = f"[{host}]" if ":" in host else host
+        return f"{'mqtts' if self.tls.enabled else 'mqtt'}://{shown}:{port}"
+
     @property
     def url(self) -> str:
-        """``mqtt(s)://host:port``, for logs."""
-        return f"{'mqtts' if self.tls.enabled else 'mqtt'}://{self.host}:{self.port}"
+        """``mqtt(s)://host:port`` (comma-separated when there are several ``hosts``), for logs."""
+        return ",".join(self.url_of(h, p) for h, p in self.addresses())
+
+
+def _parse_address(entry: str, default_port: int) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` → ``(host, port)``; ValueError if not."""
+    text = entry.strip()
+    host, port_text = text, ""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"broker.hosts entry {entry!r}: expected [v6-address]:port")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"broker.hosts entry {entry!r}: write an IPv6 address as [address]:port")
+    if not host:
+        raise ValueError(f"broker.hosts entry {entry!r}: no host")
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"broker.hosts entry {entry!r}: port must be 1-65535")
+    return host, int(port_text)

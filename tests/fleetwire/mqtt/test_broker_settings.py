@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 from pydantic import BaseModel, ValidationError
 
+from central.settings import CentralSettings
 from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.mqtt.broker import BrokerSettings
+from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.tls import MqttTlsSettings
 
 RENAMES = {"host": "host", "broker_port": "port", "tls": "tls"}
@@ -111,3 +115,42 @@ def test_a_section_on_its_own_refuses_an_old_name_instead_of_dropping_it() -> No
     with pytest.raises(ValueError, match=r"old\.broker_port is new\.port now \(MODELFLEET_NEW__PORT\).*through Owner"):
         refuse_moved({"broker_port": 1}, section="old", target="new", renames=RENAMES, owner="Owner")
     assert refuse_moved({"kept": 1}, section="old", target="new", renames=RENAMES, owner="Owner") == {"kept": 1}
+
+
+def test_hosts_win_over_host_and_take_port_as_their_default() -> None:
+    b = BrokerSettings(hosts=["a:1884", "b", "[::1]:1885", "[fe80::1]"], port=1999)
+    assert b.addresses() == [("a", 1884), ("b", 1999), ("::1", 1885), ("fe80::1", 1999)]
+    assert b.url == "mqtt://a:1884,mqtt://b:1999,mqtt://[::1]:1885,mqtt://[fe80::1]:1999"
+    assert BrokerSettings(host="h", port=2).addresses() == [("h", 2)]  # no hosts: the one broker
+
+
+@pytest.mark.parametrize("entry", ["a:0", "a:65536", "a:x", "::1:1883", ":1883", "[::1", "[::1]x", "[]:1"])
+def test_a_bad_hosts_entry_fails_naming_it(entry: str) -> None:
+    with pytest.raises(ValidationError, match=r"broker\.hosts entry"):
+        BrokerSettings(hosts=["ok:1883", entry])
+
+
+def test_host_and_hosts_together_are_refused() -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        BrokerSettings(host="a", hosts=["b:1883"])
+
+
+def test_hosts_from_the_environment_as_a_json_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELFLEET_BROKER__HOSTS", '["10.0.0.1:1883","10.0.0.2:1884"]')
+    assert CentralSettings().broker.addresses() == [("10.0.0.1", 1883), ("10.0.0.2", 1884)]
+
+
+def test_the_rotation_moves_a_client_round_the_list_and_leaves_one_broker_alone() -> None:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2)
+    rotation = BrokerRotation(BrokerSettings(hosts=["a:1", "b:2", "c:3"]))
+    rotation.connect_async(client, keepalive=7)
+    seen = [(client.host, client.port)]
+    for _ in range(3):
+        assert rotation.move(client)
+        seen.append((client.host, client.port))
+    assert seen == [("a", 1), ("b", 2), ("c", 3), ("a", 1)] and client.keepalive == 7 and rotation.moves == 3
+    assert rotation.url == "mqtt://a:1"
+
+    alone = BrokerRotation(BrokerSettings(host="h", port=5))
+    alone.connect_async(client, keepalive=7)
+    assert not alone.move(client) and (client.host, client.port) == ("h", 5)
