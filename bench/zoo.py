@@ -41,15 +41,15 @@ from bench._fleet import RANDOM_MODEL_THRESHOLD
 from bench.report import machine
 from central.errors import AccuracyGuardFailed, QuantizationFailed
 from central.quantize import GuardStep, QuantizeStep
+from central.quantize.quantizer import model_bytes
 from central.registry.pipeline import PushContext
 from central.registry.validate import load_checked, signature
 from central.settings import QuantizeSettings
 from edge_node.inference.chooser import ArtifactChooser, timing_inputs
 from edge_node.inference.hardware import detect_hardware, read_cpu_flags
-from edge_node.inference.session import SessionFactory
+from edge_node.inference.session import SessionFactory, session_specs
 from edge_node.settings import ChoiceSettings
 from fleetwire.digest import sha256_file
-from fleetwire.manifest import TensorSpec
 from modelfleet.zoo.artifact import LABEL_KEY, ZooModel
 from modelfleet.zoo.catalog import ZooEntry, zoo_models
 
@@ -106,20 +106,10 @@ def _median_runs(
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
-def _specs(session: ort.InferenceSession) -> list[TensorSpec]:
-    out = []
-    for arg in session.get_inputs():
-        dtype = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32"}.get(
-            arg.type, "float32"
-        )
-        out.append(TensorSpec(name=arg.name, dtype=dtype, shape=[d if isinstance(d, int) else -1 for d in arg.shape]))
-    return out
-
-
 def side_by_side(paths: dict[str, Path], factory: SessionFactory, rounds: int, free_dim: int) -> dict[str, Any]:
     """FP32 against the served artifact at batch 1 and 8: medians (ms) and speed-ups."""
     sessions = {name: factory.create(path, f"bench-{name}-{sha256_file(path)[:16]}") for name, path in paths.items()}
-    specs = _specs(sessions[FP32])
+    specs, _ = session_specs(sessions[FP32])
     batchable = all(s.shape and s.shape[0] < 0 for s in specs)
     out: dict[str, Any] = {}
     for batch in (1, 8) if batchable else (1,):
@@ -200,7 +190,7 @@ def run_model(entry: ZooEntry, cache: Path, work: Path, args: argparse.Namespace
         "fp32_bytes": model.size_bytes,
         "artifact": served,
         "choice": chosen,
-        "size_ratio": round(_bytes(candidates[served]) / model.size_bytes, 4),
+        "size_ratio": round(model_bytes(candidates[served]) / model.size_bytes, 4),
         **side_by_side(paths, factory, args.rounds, args.free_dim),
         "guard": _guard_summary(ctx, error),
         "fp32_accuracy": None,
@@ -216,11 +206,6 @@ def run_model(entry: ZooEntry, cache: Path, work: Path, args: argparse.Namespace
             accuracy_delta_pp=round((fp32_acc - served_acc) * 100, 2),
         )
     return row
-
-
-def _bytes(graph: Path) -> int:
-    """A graph file plus the external-data files beside it that share its name's stem."""
-    return graph.stat().st_size + sum(p.stat().st_size for p in graph.parent.glob(f"{graph.name}.data"))
 
 
 def _largest(rows: list[dict[str, Any]], family: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import Listener
-from fleetwire.mqtt.broker import BrokerSettings
+from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES
 from fleetwire.tls import TlsSettings
 
@@ -28,21 +28,7 @@ DEFAULT_NODE_TOKENS_FILENAME = "node_tokens.json"
 Policy = Literal["least_outstanding", "affinity"]
 
 #: The connection fields that ``mqtt`` had before ``broker`` (deprecated names, one release).
-MQTT_MOVED_TO_BROKER = {
-    name: name
-    for name in (
-        "host",
-        "port",
-        "username",
-        "password",
-        "tls",
-        "topic_prefix",
-        "keepalive_s",
-        "client_id",
-        "reconnect_min_s",
-        "reconnect_max_s",
-    )
-}
+MQTT_MOVED_TO_BROKER = {name: name for name in ("host", "port", *MOVED_CONNECTION_FIELDS)}
 #: ``mqtt.events_kept`` is ``events.kept`` now.
 MQTT_MOVED_TO_EVENTS = {"events_kept": "kept"}
 #: Central's MQTT keep-alive when ``broker.keepalive_s`` is unset.

@@ -18,28 +18,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from edge_node.auth import CredentialError, NodeCredential
 from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import TLS_FIX, Listener
-from fleetwire.mqtt.broker import BrokerSettings
+from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.names import InvalidName, check_name
 from fleetwire.tls import TlsSettings
 
 #: The connection fields that ``heartbeat`` had before ``broker`` (deprecated names, one release).
-HEARTBEAT_MOVED_TO_BROKER = {
-    "broker_host": "host",
-    "broker_port": "port",
-    **{
-        name: name
-        for name in (
-            "username",
-            "password",
-            "tls",
-            "topic_prefix",
-            "keepalive_s",
-            "client_id",
-            "reconnect_min_s",
-            "reconnect_max_s",
-        )
-    },
-}
+HEARTBEAT_MOVED_TO_BROKER = {"broker_host": "host", "broker_port": "port", **{n: n for n in MOVED_CONNECTION_FIELDS}}
 
 
 class BatchSettings(BaseModel):

@@ -254,13 +254,19 @@ def create_oip_router(
     async def server_metadata() -> Response:
         return json_response({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
 
-    async def metadata(name: str, model_version: str | None) -> Response:
+    def ready_model(name: str, model_version: str | None) -> LoadedModel | Response:
+        """The served model, or the error response a bad name or a missing model gets."""
         if (invalid := _name_error(name, model_version)) is not None:
             return invalid
         try:
-            model = repository.get(name, model_version)
+            return repository.get(name, model_version)
         except (ModelNotFound, ModelNotReady) as exc:
             return _lookup_error(exc)
+
+    async def metadata(name: str, model_version: str | None) -> Response:
+        model = ready_model(name, model_version)
+        if isinstance(model, Response):
+            return model
         versions = sorted({m.version for m in repository.models() if m.name == name and m.state == "ready"})
         return json_response(_model_metadata(model, versions))
 
@@ -276,12 +282,9 @@ def create_oip_router(
         return json_response({"name": name, "ready": True})
 
     async def config(name: str, model_version: str | None) -> Response:
-        if (invalid := _name_error(name, model_version)) is not None:
-            return invalid
-        try:
-            model = repository.get(name, model_version)
-        except (ModelNotFound, ModelNotReady) as exc:
-            return _lookup_error(exc)
+        model = ready_model(name, model_version)
+        if isinstance(model, Response):
+            return model
         return json_response(triton_config(model, repository))
 
     @router.get("/v2/models/{name}/config", responses=_LOOKUP)

@@ -17,6 +17,13 @@ from fleetwire.mqtt.topics import DEFAULT_PREFIX
 __all__ = ["BrokerSettings"]
 
 
+#: The connection fields central's ``mqtt`` and the edge's ``heartbeat`` sections each had
+#: before ``broker`` (their deprecated names map onto these, one release).
+MOVED_CONNECTION_FIELDS = (
+    "username", "password", "tls", "topic_prefix", "keepalive_s", "client_id", "reconnect_min_s", "reconnect_max_s",
+)  # fmt: skip
+
+
 class BrokerSettings(BaseModel):
     """The MQTT broker of the fleet and this process's login there (``MODELFLEET_BROKER__*``)."""
 
