@@ -17,6 +17,7 @@ from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import Listener
 from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES
+from fleetwire.names import is_name
 from fleetwire.tls import TlsSettings
 
 #: Where the token store lives when ``auth.tokens_file`` is not set, relative to ``data_dir``.
@@ -317,6 +318,37 @@ class StoreSettings(BaseModel):
         return value
 
 
+class HaSettings(BaseModel):
+    """Replicated mode: several centrals share PostgreSQL (``store.url``) and an S3 bucket
+    (``blobs.bucket``). One replica, elected with an advisory lock, places chunks and runs
+    rollouts; heartbeats are split across replicas by partition (docs/architecture.md)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    replica_id: str | None = None
+    """Unset: the single-process default. Set (``--replica-id``): this process is one replica of a
+    replicated central; needs ``store.url``. Unique per replica, stable across restarts."""
+    advertise_http: str | None = None
+    """Base URL other replicas and dashboards use for this replica's REST API; default: from http_host/http_port."""
+    advertise_grpc: str | None = None
+    """host:port edges use for this replica's gRPC Registry; default: from grpc_host/grpc_port."""
+    partitions: int = Field(64, ge=1, le=4096)
+    """Heartbeat partitions (a node's is crc32(node id) mod this); every replica owns a share.
+    Fixed for the life of a fleet: changing it moves every node's topic."""
+    replica_ttl_s: float = Field(3.0, gt=0, le=300)
+    """A replica not seen in PostgreSQL for this long counts as gone: its partitions move."""
+    tick_s: float = Field(0.5, gt=0, le=30)
+    """How often a replica renews its presence, checks its leadership and partitions, and re-reads
+    the fleet generation (LISTEN/NOTIFY only wakes it sooner)."""
+
+    @field_validator("replica_id")
+    @classmethod
+    def _replica_name(cls, value: str | None) -> str | None:
+        if value is not None and not is_name(value):
+            raise ValueError("replica_id must be a name: letters, digits, '.', '_' or '-', at most 128 characters")
+        return value
+
+
 class CentralTlsSettings(TlsSettings):
     """TLS on central's gRPC Registry and its REST/OIP gateway (HTTPS), and for the
     gateway's requests to the edges."""
@@ -439,6 +471,7 @@ class CentralSettings(BaseSettings):
         description="Metadata, rollouts, events, API tokens: SQLite/files in data_dir, or PostgreSQL (store.url).",
     )
     blobs: BlobSettings = Field(default_factory=BlobSettings, description="Where chunk blobs live (directory or S3).")
+    ha: HaSettings = Field(default_factory=HaSettings, description="Replicated mode (replica id, partitions).")
     log_level: str = Field("info", description="Python logging level name.")
 
     @model_validator(mode="before")
@@ -447,6 +480,12 @@ class CentralSettings(BaseSettings):
         """``mqtt.host``... and ``mqtt.events_kept`` (one more release): moved, with a FutureWarning."""
         data = adopt_moved(data, source="mqtt", target="broker", renames=MQTT_MOVED_TO_BROKER)
         return adopt_moved(data, source="mqtt", target="events", renames=MQTT_MOVED_TO_EVENTS)
+
+    @model_validator(mode="after")
+    def _replicas_share_a_store(self) -> CentralSettings:
+        if self.ha.replica_id is not None and self.store.url is None:
+            raise ValueError("ha.replica_id needs store.url: replicas share PostgreSQL")
+        return self
 
     def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
         """Central's two listeners and what guards each (ports: the bound ones, else the settings').

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from fleetwire.names import is_name
@@ -9,29 +10,48 @@ from fleetwire.names import is_name
 DEFAULT_PREFIX = "modelfleet/v1"
 
 
+def partition_of(node_id: str, partitions: int) -> int:
+    """The heartbeat partition of ``node_id`` in a fleet of ``partitions`` (crc32, stable across
+    processes and Python versions: central replicas and edges must agree without talking)."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    return zlib.crc32(node_id.encode()) % partitions
+
+
 @dataclass(frozen=True)
 class Topics:
     """Every topic the fleet uses, for one prefix."""
 
     prefix: str = DEFAULT_PREFIX
+    #: A node's heartbeat partition under a replicated central (``<prefix>/p/<n>/nodes/…``);
+    #: None: the plain ``<prefix>/nodes/…`` of a single central.
+    partition: int | None = None
+
+    @property
+    def _nodes(self) -> str:
+        return f"{self.prefix}/nodes" if self.partition is None else f"{self.prefix}/p/{self.partition}/nodes"
 
     def node_status(self, node_id: str) -> str:
         """Retained, QoS 1: birth (online) and death (offline, also the Last Will)."""
-        return f"{self.prefix}/nodes/{node_id}/status"
+        return f"{self._nodes}/{node_id}/status"
 
     def node_heartbeat(self, node_id: str) -> str:
         """QoS 0, every interval."""
-        return f"{self.prefix}/nodes/{node_id}/heartbeat"
+        return f"{self._nodes}/{node_id}/heartbeat"
 
     @property
     def all_status(self) -> str:
-        """Subscription filter for every node's status."""
-        return f"{self.prefix}/nodes/+/status"
+        """Subscription filter for every node's status (of this partition, when set)."""
+        return f"{self._nodes}/+/status"
 
     @property
     def all_heartbeats(self) -> str:
-        """Subscription filter for every node's heartbeat."""
-        return f"{self.prefix}/nodes/+/heartbeat"
+        """Subscription filter for every node's heartbeat (of this partition, when set)."""
+        return f"{self._nodes}/+/heartbeat"
+
+    def in_partition(self, partition: int | None) -> Topics:
+        """The same prefix, for ``partition`` (None: unpartitioned)."""
+        return Topics(self.prefix, partition)
 
     @property
     def central_status(self) -> str:
@@ -51,8 +71,12 @@ class Topics:
         """The node id in a ``…/nodes/{id}/…`` topic, else None (also for a level that is no
         valid node id: MQTT allows any character there, a newline included, and an id from
         here ends up in logs, the dashboard and the ring)."""
-        head = f"{self.prefix}/nodes/"
+        head = f"{self.prefix}/"
         if not topic.startswith(head):
             return None
         rest = topic[len(head) :].split("/")
-        return rest[0] if len(rest) == 2 and is_name(rest[0]) else None
+        if len(rest) == 5 and rest[0] == "p" and rest[1].isdigit():  # p/<n>/nodes/<id>/<kind>
+            rest = rest[2:]
+        if len(rest) != 3 or rest[0] != "nodes":
+            return None
+        return rest[1] if is_name(rest[1]) else None

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from fleetwire.v1 import common_pb2 as fleetwire_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66leetwire/v1/registry.proto\x12\rmodelfleet.v1\x1a\x19\x66leetwire/v1/common.proto\"\xd5\x01\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x02 \x01(\t\x12\x14\n\x0chttp_address\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\x12\x33\n\x06labels\x18\x05 \x03(\x0b\x32#.modelfleet.v1.NodeInfo.LabelsEntry\x12\x16\n\x0ehardware_class\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x0fRegisterRequest\x12%\n\x04node\x18\x01 \x01(\x0b\x32\x17.modelfleet.v1.NodeInfo\"\x88\x01\n\rRegisterReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13manifest_public_key\x18\x03 \x01(\x0c\x12\x37\n\x10key_endorsements\x18\x04 \x03(\x0b\x32\x1d.modelfleet.v1.KeyEndorsement\"g\n\x0eKeyEndorsement\x12\x16\n\x0eold_public_key\x18\x01 \x01(\x0c\x12\x16\n\x0enew_public_key\x18\x02 \x01(\x0c\x12\x12\n\ncreated_at\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"$\n\x11UnregisterRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x11\n\x0fUnregisterReply\"3\n\x12GetManifestRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"L\n\x12OriginFetchRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x15\n\rfailed_owners\x18\x03 \x03(\t\"\x1f\n\x0cWatchRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"0\n\x0e\x43hunkPlacement\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0e\n\x06owners\x18\x02 \x03(\t\"\xb0\x01\n\x11VersionAssignment\x12)\n\x08manifest\x18\x01 \x01(\x0b\x32\x17.modelfleet.v1.Manifest\x12\r\n\x05serve\x18\x02 \x01(\x08\x12\x30\n\tplacement\x18\x03 \x03(\x0b\x32\x1d.modelfleet.v1.ChunkPlacement\x12/\n\x07verdict\x18\x04 \x01(\x0b\x32\x1e.modelfleet.v1.ArtifactVerdict\"\x9c\x01\n\x0f\x41rtifactVerdict\x12\x10\n\x08\x61rtifact\x18\x01 \x01(\t\x12\x16\n\x0ehardware_class\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x17\n\nspeedup_b1\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nspeedup_b8\x18\x05 \x01(\x01H\x01\x88\x01\x01\x42\r\n\x0b_speedup_b1B\r\n\x0b_speedup_b8\"4\n\x0bPeerAddress\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x02 \x01(\t\"\x9c\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x32\n\x08versions\x18\x02 \x03(\x0b\x32 .modelfleet.v1.VersionAssignment\x12)\n\x05peers\x18\x03 \x03(\x0b\x32\x1a.modelfleet.v1.PeerAddress\x12\x19\n\x11placement_enabled\x18\x04 \x01(\x08\x32\x8d\x03\n\x08Registry\x12H\n\x08Register\x12\x1e.modelfleet.v1.RegisterRequest\x1a\x1c.modelfleet.v1.RegisterReply\x12N\n\nUnregister\x12 .modelfleet.v1.UnregisterRequest\x1a\x1e.modelfleet.v1.UnregisterReply\x12I\n\x0bGetManifest\x12!.modelfleet.v1.GetManifestRequest\x1a\x17.modelfleet.v1.Manifest\x12K\n\nFetchChunk\x12!.modelfleet.v1.OriginFetchRequest\x1a\x18.modelfleet.v1.ChunkData0\x01\x12O\n\x11WatchDesiredState\x12\x1b.modelfleet.v1.WatchRequest\x1a\x1b.modelfleet.v1.DesiredState0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66leetwire/v1/registry.proto\x12\rmodelfleet.v1\x1a\x19\x66leetwire/v1/common.proto\"\xd5\x01\n\x08NodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x02 \x01(\t\x12\x14\n\x0chttp_address\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\x12\x33\n\x06labels\x18\x05 \x03(\x0b\x32#.modelfleet.v1.NodeInfo.LabelsEntry\x12\x16\n\x0ehardware_class\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x0fRegisterRequest\x12%\n\x04node\x18\x01 \x01(\x0b\x32\x17.modelfleet.v1.NodeInfo\"\xb9\x01\n\rRegisterReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13manifest_public_key\x18\x03 \x01(\x0c\x12\x37\n\x10key_endorsements\x18\x04 \x03(\x0b\x32\x1d.modelfleet.v1.KeyEndorsement\x12\x12\n\npartitions\x18\x05 \x01(\r\x12\x1b\n\x13heartbeat_partition\x18\x06 \x01(\r\"g\n\x0eKeyEndorsement\x12\x16\n\x0eold_public_key\x18\x01 \x01(\x0c\x12\x16\n\x0enew_public_key\x18\x02 \x01(\x0c\x12\x12\n\ncreated_at\x18\x03 \x01(\t\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"$\n\x11UnregisterRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x11\n\x0fUnregisterReply\"3\n\x12GetManifestRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"L\n\x12OriginFetchRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x15\n\rfailed_owners\x18\x03 \x03(\t\"\x1f\n\x0cWatchRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"0\n\x0e\x43hunkPlacement\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0e\n\x06owners\x18\x02 \x03(\t\"\xb0\x01\n\x11VersionAssignment\x12)\n\x08manifest\x18\x01 \x01(\x0b\x32\x17.modelfleet.v1.Manifest\x12\r\n\x05serve\x18\x02 \x01(\x08\x12\x30\n\tplacement\x18\x03 \x03(\x0b\x32\x1d.modelfleet.v1.ChunkPlacement\x12/\n\x07verdict\x18\x04 \x01(\x0b\x32\x1e.modelfleet.v1.ArtifactVerdict\"\x9c\x01\n\x0f\x41rtifactVerdict\x12\x10\n\x08\x61rtifact\x18\x01 \x01(\t\x12\x16\n\x0ehardware_class\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x17\n\nspeedup_b1\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nspeedup_b8\x18\x05 \x01(\x01H\x01\x88\x01\x01\x42\r\n\x0b_speedup_b1B\r\n\x0b_speedup_b8\"4\n\x0bPeerAddress\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x02 \x01(\t\"\x9c\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x32\n\x08versions\x18\x02 \x03(\x0b\x32 .modelfleet.v1.VersionAssignment\x12)\n\x05peers\x18\x03 \x03(\x0b\x32\x1a.modelfleet.v1.PeerAddress\x12\x19\n\x11placement_enabled\x18\x04 \x01(\x08\x32\x8d\x03\n\x08Registry\x12H\n\x08Register\x12\x1e.modelfleet.v1.RegisterRequest\x1a\x1c.modelfleet.v1.RegisterReply\x12N\n\nUnregister\x12 .modelfleet.v1.UnregisterRequest\x1a\x1e.modelfleet.v1.UnregisterReply\x12I\n\x0bGetManifest\x12!.modelfleet.v1.GetManifestRequest\x1a\x17.modelfleet.v1.Manifest\x12K\n\nFetchChunk\x12!.modelfleet.v1.OriginFetchRequest\x1a\x18.modelfleet.v1.ChunkData0\x01\x12O\n\x11WatchDesiredState\x12\x1b.modelfleet.v1.WatchRequest\x1a\x1b.modelfleet.v1.DesiredState0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,29 +41,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERREQUEST']._serialized_start=289
   _globals['_REGISTERREQUEST']._serialized_end=345
   _globals['_REGISTERREPLY']._serialized_start=348
-  _globals['_REGISTERREPLY']._serialized_end=484
-  _globals['_KEYENDORSEMENT']._serialized_start=486
-  _globals['_KEYENDORSEMENT']._serialized_end=589
-  _globals['_UNREGISTERREQUEST']._serialized_start=591
-  _globals['_UNREGISTERREQUEST']._serialized_end=627
-  _globals['_UNREGISTERREPLY']._serialized_start=629
-  _globals['_UNREGISTERREPLY']._serialized_end=646
-  _globals['_GETMANIFESTREQUEST']._serialized_start=648
-  _globals['_GETMANIFESTREQUEST']._serialized_end=699
-  _globals['_ORIGINFETCHREQUEST']._serialized_start=701
-  _globals['_ORIGINFETCHREQUEST']._serialized_end=777
-  _globals['_WATCHREQUEST']._serialized_start=779
-  _globals['_WATCHREQUEST']._serialized_end=810
-  _globals['_CHUNKPLACEMENT']._serialized_start=812
-  _globals['_CHUNKPLACEMENT']._serialized_end=860
-  _globals['_VERSIONASSIGNMENT']._serialized_start=863
-  _globals['_VERSIONASSIGNMENT']._serialized_end=1039
-  _globals['_ARTIFACTVERDICT']._serialized_start=1042
-  _globals['_ARTIFACTVERDICT']._serialized_end=1198
-  _globals['_PEERADDRESS']._serialized_start=1200
-  _globals['_PEERADDRESS']._serialized_end=1252
-  _globals['_DESIREDSTATE']._serialized_start=1255
-  _globals['_DESIREDSTATE']._serialized_end=1411
-  _globals['_REGISTRY']._serialized_start=1414
-  _globals['_REGISTRY']._serialized_end=1811
+  _globals['_REGISTERREPLY']._serialized_end=533
+  _globals['_KEYENDORSEMENT']._serialized_start=535
+  _globals['_KEYENDORSEMENT']._serialized_end=638
+  _globals['_UNREGISTERREQUEST']._serialized_start=640
+  _globals['_UNREGISTERREQUEST']._serialized_end=676
+  _globals['_UNREGISTERREPLY']._serialized_start=678
+  _globals['_UNREGISTERREPLY']._serialized_end=695
+  _globals['_GETMANIFESTREQUEST']._serialized_start=697
+  _globals['_GETMANIFESTREQUEST']._serialized_end=748
+  _globals['_ORIGINFETCHREQUEST']._serialized_start=750
+  _globals['_ORIGINFETCHREQUEST']._serialized_end=826
+  _globals['_WATCHREQUEST']._serialized_start=828
+  _globals['_WATCHREQUEST']._serialized_end=859
+  _globals['_CHUNKPLACEMENT']._serialized_start=861
+  _globals['_CHUNKPLACEMENT']._serialized_end=909
+  _globals['_VERSIONASSIGNMENT']._serialized_start=912
+  _globals['_VERSIONASSIGNMENT']._serialized_end=1088
+  _globals['_ARTIFACTVERDICT']._serialized_start=1091
+  _globals['_ARTIFACTVERDICT']._serialized_end=1247
+  _globals['_PEERADDRESS']._serialized_start=1249
+  _globals['_PEERADDRESS']._serialized_end=1301
+  _globals['_DESIREDSTATE']._serialized_start=1304
+  _globals['_DESIREDSTATE']._serialized_end=1460
+  _globals['_REGISTRY']._serialized_start=1463
+  _globals['_REGISTRY']._serialized_end=1860
 # @@protoc_insertion_point(module_scope)

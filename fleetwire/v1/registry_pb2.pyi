@@ -108,10 +108,18 @@ class RegisterReply(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     MANIFEST_PUBLIC_KEY_FIELD_NUMBER: _builtins.int
     KEY_ENDORSEMENTS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_PARTITION_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
     message: _builtins.str
     manifest_public_key: _builtins.bytes
     """raw Ed25519 key that signs manifests; edges pin it on first contact"""
+    partitions: _builtins.int
+    """Replicated central: heartbeats and status go to the partitioned topics
+    <prefix>/p/<heartbeat_partition>/nodes/<id>/... ; partitions = 0: the plain <prefix>/nodes/<id>/...
+    """
+    heartbeat_partition: _builtins.int
+    """crc32(node id) mod partitions (fleetwire.mqtt.topics.partition_of)"""
     @_builtins.property
     def key_endorsements(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyEndorsement]:
         """Every rotation of that key, oldest first: the last link's new key is manifest_public_key.
@@ -125,10 +133,12 @@ class RegisterReply(_message.Message):
         message: _builtins.str = ...,
         manifest_public_key: _builtins.bytes = ...,
         key_endorsements: _abc.Iterable[Global___KeyEndorsement] | None = ...,
+        partitions: _builtins.int = ...,
+        heartbeat_partition: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "key_endorsements", b"key_endorsements", "manifest_public_key", b"manifest_public_key", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "heartbeat_partition", b"heartbeat_partition", "key_endorsements", b"key_endorsements", "manifest_public_key", b"manifest_public_key", "message", b"message", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

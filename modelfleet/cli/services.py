@@ -22,6 +22,9 @@ def central(
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0: any free).")] = None,
     host: Annotated[str | None, typer.Option(help="Bind address for both servers.")] = None,
     broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
+    replica_id: Annotated[
+        str | None, typer.Option(help="Run as one replica of a replicated central (needs store.url).")
+    ] = None,
 ) -> None:
     """Start central: registry REST API, gateway and gRPC Registry service."""
     from central.server import serve
@@ -30,6 +33,8 @@ def central(
     o = overrides(data_dir=data_dir, http_port=http_port, grpc_port=grpc_port, http_host=host, grpc_host=host)
     if (b := parse_broker(broker)) is not None:
         o["broker"] = {"host": b[0], "port": b[1]}
+    if replica_id is not None:
+        o["ha"] = {"replica_id": replica_id}
     settings = build_settings(CentralSettings, o)
     setup_logging(settings.log_level)
     run_server(serve(settings))
