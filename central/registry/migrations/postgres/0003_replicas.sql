@@ -1,0 +1,64 @@
+-- Replicated central (ha.replica_id): who leads, who owns which heartbeat partition, which
+-- replicas are up, and the fleet state every replica routes and places from.
+
+-- One row. ``epoch`` grows by one at every election; the leader's writes check it (fencing).
+CREATE TABLE ha_leader (
+    id SMALLINT PRIMARY KEY CHECK (id = 1),
+    epoch BIGINT NOT NULL DEFAULT 0,
+    replica_id TEXT,
+    since TIMESTAMPTZ
+);
+INSERT INTO ha_leader (id) VALUES (1);
+
+-- A heartbeat partition's owner; ``epoch`` grows at every takeover and fences liveness writes.
+CREATE TABLE ha_partitions (
+    partition INTEGER PRIMARY KEY,
+    epoch BIGINT NOT NULL DEFAULT 0,
+    replica_id TEXT,
+    since TIMESTAMPTZ
+);
+
+-- Replicas that are up: a row per replica, renewed every tick; ``backend_pid`` is the pid of its
+-- control session, so a replica whose session is gone is gone at once (pg_stat_activity).
+CREATE TABLE ha_replicas (
+    replica_id TEXT PRIMARY KEY,
+    http_url TEXT NOT NULL,
+    grpc_address TEXT NOT NULL,
+    backend_pid INTEGER,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    info JSONB NOT NULL DEFAULT '{}'::jsonb
+);
+
+-- One row: grows at every change of the fleet state below (and of registry/rollouts that others
+-- must re-read). NOTIFY modelfleet_fleet carries it as a wake-up only.
+CREATE TABLE ha_generation (
+    id SMALLINT PRIMARY KEY CHECK (id = 1),
+    gen BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO ha_generation (id) VALUES (1);
+
+-- Registered edges (what Register announced), whichever replica took the call.
+CREATE TABLE ha_nodes (
+    node_id TEXT PRIMARY KEY,
+    record JSONB NOT NULL,
+    gen BIGINT NOT NULL
+);
+
+-- Liveness transitions and ready sets, written by the owner of the node's partition (fenced).
+CREATE TABLE ha_liveness (
+    node_id TEXT PRIMARY KEY,
+    partition INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    http_address TEXT NOT NULL DEFAULT '',
+    ready JSONB NOT NULL DEFAULT '[]'::jsonb,
+    gen BIGINT NOT NULL
+);
+
+-- The leader's placement (one row), written fenced by its epoch; followers serve it.
+CREATE TABLE ha_placement (
+    id SMALLINT PRIMARY KEY CHECK (id = 1),
+    epoch BIGINT NOT NULL,
+    gen BIGINT NOT NULL,
+    body JSONB NOT NULL
+);
