@@ -66,7 +66,7 @@ import httpx
 from bench._broker import Recorder
 from bench._fleet import Fleet, parse_env_pairs, process_cpu_s, sigterm_raises
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
-from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics
+from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics, partition_of
 from modelfleet.up.children import tied_to_parent
 from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 
@@ -244,7 +244,12 @@ def _check_template(head: bytes, mid: bytes, tail: bytes, node_id: str) -> None:
 def _sim_main(config_path: Path) -> int:
     """One simulator process: births, then heartbeats until told to stop (stdin ``stop``)."""
     cfg = json.loads(config_path.read_text())
-    topics = Topics(cfg["prefix"])
+    base_topics = Topics(cfg["prefix"])
+    partitions = int(cfg.get("partitions", 0))  # a replicated central's heartbeat partitions; 0: plain topics
+
+    def topics_of(node_id: str) -> Topics:
+        return base_topics if not partitions else base_topics.in_partition(partition_of(node_id, partitions))
+
     interval = float(cfg["interval_s"])
     node_ids: list[str] = cfg["node_ids"]
     indexes: list[int] = cfg["indexes"]
@@ -257,7 +262,7 @@ def _sim_main(config_path: Path) -> int:
 
     heads, mids, tails = [], [], []
     for node_id, index in zip(node_ids, indexes, strict=True):
-        h, m, t = heartbeat_parts(topics, node_id, index, interval, bdseq)
+        h, m, t = heartbeat_parts(topics_of(node_id), node_id, index, interval, bdseq)
         heads.append(h)
         mids.append(m)
         tails.append(t)
@@ -267,7 +272,7 @@ def _sim_main(config_path: Path) -> int:
     per_conn: list[list[tuple[bytes, bytes]]] = [[] for _ in conns]
     for i, node_id in enumerate(node_ids):
         birth = NodeStatus(state="online", bdseq=bdseq, ts=int(time.time() * 1000)).model_dump_json().encode()
-        per_conn[conn_of[i]].append((topics.node_status(node_id).encode(), birth))
+        per_conn[conn_of[i]].append((topics_of(node_id).node_status(node_id).encode(), birth))
     for conn, items in zip(conns, per_conn, strict=True):
         conn.publish_qos1_batch(items, retain=True)
     births_s = time.time() - t_births

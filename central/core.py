@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
+from central.ha.view import SharedFleetView, SharedNodeSource
 from central.membership import NodeDirectory
 from central.membership.event_journal import EventJournal, JournalDB
 from central.membership.events import EventLog
@@ -28,10 +31,14 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.fleet import FleetView
 from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
+
+if TYPE_CHECKING:  # psycopg (the [postgres] extra) only where a replica is configured
+    from central.ha.replica import Replica
 
 
 class TrackerNodeSource:
@@ -76,7 +83,9 @@ class Central:
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
         self.store = open_metadata_store(settings.store, data / "registry.sqlite3")
-        self.signer = ManifestSigner.load_or_create(data)
+        #: This process as one replica of a replicated central (``ha.replica_id``), else None.
+        self.replica = self._replica(settings)
+        self.signer = self._signer(settings, data)
         self.signer.sign_stored(self.store)
         p = settings.placement
         self.placement = PlacementService(replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled)
@@ -88,19 +97,20 @@ class Central:
             ManifestStep(self.signer),
         ]
         pipeline = PushPipeline(steps)
-        self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed)
+        self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed_here)
         self.registry.remove_orphan_blobs()
-        self.nodes = NodeDirectory(self.placement, on_change=self._changed)
+        self.nodes = NodeDirectory(self.placement, on_change=self._changed, sink=self.replica)
         m = settings.mqtt
         self.events = self._event_log(settings)
         self.membership = make_tracker(m, events=self.events)
-        self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled else None
+        # A replica's ring follows the shared liveness instead (central.ha.replica).
+        self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled and self.replica is None else None
         self.mqtt = MembershipConsumer(m, self.membership, broker=settings.broker) if m.enabled else None
         tls = settings.tls
         #: The TLS files, read and checked once here for the gateway's client and both listeners.
         self.tls_material = material = tls.material() if tls.enabled else None
         self.gateway = create_gateway(
-            TrackerNodeSource(self.membership),
+            TrackerNodeSource(self.membership) if self.replica is None else SharedNodeSource(self.replica.view),
             settings.gateway,
             scheme=tls.edge_scheme,
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
@@ -120,7 +130,7 @@ class Central:
             else None
         )
         #: Which artifact each hardware class serves, as the first node of the class timed it.
-        self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed)
+        self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed_here)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
         self.desired = DesiredStateService(
             self.placement,
@@ -143,6 +153,37 @@ class Central:
         )
         self.dashboard = DashboardService(self._dashboard_sources(settings))
         self.metrics = CentralMetrics(self._state_collector(), self.gateway, self.membership)
+        if self.replica is not None:
+            from central.ha.replica import ReplicaParts
+
+            self.replica.attach(
+                ReplicaParts(
+                    nodes=self.nodes,
+                    tracker=self.membership,
+                    consumer=self.mqtt,
+                    placement=self.placement,
+                    book=self._rollout_book,
+                    controller=self._rollout_controller,
+                    changed=self._changed,
+                )
+            )
+
+    @staticmethod
+    def _replica(settings: CentralSettings) -> Replica | None:
+        if settings.ha.replica_id is None:
+            return None
+        from central.ha.replica import Replica  # psycopg: the [postgres] extra
+
+        return Replica(settings)
+
+    def _signer(self, settings: CentralSettings, data: Path) -> ManifestSigner:
+        """The manifest key: this data dir's, or on a replica the one all replicas share."""
+        if self.replica is None:
+            return ManifestSigner.load_or_create(data)
+        from central.ha.shared_files import share_signing_key
+
+        with self.replica.fleet.connection() as conn:
+            return share_signing_key(conn, data)
 
     def _dashboard_sources(self, settings: CentralSettings) -> DashboardSources:
         return DashboardSources(
@@ -183,7 +224,11 @@ class Central:
             if settings.store.url is not None:
                 from central.membership.postgres_journal import PostgresJournalDB  # the [postgres] extra
 
-                target = PostgresJournalDB(settings.store.url, connect_timeout_s=settings.store.connect_timeout_s)
+                target = PostgresJournalDB(
+                    settings.store.url,
+                    connect_timeout_s=settings.store.connect_timeout_s,
+                    replica=settings.ha.replica_id or "",
+                )
             journal = EventJournal(
                 target, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events
             )
@@ -191,8 +236,12 @@ class Central:
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
-        fleet = DirectoryFleet(self.nodes, self.membership)
-        book = RolloutBook(
+        fleet: FleetView = (
+            DirectoryFleet(self.nodes, self.membership)
+            if self.replica is None
+            else SharedFleetView(self.nodes, self.replica.view)
+        )
+        self._rollout_book = book = RolloutBook(
             open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"), self._latest_versions
         )
         r = settings.rollout
@@ -200,7 +249,7 @@ class Central:
             book,
             fleet,
             emit=self.membership.record_event,
-            on_change=self._changed,
+            on_change=self._changed_here,
             interval_s=r.interval_s,
             stuck_after_s=r.stuck_after_s,
         )
@@ -210,6 +259,13 @@ class Central:
 
     def _latest_versions(self) -> dict[str, str | None]:
         return {m.name: m.latest for m in self.store.list_models()}
+
+    def _changed_here(self) -> None:
+        """A change made by this process (a push, a rollout step, a verdict): re-place here and,
+        on a replica, tell the others to re-read."""
+        if self.replica is not None:
+            self.replica.bump()
+        self._changed()
 
     def _changed(self) -> None:
         # Coalesced: a burst of births (thousands of nodes after a broker restart) or a
@@ -224,12 +280,15 @@ class Central:
         if self._closed:  # queued before close (e.g. a node left during shutdown)
             return
         self.desired.refresh()
+        if self.replica is not None:
+            self.replica.after_refresh()
 
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
         self.desired.refresh()
         self.membership.record_event(self._started_event())
-        self._rollout_controller.start()  # tells the log of each rollout it resumes
+        if self.replica is None:  # a replica runs rollouts only while it leads
+            self._rollout_controller.start()  # tells the log of each rollout it resumes
 
     def _started_event(self) -> Event:
         """``central_started``: a new data dir or not, how the last run stopped, what it resumes."""
@@ -242,6 +301,32 @@ class Central:
         }
         return Event(type="central_started", ts=int(time.time() * 1000), detail=detail)
 
+    def readiness(self) -> dict[str, Any]:
+        """``/readyz``: whether this central can take traffic now, and why not."""
+        checks: dict[str, bool] = {}
+        if self.mqtt is not None:
+            checks["broker"] = self.mqtt.connected
+        body: dict[str, Any] = {}
+        if self.replica is not None:
+            health = self.replica.health()
+            checks["control_session"] = health["control_connected"]
+            checks["fleet_feed"] = health["generation_connected"]
+            body["replica"] = health
+        body["checks"] = checks
+        body["ready"] = all(checks.values())
+        return body
+
+    def replicas(self) -> dict[str, Any]:
+        """The live replicas (a replicated central), or this one process."""
+        if self.replica is None:
+            return {"replicated": False, "replicas": [{"replica_id": None, "leader": True}]}
+        return {
+            "replicated": True,
+            "this": self.replica.replica_id,
+            "leader_id": self.replica.health()["leader_id"],
+            "replicas": [dataclasses.asdict(r) for r in self.replica.replicas()],
+        }
+
     def close(self) -> None:
         """Release the tracker's timers, the metadata store and the event log (written out)."""
         self._closed = True
@@ -249,6 +334,8 @@ class Central:
         self._verdicts_unsubscribe()
         self.rollouts.close()
         self.membership.close()
+        if self.replica is not None:
+            self.replica.close()
         self.store.close()
         for tokens in (self.operator_tokens, self.node_tokens):
             if tokens is not None:

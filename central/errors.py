@@ -113,3 +113,38 @@ class Overloaded(CentralError):
     @property
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class StoreUnavailable(CentralError):
+    """PostgreSQL or the object store did not answer (restarting, failing over): nothing was
+    written; the client should retry after ``retry_after_s``."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, message: str, retry_after_s: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+def unavailable_store_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "the metadata or blob store is away for now", of the store
+    clients installed (psycopg, obstore are extras): they become ``StoreUnavailable``."""
+    found: list[type[BaseException]] = []
+    try:
+        import psycopg
+
+        found.append(psycopg.OperationalError)  # PoolTimeout is one too
+    except ImportError:
+        pass
+    try:
+        from obstore.exceptions import GenericError
+
+        found.append(GenericError)
+    except ImportError:
+        pass
+    return tuple(found)

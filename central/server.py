@@ -84,11 +84,15 @@ class CentralServer:
                 raise RuntimeError("central's HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
         self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
+        if self.central.replica is not None:  # last: others route to it once it says it is up
+            await self.central.replica.start(http_url=self.http_url, grpc_address=self.grpc_address)
         log.info("central up: REST %s, gRPC %s", self.http_url, self.grpc_address)
         warn_if_wide_open(log, self.settings.listeners(http_port=self.http_port, grpc_port=self.grpc_port))
 
     async def stop(self) -> None:
         """Close streams and listeners, then the store."""
+        if self.central.replica is not None:  # first: leadership and partitions move at once
+            await self.central.replica.stop()
         if self.central.mqtt is not None:  # first: freezes the tracker, nobody is evicted
             await self.central.mqtt.stop()
         if self._http is not None and self._http_task is not None:

@@ -101,6 +101,9 @@ class MembershipConsumer:
         self.probe = LagProbe(self._publish_probe)
         self.events_published = 0
         self.events_dropped = 0
+        #: The heartbeat partitions this replica owns (a replicated central); None: every node
+        #: on the plain topics (a single central).
+        self._partitions: set[int] | None = None
 
     @property
     def connected(self) -> bool:
@@ -148,6 +151,35 @@ class MembershipConsumer:
         if self._publish_events:
             self.tracker.set_publisher(self.publish_event)
         log.info("MQTT consumer connecting to %s as %s", b.url, self.client_id)
+
+    @property
+    def partitions(self) -> set[int] | None:
+        """The partitions subscribed to (None: unpartitioned)."""
+        return None if self._partitions is None else set(self._partitions)
+
+    def set_partitions(self, partitions: set[int]) -> None:
+        """Follow exactly these heartbeat partitions from now (a replicated central): subscribe
+        to the new ones (their retained births arrive at once) and leave the others. Messages
+        of a partition no longer held are dropped even if already in flight."""
+        old = self._partitions or set()
+        self._partitions = set(partitions)
+        client = self._client
+        if client is None or not self._connected.is_set():
+            return  # _on_connect subscribes to the current set
+        removed, added = old - partitions, partitions - old
+        if removed:
+            client.unsubscribe([f for k in sorted(removed) for f in self._filters(k)])
+        if added:
+            client.subscribe([(f, q) for k in sorted(added) for f, q in zip(self._filters(k), (1, 0), strict=True)])
+
+    def _filters(self, partition: int | None) -> tuple[str, str]:
+        topics = self.topics.in_partition(partition)
+        return topics.all_status, topics.all_heartbeats
+
+    def _subscriptions(self) -> list[tuple[str, int]]:
+        parts: list[int | None] = [None] if self._partitions is None else sorted(self._partitions)
+        subs = [(f, q) for k in parts for f, q in zip(self._filters(k), (1, 0), strict=True)]
+        return [*subs, (self._probe_topic, 0)]
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until the first (or next) successful connect; False on timeout."""
@@ -218,7 +250,7 @@ class MembershipConsumer:
             self._driver.connack_seen = True
         # Before the subscription, so that retained births count from this link-up.
         self._deliver(self.tracker.link_up)
-        client.subscribe([(self.topics.all_status, 1), (self.topics.all_heartbeats, 0), (self._probe_topic, 0)])
+        client.subscribe(self._subscriptions())
         client.publish(self.topics.central_status, self._central_status("online"), qos=1, retain=True)
         self._connected.set()
         if self._loop is not None:
@@ -254,18 +286,25 @@ class MembershipConsumer:
         if len(payload) > self.settings.max_payload_bytes:
             self.tracker.count_oversized()
             return
-        node_id = self.topics.node_id_of(topic)
-        if node_id is None:
+        parsed = self.topics.parse_node_topic(topic)
+        if parsed is None:
             self.tracker.count_malformed()
             return
+        partitions = self._partitions
+        if (parsed.partition is None) != (partitions is None):
+            self.tracker.count_malformed()  # plain topics to a replica, or partitioned to a single central
+            return
+        if partitions is not None and parsed.partition not in partitions:
+            return  # in flight from a partition just handed over: its new owner reads it
+        node_id = parsed.node_id
         try:
-            if topic == self.topics.node_heartbeat(node_id):
+            if parsed.kind == "heartbeat":
                 hb = decode_heartbeat(payload)
                 if hb.node_id != node_id:
                     self.tracker.count_malformed()
                     return
                 self._deliver(self.tracker.on_heartbeat, node_id, hb)
-            elif topic == self.topics.node_status(node_id):
+            elif parsed.kind == "status":
                 if not payload:
                     return  # a retained status being cleared: nothing to learn
                 status = decode_status(payload)

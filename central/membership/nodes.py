@@ -2,14 +2,20 @@
 
 A node is a ring member from ``Register`` until it unregisters or its last watch
 stream closes. Streams are counted, so an edge that reconnects before central
-notices the old stream closing is not dropped from the ring by the stale close."""
+notices the old stream closing is not dropped from the ring by the stale close.
+
+A replicated central shares the directory through PostgreSQL: ``register`` and
+``unregister`` also go to a ``NodeSink`` (the shared store), every replica ``mirror``s what
+the store holds, and a closed stream evicts nobody (the edge only moved to another
+replica: liveness comes from MQTT and explicit unregister)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from central.placement import PlacementService, RingMember
 
@@ -31,12 +37,25 @@ class NodeRecord:
     streams: int = 0
 
 
+class NodeSink(Protocol):
+    """Where a replicated central writes registrations so that every replica sees them."""
+
+    def put(self, record: NodeRecord) -> None: ...
+
+    def remove(self, node_id: str) -> None: ...
+
+
 class NodeDirectory:
     """Registered nodes; every membership change re-places chunks and notifies."""
 
-    def __init__(self, placement: PlacementService, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self, placement: PlacementService, on_change: Callable[[], None], *, sink: NodeSink | None = None
+    ) -> None:
+        """``sink``: the shared store of a replicated central (writes go there first, and a
+        closing stream evicts nobody); None: this process alone decides."""
         self._placement = placement
         self._on_change = on_change
+        self._sink = sink
         self._nodes: dict[str, NodeRecord] = {}
         # Watch streams of nodes evicted while their stream stayed open (MQTT said dead):
         # their eventual close must not evict the node once it registered again.
@@ -61,6 +80,13 @@ class NodeDirectory:
 
     def register(self, record: NodeRecord) -> None:
         """Add or update a node and put it on the ring."""
+        if self._sink is not None:
+            self._sink.put(record)  # first: a failed write registers nobody
+        self._apply(record)
+        log.info("node %s registered (%s)", record.node_id, record.grpc_address)
+        self._on_change()
+
+    def _apply(self, record: NodeRecord) -> None:
         old = self._nodes.get(record.node_id)
         if old is not None:
             record.streams = old.streams
@@ -68,19 +94,39 @@ class NodeDirectory:
             record.streams = max(record.streams, self._orphan_streams.pop(record.node_id, 0))
         self._nodes[record.node_id] = record
         self._placement.join(RingMember(record.node_id, max(1, record.capacity)))
-        log.info("node %s registered (%s)", record.node_id, record.grpc_address)
-        self._on_change()
+
+    def mirror(self, records: Mapping[str, NodeRecord]) -> bool:
+        """Make the directory hold exactly ``records`` (the shared store's ring members, read by a
+        replica), without writing back; True when anything changed (then ``on_change`` ran)."""
+        changed = False
+        for node_id in [n for n in self._nodes if n not in records]:
+            changed |= self._drop(node_id)
+        for node_id, record in records.items():
+            old = self._nodes.get(node_id)
+            if old is None or _announced(old) != _announced(record):
+                self._apply(record)
+                changed = True
+        if changed:
+            self._on_change()
+        return changed
 
     def unregister(self, node_id: str) -> bool:
         """Remove a node; its chunks get new owners. False if it was unknown."""
+        if self._sink is not None:
+            self._sink.remove(node_id)
+        if not self._drop(node_id):
+            return False
+        log.info("node %s left", node_id)
+        self._on_change()
+        return True
+
+    def _drop(self, node_id: str) -> bool:
         record = self._nodes.pop(node_id, None)
         if record is None:
             return False
         if record.streams > 0:
             self._orphan_streams[node_id] = record.streams
         self._placement.leave(node_id)
-        log.info("node %s left", node_id)
-        self._on_change()
         return True
 
     def stream_opened(self, node_id: str) -> bool:
@@ -102,5 +148,10 @@ class NodeDirectory:
                 self._orphan_streams.pop(node_id, None)
             return
         node.streams -= 1
-        if node.streams <= 0:
+        if node.streams <= 0 and self._sink is None:
             self.unregister(node_id)
+
+
+def _announced(record: NodeRecord) -> tuple[object, ...]:
+    """What a node announced, without this process's stream count and clock."""
+    return (record.grpc_address, record.http_address, record.capacity, record.labels, record.hardware_class)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from central.membership.events import EventLog, Notifier
 from central.membership.liveness import (
@@ -368,6 +368,25 @@ class MembershipTracker:
         reindex(self._ready_index, node, NO_KEYS)
         del self._nodes[node_id]
         return True
+
+    def release(self, node_ids: Iterable[str]) -> int:
+        """Stop tracking these nodes without any transition: a replicated central handed their
+        heartbeat partition to another replica, which tracks them from now (nobody is declared
+        dead for it). Returns how many were tracked."""
+        released = 0
+        for node_id in node_ids:
+            node = self._nodes.get(node_id)
+            if node is None:
+                continue
+            self._timers.cancel(node)
+            reindex(self._ready_index, node, NO_KEYS)
+            del self._nodes[node_id]
+            released += 1
+        return released
+
+    def node_ids(self) -> list[str]:
+        """Every tracked node's id (any state)."""
+        return list(self._nodes)
 
     # Called by the consumer on paho's thread; plain int increments with a single writer.
     def count_malformed(self) -> None:

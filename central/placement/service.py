@@ -149,6 +149,29 @@ class PlacementService:
         owners = self.owners(digest)
         return not owners, owners
 
+    def export(self) -> dict[str, dict[str, list[str]]]:
+        """Every version's placement as plain JSON (``"model/version"`` → digest → owners): what
+        the leader of a replicated central stores for its followers."""
+        return {
+            f"{name}/{version}": {d: list(o) for d, o in p.items()} for (name, version), p in self._placements.items()
+        }
+
+    def restore(self, body: Mapping[str, Mapping[str, Sequence[str]]]) -> int:
+        """Take the leader's placements (``export``'s form) for every active version whose
+        digests they cover exactly, so a follower hands out the leader's owners, not its own
+        guess; versions the leader has not placed yet keep the local placement. Returns how
+        many versions were taken."""
+        taken = 0
+        for key, digests in self._versions.items():
+            stored = body.get(f"{key[0]}/{key[1]}")
+            if stored is None or set(stored) != set(digests):
+                continue
+            self._placements[key] = {d: list(stored[d]) for d in digests}
+            taken += 1
+        if taken:
+            self._reindex()
+        return taken
+
     def _place(self, key: VersionKey, previous: Placement | None) -> Placement:
         """Place one version's digests under the current membership."""
         return place(

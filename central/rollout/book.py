@@ -21,6 +21,12 @@ class RolloutBook:
         self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}
         self._releases: dict[str, Release] = store.releases()
 
+    def reload(self) -> None:
+        """Re-read every rollout and release pointer: another replica of a replicated central
+        (the leader's controller, or an operator's call there) changed them."""
+        self._rollouts = {r.id: r for r in self._store.all()}
+        self._releases = self._store.releases()
+
     def rollouts(self, model: str | None = None) -> list[Rollout]:
         """Rollouts, oldest first (of ``model`` only when given)."""
         return [r for r in self._rollouts.values() if model is None or r.model == model]

@@ -18,7 +18,7 @@ from central.auth import OperatorAuth, actor_of
 from central.auth.middleware import is_write, protects
 from central.core import Central
 from central.dashboard import create_dashboard_router
-from central.errors import CentralError, NotFound
+from central.errors import CentralError, NotFound, StoreUnavailable, unavailable_store_errors
 from central.gateway import create_gateway_router
 from central.membership.events import operator_event
 from central.membership.liveness import NodeView
@@ -132,8 +132,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
+    store_away = unavailable_store_errors()
+
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, store_away):  # PostgreSQL or S3 restarting: nothing was written
+            log.warning("store unavailable: %s", exc)
+            away = StoreUnavailable(f"the store is unavailable ({type(exc).__name__}); retry shortly")
+            return JSONResponse({"error": away.message}, status_code=503, headers=away.http_headers)
         log.exception("unexpected error")
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
@@ -191,6 +197,18 @@ def create_app(central: Central) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Ready to take traffic: the broker link (when MQTT is on) and, on a replica, the
+        control session and the fleet feed are up; says leadership and owned partitions."""
+        body = central.readiness()
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+    @app.get("/api/v1/replicas")
+    async def replicas() -> dict[str, Any]:
+        """The live replicas of a replicated central (one entry, this process, otherwise)."""
+        return central.replicas()
 
     @app.get("/api/v1/models")
     async def list_models() -> list[dict[str, Any]]:

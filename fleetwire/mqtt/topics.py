@@ -71,12 +71,29 @@ class Topics:
         """The node id in a ``…/nodes/{id}/…`` topic, else None (also for a level that is no
         valid node id: MQTT allows any character there, a newline included, and an id from
         here ends up in logs, the dashboard and the ring)."""
+        parsed = self.parse_node_topic(topic)
+        return parsed.node_id if parsed is not None else None
+
+    def parse_node_topic(self, topic: str) -> NodeTopic | None:
+        """Node id, kind (``status``/``heartbeat``/…) and partition of a node topic under this
+        prefix, plain or partitioned; None for any other topic or an invalid node id."""
         head = f"{self.prefix}/"
         if not topic.startswith(head):
             return None
         rest = topic[len(head) :].split("/")
-        if len(rest) == 5 and rest[0] == "p" and rest[1].isdigit():  # p/<n>/nodes/<id>/<kind>
+        partition: int | None = None
+        if len(rest) == 5 and rest[0] == "p" and rest[1].isdigit() and len(rest[1]) <= 6:  # p/<n>/nodes/<id>/<kind>
+            partition = int(rest[1])
             rest = rest[2:]
-        if len(rest) != 3 or rest[0] != "nodes":
+        if len(rest) != 3 or rest[0] != "nodes" or not is_name(rest[1]):
             return None
-        return rest[1] if is_name(rest[1]) else None
+        return NodeTopic(rest[1], rest[2], partition)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTopic:
+    """What a node topic names."""
+
+    node_id: str
+    kind: str
+    partition: int | None

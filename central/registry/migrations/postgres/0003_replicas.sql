@@ -62,3 +62,18 @@ CREATE TABLE ha_placement (
     gen BIGINT NOT NULL,
     body JSONB NOT NULL
 );
+
+-- Files every replica must hold alike: the manifest signing key (PEM) and its endorsement
+-- chain. The first replica to start stores its own; the others take them (docs/security.md).
+CREATE TABLE ha_shared_files (
+    name TEXT PRIMARY KEY,
+    body BYTEA NOT NULL
+);
+
+-- The event journal of each replica: its own sequence numbers, side by side.
+ALTER TABLE events ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE events DROP CONSTRAINT events_pkey;
+ALTER TABLE events ADD PRIMARY KEY (replica, seq);
+ALTER TABLE events_meta ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE events_meta DROP CONSTRAINT events_meta_pkey;
+ALTER TABLE events_meta ADD PRIMARY KEY (replica, key);

@@ -1,0 +1,338 @@
+"""One replica of a replicated central: the glue between its control session (leadership,
+partitions), the shared fleet state in PostgreSQL and this process's services.
+
+- Every replica takes registrations and writes them to the shared store; every replica
+  mirrors the store's ring members into its node directory and routes its gateway from
+  the store's liveness.
+- The owner of a heartbeat partition tracks those nodes over MQTT and writes only their
+  transitions (and changes of what they report) to the store, fenced by the partition's
+  epoch; on a handover the new owner subscribes and grants the usual grace, so nobody is
+  declared dead for it.
+- The leader places chunks and writes the placement, fenced by its epoch; followers hand
+  out exactly that placement. Only the leader runs the rollout controller.
+- A change anywhere bumps the fleet generation; ``GenerationWatcher`` (LISTEN/NOTIFY as a
+  wake-up, a poll as the guarantee) makes every replica re-read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from central.ha.control import ReplicaControl, ReplicaInfo
+from central.ha.fleet_store import FleetStore, NodeLiveness, StaleWriter
+from central.ha.generation import GenerationWatcher
+from central.ha.view import SharedView, models_to_json, record_to_json
+from central.membership.liveness import NodeLiveness as Liveness
+from central.membership.liveness import TransitionInfo
+from central.membership.mqtt_consumer import MembershipConsumer
+from central.membership.nodes import NodeDirectory, NodeRecord
+from central.membership.tracker import MembershipTracker
+from central.placement import PlacementService
+from central.rollout import RolloutBook, RolloutController
+from central.settings import CentralSettings
+from fleetwire.mqtt.payloads import AnyHeartbeat
+from fleetwire.mqtt.topics import partition_of
+
+log = logging.getLogger(__name__)
+
+#: Liveness changes are written in batches: a burst of births after a broker restart is a few
+#: transactions, not one per node.
+_FLUSH_DELAY_S = 0.05
+#: At most this often a replica re-reads the fleet snapshot (a storm of generations coalesces).
+_SYNC_MIN_INTERVAL_S = 0.1
+
+
+@dataclass
+class ReplicaParts:
+    """This process's services the replica steers."""
+
+    nodes: NodeDirectory
+    tracker: MembershipTracker
+    consumer: MembershipConsumer | None
+    placement: PlacementService
+    book: RolloutBook
+    controller: RolloutController
+    #: Re-read everything and re-place (``Central._changed``; coalesced there).
+    changed: Callable[[], None]
+
+
+class Replica:
+    """Leadership, partitions and the shared fleet state of one replica."""
+
+    def __init__(self, settings: CentralSettings) -> None:
+        ha, store = settings.ha, settings.store
+        assert ha.replica_id is not None and store.url is not None  # the settings check both
+        self.replica_id = ha.replica_id
+        self._settings = settings
+        self._url = store.url
+        self.fleet = FleetStore(store.url, connect_timeout_s=store.connect_timeout_s)
+        self.view = SharedView()
+        self.control: ReplicaControl | None = None
+        self._watcher = GenerationWatcher(store.url, self._on_generation, poll_s=max(ha.tick_s, 0.25))
+        self._parts: ReplicaParts | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
+        self._pending: dict[str, NodeLiveness] = {}
+        self._written: dict[str, tuple[Any, ...]] = {}
+        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._sync_handle: asyncio.TimerHandle | None = None
+        self._last_sync = 0.0
+        self._written_placement: dict[str, Any] | None = None
+        self.leader_epoch: int | None = None
+        self.stale_writes = 0
+        self.liveness_writes = 0
+        self.write_errors = 0
+        self._closed = False
+
+    # ----------------------------------------------------------------- NodeSink (registrations)
+
+    def put(self, record: NodeRecord) -> None:
+        """A registration this replica took: to the shared store first."""
+        self.fleet.put_node(record.node_id, record_to_json(record))
+
+    def remove(self, node_id: str) -> None:
+        """An explicit unregister this replica took."""
+        self.fleet.remove_node(node_id)
+
+    # ----------------------------------------------------------------- wiring
+
+    def attach(self, parts: ReplicaParts) -> None:
+        """Steer these services (called once, before ``start``)."""
+        self._parts = parts
+        self._unsubscribe = [
+            parts.tracker.subscribe(self._on_transition),
+            parts.tracker.watch_heartbeats(self._on_heartbeat),
+        ]
+        if parts.consumer is not None:
+            parts.consumer.set_partitions(set())  # nothing until the control session hands some out
+
+    async def start(self, *, http_url: str, grpc_address: str) -> None:
+        """Read the fleet, join the replicas (leadership, partitions) and follow the generation."""
+        s = self._settings
+        self._sync_now()
+        self.control = ReplicaControl(
+            self._url,
+            self.replica_id,
+            http_url=s.ha.advertise_http or http_url,
+            grpc_address=s.ha.advertise_grpc or grpc_address,
+            partitions=s.ha.partitions,
+            ttl_s=s.ha.replica_ttl_s,
+            tick_s=s.ha.tick_s,
+            connect_timeout_s=s.store.connect_timeout_s,
+            listener=self,
+        )
+        await self.control.start()
+        await self._watcher.start()
+
+    async def stop(self) -> None:
+        """Write out pending liveness, hand back leadership and partitions, stop following."""
+        await self._flush()
+        if self.control is not None:
+            await self.control.stop()
+        await self._watcher.stop()
+
+    def close(self) -> None:
+        """Release the store (after ``stop``)."""
+        self._closed = True
+        for cancel in (self._flush_handle, self._sync_handle):
+            if cancel is not None:
+                cancel.cancel()
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self.fleet.close()
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica leads (places chunks, runs rollouts) right now."""
+        return self.control is not None and self.control.is_leader
+
+    def replicas(self) -> list[ReplicaInfo]:
+        """The live replicas as of the control session's last tick."""
+        return self.control.replicas() if self.control is not None else []
+
+    def health(self) -> dict[str, Any]:
+        """What ``/readyz`` and the status page say about this replica."""
+        c = self.control
+        return {
+            "replica_id": self.replica_id,
+            "leader": self.is_leader,
+            "leader_id": c.leader_id() if c is not None else None,
+            "leader_epoch": self.leader_epoch,
+            "partitions": sorted(c.owned) if c is not None else [],
+            "partitions_total": self._settings.ha.partitions,
+            "replicas": [r.replica_id for r in self.replicas()],
+            "control_connected": c is not None and c.connected,
+            "generation_connected": self._watcher.connected,
+            "fleet_generation": self.view.gen,
+            "stale_writes": self.stale_writes,
+            "liveness_writes": self.liveness_writes,
+            "write_errors": self.write_errors,
+        }
+
+    # ----------------------------------------------------------------- ControlListener
+
+    def leadership_gained(self, epoch: int) -> None:
+        """This replica leads from ``epoch``: run rollouts, and place (written on the next refresh)."""
+        self.leader_epoch = epoch
+        self._written_placement = None
+        log.warning("replica %s is the leader (epoch %d)", self.replica_id, epoch)
+        if self._parts is not None:
+            self._parts.book.reload()
+            self._parts.controller.start()
+            self._parts.changed()
+
+    def leadership_lost(self) -> None:
+        """Another replica leads (or may): stop the controller at once."""
+        log.warning("replica %s lost the leadership (epoch %s)", self.replica_id, self.leader_epoch)
+        self.leader_epoch = None
+        if self._parts is not None:
+            self._parts.controller.stop()
+
+    def partitions_gained(self, gained: dict[int, int]) -> None:
+        """Follow these partitions' heartbeats; their nodes get a full window from now."""
+        self._follow_owned()
+        if self._parts is not None:
+            self._parts.tracker.link_up()
+        log.info("replica %s took partitions %s", self.replica_id, sorted(gained))
+
+    def partitions_released(self, released: set[int]) -> None:
+        """Stop following these partitions; their nodes are the new owner's from now."""
+        self._follow_owned()
+        parts = self._parts
+        if parts is None:
+            return
+        n = self._settings.ha.partitions
+        gone = [node_id for node_id in parts.tracker.node_ids() if partition_of(node_id, n) in released]
+        for node_id in gone:
+            self._pending.pop(node_id, None)
+            self._written.pop(node_id, None)
+        parts.tracker.release(gone)
+        log.info("replica %s handed over partitions %s", self.replica_id, sorted(released))
+
+    def _follow_owned(self) -> None:
+        if self._parts is not None and self._parts.consumer is not None and self.control is not None:
+            self._parts.consumer.set_partitions(set(self.control.owned))
+
+    # ----------------------------------------------------------------- liveness out
+
+    def _on_transition(self, node_id: str, old: Liveness | None, new: Liveness, info: TransitionInfo) -> None:
+        self._queue(node_id, new.value, info.view.http_address, info.view.models)
+
+    def _on_heartbeat(self, node_id: str, hb: AnyHeartbeat) -> None:
+        parts = self._parts
+        if parts is None:
+            return
+        view = parts.tracker.get(node_id)
+        if view is not None:
+            self._queue(node_id, view.state.value, view.http_address, view.models, only_if_changed=True)
+
+    def _queue(
+        self, node_id: str, state: str, http_address: str, models: list[Any], *, only_if_changed: bool = False
+    ) -> None:
+        body = models_to_json(models)
+        signature = (state, http_address, tuple((m["name"], m["version"], m["state"], m["error"]) for m in body))
+        if only_if_changed and self._written.get(node_id) == signature and node_id not in self._pending:
+            return
+        self._written[node_id] = signature
+        partition = partition_of(node_id, self._settings.ha.partitions)
+        self._pending[node_id] = NodeLiveness(node_id, partition, state, http_address, tuple(body))
+        if self._flush_handle is None and not self._closed:
+            self._flush_handle = asyncio.get_running_loop().call_later(_FLUSH_DELAY_S, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._flush_handle = None
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+        else:  # one write at a time; what queued meanwhile goes next
+            self._flush_handle = asyncio.get_running_loop().call_later(_FLUSH_DELAY_S, self._start_flush)
+
+    async def _flush(self) -> None:
+        """Write the queued rows, per partition, fenced by the epoch this replica holds it at."""
+        pending, self._pending = self._pending, {}
+        owned = dict(self.control.owned) if self.control is not None else {}
+        by_partition: dict[int, list[NodeLiveness]] = {}
+        for row in pending.values():
+            by_partition.setdefault(row.partition, []).append(row)
+        for partition, rows in sorted(by_partition.items()):
+            epoch = owned.get(partition)
+            if epoch is None:
+                continue  # handed over meanwhile: the new owner writes what it sees
+            try:
+                await asyncio.to_thread(self.fleet.put_liveness, partition, epoch, rows)
+                self.liveness_writes += len(rows)
+            except StaleWriter:
+                self.stale_writes += 1
+                log.warning("liveness of partition %d refused: epoch %d is stale", partition, epoch)
+            except Exception as exc:  # PostgreSQL away: keep the rows for the next flush
+                self.write_errors += 1
+                log.warning("liveness write failed (%s); retrying", exc)
+                for row in rows:
+                    self._pending.setdefault(row.node_id, row)
+                if not self._closed and self._flush_handle is None:
+                    self._flush_handle = asyncio.get_running_loop().call_later(0.5, self._start_flush)
+
+    # ----------------------------------------------------------------- fleet in
+
+    def _on_generation(self, gen: int) -> None:
+        if gen <= self.view.gen or self._sync_handle is not None or self._closed:
+            return
+        wait = max(0.0, self._last_sync + _SYNC_MIN_INTERVAL_S - time.monotonic())
+        self._sync_handle = asyncio.get_running_loop().call_later(wait, self._sync_soon)
+
+    def _sync_soon(self) -> None:
+        self._sync_handle = None
+        try:
+            self._sync_now()
+        except Exception as exc:  # the store is away: the watcher's next poll retries
+            self.write_errors += 1
+            log.warning("reading the fleet state failed: %s", exc)
+
+    def _sync_now(self) -> None:
+        """Re-read the fleet state; mirror the ring and re-read rollouts; then re-place."""
+        self._last_sync = time.monotonic()
+        snap = self.fleet.snapshot(since_gen=self.view.gen if self.view.gen else None)
+        if snap is None:
+            return
+        self.view.apply(snap)
+        parts = self._parts
+        if parts is None:
+            return
+        parts.book.reload()
+        parts.nodes.mirror(self.view.members())
+        parts.changed()
+
+    def after_refresh(self) -> None:
+        """Right after the desired state was recomputed: the leader stores its placement (if it
+        changed), a follower takes the leader's over its own guess."""
+        parts = self._parts
+        if parts is None:
+            return
+        if self.is_leader and self.leader_epoch is not None:
+            body = parts.placement.export()
+            if body == self._written_placement:
+                return
+            try:
+                self.fleet.put_placement(self.leader_epoch, body)
+                self._written_placement = body
+            except StaleWriter:
+                self.stale_writes += 1
+                log.warning("placement refused: epoch %d is stale; stepping down", self.leader_epoch)
+                self.leadership_lost()
+            except Exception as exc:
+                self.write_errors += 1
+                log.warning("placement write failed (%s); retrying at the next change", exc)
+        elif self.view.placement is not None:
+            parts.placement.restore(self.view.placement)
+
+    def bump(self) -> None:
+        """Tell the other replicas to re-read (a push, a rollout change made here)."""
+        try:
+            self.fleet.bump()
+        except Exception as exc:  # they catch up at their next poll of the generation
+            self.write_errors += 1
+            log.warning("could not bump the fleet generation: %s", exc)

@@ -1,0 +1,152 @@
+"""The fleet as every replica of a replicated central sees it: what PostgreSQL holds.
+
+Registrations come from whichever replica took an edge's ``Register``; liveness and the
+models each node reports come from the owner of the node's heartbeat partition. Each
+replica keeps this copy current from the shared store's snapshots (``FleetStore``) and
+routes (gateway), places (leader) and judges rollouts (leader) from it, so no decision
+depends on which replica happens to hold a node's heartbeats or its watch stream."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from central.gateway import Candidate
+from central.membership.nodes import NodeDirectory, NodeRecord
+from fleetwire.mqtt.payloads import ModelInfo
+
+if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
+    from central.ha.fleet_store import FleetSnapshot, NodeLiveness
+
+#: Liveness states a node routes and places from; a node without any row yet (registered,
+#: no heartbeat heard) counts as alive, as a fresh registration does on a single central.
+_DEAD = "dead"
+
+
+def record_to_json(record: NodeRecord) -> dict[str, Any]:
+    """What a replica stores of a registration (no stream count, no local clock)."""
+    return {
+        "grpc_address": record.grpc_address,
+        "http_address": record.http_address,
+        "capacity": record.capacity,
+        "labels": dict(record.labels),
+        "hardware_class": record.hardware_class,
+    }
+
+
+def record_from_json(node_id: str, body: Mapping[str, Any]) -> NodeRecord:
+    """A registration as another replica stored it."""
+    return NodeRecord(
+        node_id=node_id,
+        grpc_address=str(body.get("grpc_address", "")),
+        http_address=str(body.get("http_address", "")),
+        capacity=max(1, int(body.get("capacity", 1))),
+        labels={str(k): str(v) for k, v in dict(body.get("labels", {})).items()},
+        hardware_class=str(body.get("hardware_class", "")),
+    )
+
+
+def models_to_json(models: list[ModelInfo]) -> list[dict[str, Any]]:
+    """The part of a heartbeat's models the fleet decides from (state and error, not counters)."""
+    return [{"name": m.name, "version": m.version, "state": m.state, "error": m.error} for m in models]
+
+
+class SharedView:
+    """Registrations, liveness and reported models of every node, as of one snapshot."""
+
+    def __init__(self) -> None:
+        self.gen = 0
+        self.records: dict[str, NodeRecord] = {}
+        self.liveness: dict[str, NodeLiveness] = {}
+        self.placement: dict[str, Any] | None = None
+        self.placement_epoch: int | None = None
+        self._reported: dict[str, list[ModelInfo]] = {}
+        #: model → version → node ids ready with it (alive nodes only)
+        self._ready: dict[str, dict[str, list[str]]] = {}
+
+    def apply(self, snap: FleetSnapshot) -> None:
+        """Take a snapshot (a full one: registrations and liveness as they are now)."""
+        self.gen = snap.gen
+        self.records = {n: record_from_json(n, body) for n, body in snap.nodes.items()}
+        self.liveness = dict(snap.liveness)
+        self.placement = snap.placement
+        self.placement_epoch = snap.placement_epoch
+        self._reported = {
+            n: [ModelInfo.model_validate(m) for m in row.models] for n, row in self.liveness.items() if row.models
+        }
+        ready: dict[str, dict[str, list[str]]] = {}
+        for node_id, row in sorted(self.liveness.items()):
+            if row.state != "alive":
+                continue
+            for m in row.models:
+                if m.get("state") == "ready":
+                    ready.setdefault(str(m["name"]), {}).setdefault(str(m["version"]), []).append(node_id)
+        self._ready = ready
+
+    def alive(self, node_id: str) -> bool:
+        """Not declared dead by its partition's owner (a registered node with no row yet is)."""
+        row = self.liveness.get(node_id)
+        return row is None or row.state != _DEAD
+
+    def members(self) -> dict[str, NodeRecord]:
+        """The ring: registered nodes that are not dead, as fresh records."""
+        return {n: record_from_json(n, record_to_json(r)) for n, r in self.records.items() if self.alive(n)}
+
+    def candidates(self, model: str, version: str | None) -> list[Candidate]:
+        """Alive nodes whose last report lists ``model`` (``version``) ready, with their HTTP address."""
+        by_version = self._ready.get(model, {})
+        ids = (
+            by_version.get(version, []) if version is not None else sorted({n for v in by_version.values() for n in v})
+        )
+        out = []
+        for node_id in ids:
+            row = self.liveness[node_id]
+            address = row.http_address or (self.records[node_id].http_address if node_id in self.records else "")
+            if address:
+                out.append(Candidate(node_id, address))
+        return out
+
+    def reported(self, node_id: str) -> list[ModelInfo] | None:
+        """The models ``node_id`` last reported (None before any report)."""
+        return self._reported.get(node_id)
+
+    def counts(self) -> dict[str, int]:
+        """Nodes per liveness state (registered nodes without a row count as ``registered``)."""
+        counts: dict[str, int] = {}
+        for row in self.liveness.values():
+            counts[row.state] = counts.get(row.state, 0) + 1
+        counts["registered"] = len(self.records)
+        return counts
+
+
+class SharedNodeSource:
+    """Gateway candidates of a replica: from the shared liveness, whoever tracks the node."""
+
+    def __init__(self, view: SharedView) -> None:
+        self._view = view
+
+    def candidates(self, model: str, version: str | None) -> list[Candidate]:
+        """Node id and HTTP address of every alive node that reported ``model`` (``version``) ready."""
+        return self._view.candidates(model, version)
+
+
+class SharedFleetView:
+    """The rollout controller's ``FleetView`` on a replica: the mirrored ring's labels and the
+    models each node reported to its partition's owner."""
+
+    def __init__(self, nodes: NodeDirectory, view: SharedView) -> None:
+        self._nodes = nodes
+        self._view = view
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        """Ring members and their labels."""
+        return {n.node_id: n.labels for n in self._nodes.nodes()}
+
+    def labels_of(self, node_id: str) -> dict[str, str]:
+        """The labels ``node_id`` registered with."""
+        record = self._nodes.get(node_id)
+        return record.labels if record is not None else {}
+
+    def reported(self, node_id: str) -> list[ModelInfo] | None:
+        """The models in ``node_id``'s last report, as stored by its partition's owner."""
+        return self._view.reported(node_id)

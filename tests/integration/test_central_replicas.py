@@ -1,0 +1,147 @@
+"""Three replicas of a replicated central in one process, on a private PostgreSQL, a real S3
+server and a real Mosquitto: one leader, partitions split, a push on any replica seen by
+all, the leader's placement served by every follower, the gateway routing on every replica
+from the shared liveness, and the leadership moving when the leader stops."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from brokers import MosquittoBroker
+from central.server import CentralServer
+from conftest import EdgeFactory, central_settings, push, wait_for
+from s3server import S3Server
+
+PARTITIONS = 8
+ReplicaFactory = Callable[[str], Awaitable[CentralServer]]
+
+
+@pytest.fixture
+async def start_replica(
+    tmp_path: Path, postgres_url: str, s3_server: S3Server, mosquitto: MosquittoBroker
+) -> AsyncIterator[ReplicaFactory]:
+    """Start replicas of one replicated central (shared store, bucket and broker)."""
+    bucket = s3_server.new_bucket()
+    started: list[CentralServer] = []
+
+    async def factory(replica_id: str) -> CentralServer:
+        settings = central_settings(
+            tmp_path / replica_id,
+            store={"url": postgres_url},
+            blobs=s3_server.blob_settings(bucket),
+            mqtt={"enabled": True, "default_interval_s": 0.3},
+            broker={"host": mosquitto.host, "port": mosquitto.port},
+            ha={"replica_id": replica_id, "partitions": PARTITIONS, "tick_s": 0.2},
+        )
+        server = CentralServer(settings)
+        await server.start()
+        started.append(server)
+        return server
+
+    yield factory
+    for server in reversed(started):
+        if not getattr(server, "_stopped", False):
+            await server.stop()
+
+
+def _heartbeat(broker: MosquittoBroker) -> dict[str, Any]:
+    return {"heartbeat": {"enabled": True, "interval_s": 0.3}, "broker": {"host": broker.host, "port": broker.port}}
+
+
+def _leaders(replicas: list[CentralServer]) -> list[str]:
+    return [r.settings.ha.replica_id or "" for r in replicas if r.central.replica and r.central.replica.is_leader]
+
+
+def _owned(replica: CentralServer) -> set[int]:
+    assert replica.central.replica is not None and replica.central.replica.control is not None
+    return set(replica.central.replica.control.owned)
+
+
+async def test_replicas_share_one_fleet(
+    start_replica: ReplicaFactory, make_edge: EdgeFactory, mosquitto: MosquittoBroker, small_model_file: Path
+) -> None:
+    replicas = [await start_replica(f"r{i}") for i in range(3)]
+    await wait_for(lambda: len(_leaders(replicas)) == 1, 10, "one leader")
+    await wait_for(
+        lambda: sorted(k for r in replicas for k in _owned(r)) == list(range(PARTITIONS)), 10, "partitions split"
+    )
+    leader = next(r for r in replicas if r.central.replica and r.central.replica.is_leader)
+    followers = [r for r in replicas if r is not leader]
+
+    async with httpx.AsyncClient(timeout=30) as api:
+        ready = (await api.get(f"{followers[0].http_url}/readyz")).json()
+        assert ready["ready"] and ready["replica"]["leader_id"] == leader.settings.ha.replica_id
+        listed = (await api.get(f"{followers[1].http_url}/api/v1/replicas")).json()
+        assert {r["replica_id"] for r in listed["replicas"]} == {"r0", "r1", "r2"}
+
+        # A push on a follower: every replica lists it.
+        api.base_url = httpx.URL(followers[0].http_url)
+        assert (await push(api, "tiny", small_model_file)).status_code == 201
+        for r in replicas:
+            versions = (await api.get(f"{r.http_url}/api/v1/models/tiny/versions")).json()
+            assert [v["version"] for v in versions] == ["1"]
+
+        # Edges on different replicas; every replica routes to both from the shared liveness.
+        edges = [await make_edge(f"edge-{i}", replicas[i], **_heartbeat(mosquitto)) for i in range(2)]
+        ids = {e.node_id for e in edges}
+
+        def routed_everywhere() -> bool:
+            return all(
+                {c.node_id for c in r.central.replica.view.candidates("tiny", "1")} == ids  # type: ignore[union-attr]
+                for r in replicas
+            )
+
+        await wait_for(routed_everywhere, 30, "both edges ready in every replica's view")
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
+        for r in replicas:
+            response = await api.post(f"{r.http_url}/v2/models/tiny/infer", json=body)
+            assert response.status_code == 200, response.text
+
+        # Followers hand out the leader's placement.
+        def same_placement() -> bool:
+            exported = leader.central.placement.export()
+            owners = exported.get("tiny/1", {})
+            return (
+                bool(owners)
+                and all(f.central.placement.export() == exported for f in followers)
+                and all(set(o) <= ids for o in owners.values())
+            )
+
+        await wait_for(same_placement, 15, "one placement on every replica")
+
+        # The leader stops: another leads with a higher epoch, partitions move, routing goes on.
+        epoch = leader.central.replica.leader_epoch  # type: ignore[union-attr]
+        await leader.stop()
+        leader._stopped = True  # type: ignore[attr-defined]
+        await wait_for(lambda: len(_leaders(followers)) == 1, 10, "a new leader")
+        new_epoch = next(f.central.replica.leader_epoch for f in followers if f.central.replica.is_leader)  # type: ignore[union-attr]
+        assert epoch is not None and new_epoch is not None and new_epoch > epoch
+        await wait_for(
+            lambda: sorted(k for r in followers for k in _owned(r)) == list(range(PARTITIONS)),
+            10,
+            "the leader's partitions taken over",
+        )
+        for r in followers:
+            response = await api.post(f"{r.http_url}/v2/models/tiny/infer", json=body)
+            assert response.status_code == 200, response.text
+        for r in followers:
+            assert r.central.replica is not None and r.central.replica.view.alive("edge-0")
+            assert r.central.replica.view.alive("edge-1")
+
+
+async def test_a_single_central_keeps_plain_topics_and_no_replica_block(tmp_path: Path) -> None:
+    server = CentralServer(central_settings(tmp_path / "c"))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.http_url) as api:
+            ready = (await api.get("/readyz")).json()
+            assert ready["ready"] and "replica" not in ready
+            assert (await api.get("/api/v1/replicas")).json()["replicated"] is False
+    finally:
+        await server.stop()
