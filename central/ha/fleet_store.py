@@ -1,0 +1,235 @@
+"""The fleet state every central replica routes and places from, kept in PostgreSQL so that any
+replica can take any call: edge registrations (``ha_nodes``), liveness and ready sets
+(``ha_liveness``, written by the owner of the node's heartbeat partition) and the leader's
+placement (``ha_placement``).
+
+Every change bumps ``ha_generation.gen`` and NOTIFYs ``modelfleet_fleet`` in the same
+transaction, so a replica that sees a generation also sees every write up to it, and a
+replica that slept re-reads only when the number moved (``snapshot(since_gen=...)``).
+
+Liveness and placement writes are fenced: they take the writer's epoch row (``ha_partitions``
+or ``ha_leader``) ``FOR SHARE`` and check it in the same transaction. An election that bumps
+the epoch must wait for a write holding that lock, and a write that comes after the election
+reads the new epoch and fails with ``StaleWriter``; a deposed owner can never overwrite its
+successor. Lock order in every write: the epoch row, then ``ha_generation``, then data rows,
+so two writers never wait on each other in a cycle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from central.registry.pg_pool import masked_url, open_pool
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["CHANNEL", "LIVENESS_STATES", "FleetSnapshot", "FleetStore", "NodeLiveness", "StaleWriter"]
+
+#: The NOTIFY channel; its payload is the new generation (a wake-up only, never the data).
+CHANNEL = "modelfleet_fleet"
+#: What a partition owner may say about a node.
+LIVENESS_STATES = frozenset({"alive", "suspect", "dead"})
+
+# One statement, one round trip: the NOTIFY is queued in the bumping transaction and delivered
+# at its commit, never for a write that rolled back.
+_BUMP = (
+    "WITH b AS (UPDATE ha_generation SET gen = gen + 1 WHERE id = 1 RETURNING gen)"
+    " SELECT gen, pg_notify(%s, gen::text) FROM b"
+)
+_UPSERT_LIVENESS = (
+    "INSERT INTO ha_liveness (node_id, partition, state, http_address, ready, gen)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node_id) DO UPDATE SET partition = EXCLUDED.partition,"
+    " state = EXCLUDED.state, http_address = EXCLUDED.http_address, ready = EXCLUDED.ready, gen = EXCLUDED.gen"
+)
+
+
+class StaleWriter(Exception):
+    """A fenced write whose epoch is no longer current: another replica won the partition (or
+    the leadership) since this writer did. Nothing was written; the writer must stop acting
+    as owner and re-read who owns what."""
+
+    def __init__(self, what: str, epoch: int, current: int | None) -> None:
+        self.what = what
+        self.epoch = epoch
+        self.current = current
+        now = "no owner row" if current is None else f"current {current}"
+        super().__init__(f"{what}: epoch {epoch} is stale ({now})")
+
+
+@dataclass(frozen=True)
+class NodeLiveness:
+    """What the owner of ``partition`` last decided about one node."""
+
+    node_id: str
+    partition: int
+    state: str
+    """``alive``, ``suspect`` or ``dead``."""
+    http_address: str
+    ready: tuple[tuple[str, str], ...]
+    """(model, version) pairs the node reports it serves."""
+
+    def __post_init__(self) -> None:
+        if self.state not in LIVENESS_STATES:
+            raise ValueError(f"liveness state {self.state!r} is not one of {sorted(LIVENESS_STATES)}")
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """The whole fleet state as of generation ``gen``, read in one REPEATABLE READ transaction,
+    so a replica never routes from registrations of one moment and liveness of another."""
+
+    gen: int
+    nodes: dict[str, dict[str, Any]]
+    liveness: dict[str, NodeLiveness]
+    placement: dict[str, Any] | None
+    placement_epoch: int | None
+
+
+def _bump(conn: psycopg.Connection[Any]) -> int:
+    """+1 on the generation and queue its NOTIFY, inside the caller's transaction."""
+    row = conn.execute(_BUMP, (CHANNEL,)).fetchone()
+    assert row is not None, "ha_generation has its one row (migration 0003)"
+    return int(row[0])
+
+
+def _current_gen(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT gen FROM ha_generation WHERE id = 1").fetchone()
+    assert row is not None, "ha_generation has its one row (migration 0003)"
+    return int(row[0])
+
+
+def _fence(conn: psycopg.Connection[Any], sql: str, key: int, what: str, epoch: int) -> None:
+    """Share-lock the epoch row and raise ``StaleWriter`` unless it still holds ``epoch``. Under
+    READ COMMITTED a FOR SHARE that waited on an election re-reads the row it committed."""
+    row = conn.execute(sql, (key,)).fetchone()
+    current = None if row is None else int(row[0])
+    if current != epoch:
+        raise StaleWriter(what, epoch, current)
+
+
+def _liveness(row: tuple[Any, ...]) -> NodeLiveness:
+    ready = tuple((str(model), str(version)) for model, version in row[4])
+    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), ready)
+
+
+class FleetStore:
+    """Reads and writes of the shared fleet state; thread-safe (each call borrows a pooled
+    connection). Every write returns the generation it produced."""
+
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0) -> None:
+        self._pool, applied = open_pool(
+            url, name="modelfleet-fleet", pool_size=pool_size, connect_timeout_s=connect_timeout_s
+        )
+        _log.info("fleet state on PostgreSQL %s; migrations applied now: %s", masked_url(url), applied or "none")
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    def generation(self) -> int:
+        """The current fleet generation."""
+        with self._pool.connection() as conn:
+            return _current_gen(conn)
+
+    def bump(self) -> int:
+        """Tell every replica to re-read (e.g. after a push or a rollout change that lives in
+        other tables); returns the new generation."""
+        with self._pool.connection() as conn, conn.transaction():
+            return _bump(conn)
+
+    def put_node(self, node_id: str, record: dict[str, Any]) -> int:
+        """Insert or replace a node's registration (any replica may take a Register call)."""
+        with self._pool.connection() as conn, conn.transaction():
+            gen = _bump(conn)
+            conn.execute(
+                "INSERT INTO ha_nodes (node_id, record, gen) VALUES (%s, %s, %s)"
+                " ON CONFLICT (node_id) DO UPDATE SET record = EXCLUDED.record, gen = EXCLUDED.gen",
+                (node_id, Jsonb(record), gen),
+            )
+            return gen
+
+    def remove_node(self, node_id: str) -> int | None:
+        """Drop a registration; None (and no bump, nobody woken) when the node is unknown. Its
+        liveness row stays until the partition owner forgets it (only the owner writes it)."""
+        with self._pool.connection() as conn, conn.transaction() as tx:
+            gen = _bump(conn)
+            if conn.execute("DELETE FROM ha_nodes WHERE node_id = %s", (node_id,)).rowcount:
+                return gen
+            raise psycopg.Rollback(tx)  # takes the bump and its NOTIFY back
+        return None
+
+    def put_liveness(self, partition: int, epoch: int, rows: Sequence[NodeLiveness]) -> int:
+        """Upsert liveness rows as the owner of ``partition`` at ``epoch``; raises ``StaleWriter``
+        if that is no longer this writer's epoch. Rows of other partitions are skipped: a
+        partition's owner speaks only for its own nodes. Nothing to write: no bump."""
+        mine = [r for r in rows if r.partition == partition]
+        with self._pool.connection() as conn, conn.transaction():
+            self._fence_partition(conn, partition, epoch)
+            if not mine:
+                return _current_gen(conn)
+            gen = _bump(conn)
+            with conn.cursor() as cur:
+                cur.executemany(
+                    _UPSERT_LIVENESS,
+                    [
+                        (r.node_id, r.partition, r.state, r.http_address, Jsonb([list(p) for p in r.ready]), gen)
+                        for r in mine
+                    ],
+                )
+            return gen
+
+    def forget_liveness(self, partition: int, epoch: int, node_ids: Sequence[str]) -> int:
+        """Delete liveness rows of ``partition`` (fenced like ``put_liveness``); returns the new
+        generation, or the one before the call when none of the nodes had a row (no bump)."""
+        with self._pool.connection() as conn, conn.transaction() as tx:
+            self._fence_partition(conn, partition, epoch)
+            gen = _bump(conn)
+            cur = conn.execute(
+                "DELETE FROM ha_liveness WHERE partition = %s AND node_id = ANY(%s)", (partition, list(node_ids))
+            )
+            if cur.rowcount:
+                return gen
+            raise psycopg.Rollback(tx)
+        # We held ha_generation's row lock, so gen - 1 was the committed generation then.
+        return gen - 1
+
+    def put_placement(self, epoch: int, body: dict[str, Any]) -> int:
+        """Store the leader's placement; raises ``StaleWriter`` unless ``epoch`` is still the
+        leader epoch, so a deposed leader's late write never replaces its successor's."""
+        with self._pool.connection() as conn, conn.transaction():
+            _fence(conn, "SELECT epoch FROM ha_leader WHERE id = %s FOR SHARE", 1, "leader", epoch)
+            gen = _bump(conn)
+            conn.execute(
+                "INSERT INTO ha_placement (id, epoch, gen, body) VALUES (1, %s, %s, %s) ON CONFLICT (id)"
+                " DO UPDATE SET epoch = EXCLUDED.epoch, gen = EXCLUDED.gen, body = EXCLUDED.body",
+                (epoch, gen, Jsonb(body)),
+            )
+            return gen
+
+    def snapshot(self, since_gen: int | None = None) -> FleetSnapshot | None:
+        """Everything, as of one generation; None when it still is ``since_gen`` (then only
+        the generation was read, so polling an idle fleet costs one small query)."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            gen = _current_gen(conn)
+            if gen == since_gen:
+                return None
+            nodes = {str(r[0]): dict(r[1]) for r in conn.execute("SELECT node_id, record FROM ha_nodes")}
+            liveness = {
+                str(r[0]): _liveness(r)
+                for r in conn.execute("SELECT node_id, partition, state, http_address, ready FROM ha_liveness")
+            }
+            placement = conn.execute("SELECT body, epoch FROM ha_placement WHERE id = 1").fetchone()
+        if placement is None:
+            return FleetSnapshot(gen, nodes, liveness, None, None)
+        return FleetSnapshot(gen, nodes, liveness, dict(placement[0]), int(placement[1]))
+
+    @staticmethod
+    def _fence_partition(conn: psycopg.Connection[Any], partition: int, epoch: int) -> None:
+        sql = "SELECT epoch FROM ha_partitions WHERE partition = %s FOR SHARE"
+        _fence(conn, sql, partition, f"partition {partition}", epoch)
