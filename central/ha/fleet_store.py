@@ -1,5 +1,5 @@
 """The fleet state every central replica routes and places from, kept in PostgreSQL so that any
-replica can take any call: edge registrations (``ha_nodes``), liveness and ready sets
+replica can take any call: edge registrations (``ha_nodes``), liveness and the models each node reports
 (``ha_liveness``, written by the owner of the node's heartbeat partition) and the leader's
 placement (``ha_placement``).
 
@@ -42,9 +42,9 @@ _BUMP = (
     " SELECT gen, pg_notify(%s, gen::text) FROM b"
 )
 _UPSERT_LIVENESS = (
-    "INSERT INTO ha_liveness (node_id, partition, state, http_address, ready, gen)"
+    "INSERT INTO ha_liveness (node_id, partition, state, http_address, models, gen)"
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node_id) DO UPDATE SET partition = EXCLUDED.partition,"
-    " state = EXCLUDED.state, http_address = EXCLUDED.http_address, ready = EXCLUDED.ready, gen = EXCLUDED.gen"
+    " state = EXCLUDED.state, http_address = EXCLUDED.http_address, models = EXCLUDED.models, gen = EXCLUDED.gen"
 )
 
 
@@ -70,8 +70,9 @@ class NodeLiveness:
     state: str
     """``alive``, ``suspect`` or ``dead``."""
     http_address: str
-    ready: tuple[tuple[str, str], ...]
-    """(model, version) pairs the node reports it serves."""
+    models: tuple[dict[str, Any], ...]
+    """The models the node last reported: ``name``, ``version``, ``state`` and ``error`` of each
+    (what routing and rollouts decide from; not its counters, which change every beat)."""
 
     def __post_init__(self) -> None:
         if self.state not in LIVENESS_STATES:
@@ -113,8 +114,8 @@ def _fence(conn: psycopg.Connection[Any], sql: str, key: int, what: str, epoch: 
 
 
 def _liveness(row: tuple[Any, ...]) -> NodeLiveness:
-    ready = tuple((str(model), str(version)) for model, version in row[4])
-    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), ready)
+    models = tuple(dict(m) for m in row[4])
+    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models)
 
 
 class FleetStore:
@@ -177,7 +178,7 @@ class FleetStore:
                 cur.executemany(
                     _UPSERT_LIVENESS,
                     [
-                        (r.node_id, r.partition, r.state, r.http_address, Jsonb([list(p) for p in r.ready]), gen)
+                        (r.node_id, r.partition, r.state, r.http_address, Jsonb(list(r.models)), gen)
                         for r in mine
                     ],
                 )
@@ -222,7 +223,7 @@ class FleetStore:
             nodes = {str(r[0]): dict(r[1]) for r in conn.execute("SELECT node_id, record FROM ha_nodes")}
             liveness = {
                 str(r[0]): _liveness(r)
-                for r in conn.execute("SELECT node_id, partition, state, http_address, ready FROM ha_liveness")
+                for r in conn.execute("SELECT node_id, partition, state, http_address, models FROM ha_liveness")
             }
             placement = conn.execute("SELECT body, epoch FROM ha_placement WHERE id = 1").fetchone()
         if placement is None:

@@ -28,7 +28,8 @@ def snap(store: FleetStore) -> FleetSnapshot:
 
 
 def alive(node_id: str, partition: int, *ready: tuple[str, str]) -> NodeLiveness:
-    return NodeLiveness(node_id, partition, "alive", f"http://{node_id}:8080", tuple(ready))
+    models = tuple({"name": m, "version": v, "state": "ready", "error": None} for m, v in ready)
+    return NodeLiveness(node_id, partition, "alive", f"http://{node_id}:8080", models)
 
 
 @pytest.fixture

@@ -45,13 +45,13 @@ CREATE TABLE ha_nodes (
     gen BIGINT NOT NULL
 );
 
--- Liveness transitions and ready sets, written by the owner of the node's partition (fenced).
+-- Liveness transitions and the models each node reports, written by the owner of the node's partition (fenced).
 CREATE TABLE ha_liveness (
     node_id TEXT PRIMARY KEY,
     partition INTEGER NOT NULL,
     state TEXT NOT NULL,
     http_address TEXT NOT NULL DEFAULT '',
-    ready JSONB NOT NULL DEFAULT '[]'::jsonb,
+    models JSONB NOT NULL DEFAULT '[]'::jsonb,
     gen BIGINT NOT NULL
 );
 
