@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 _BACKOFF_MAX_S = 2.0
 #: Rows of replicas gone this many TTLs are deleted (kept a while only for people looking).
 _FORGET_TTLS = 10
+#: What a lost, refused or stuck control session raises; the replica then holds nothing.
+_SESSION_ERRORS = (psycopg.Error, OSError, TimeoutError, session.ReplicaIdInUse)
 
 
 @dataclass(frozen=True)
@@ -129,14 +131,18 @@ class ReplicaControl:
     async def start(self) -> None:
         """Connect and run the first tick, so leadership and partitions are settled when this
         returns; then tick in the background. Raises :class:`ControlUnavailable` if that fails."""
+        self._stopping.clear()
         try:
             await self._connect()
             await self._tick()
-        except (psycopg.Error, OSError, TimeoutError, session.ReplicaIdInUse) as exc:
+        except _SESSION_ERRORS as exc:
             await self._drop_session()
             raise ControlUnavailable(
                 f"replica {self.replica_id!r}: control session on {masked_url(self._url)} failed: {exc}"
             ) from exc
+        except BaseException:
+            await self._drop_session()
+            raise
         self._task = asyncio.create_task(self._run(), name=f"ha-control-{self.replica_id}")
 
     async def stop(self) -> None:
@@ -174,10 +180,16 @@ class ReplicaControl:
                     log.info("replica %s: control session reconnected", self.replica_id)
                 await self._tick()
                 failures = 0
-            except (psycopg.Error, OSError, TimeoutError, session.ReplicaIdInUse) as exc:
+            except _SESSION_ERRORS as exc:
                 failures += 1
                 if failures == 1:
                     log.warning("replica %s: control session lost, roles dropped: %s", self.replica_id, exc)
+                await self._drop_session()
+            except Exception:
+                # A bug must not leave this replica holding roles it no longer tracks: drop them
+                # all, as for a lost session, and start over.
+                failures += 1
+                log.exception("replica %s: control tick failed, roles dropped", self.replica_id)
                 await self._drop_session()
 
     async def _connect(self) -> None:

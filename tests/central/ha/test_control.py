@@ -19,6 +19,7 @@ from central.ha import (
     partitions_of,
 )
 from central.ha.session import LEADER_KEY, PARTITION_BASE, application_name
+from modelfleet.up.ports import free_port
 
 PARTITIONS = 64
 TICK_S = 0.2
@@ -270,3 +271,23 @@ async def test_a_second_process_with_the_same_replica_id_is_refused(ha_url: str,
     await start_replica("r1")
     with pytest.raises(ControlUnavailable, match="in use"):
         await start_replica("r1")
+
+
+async def test_an_unreachable_database_fails_start_with_the_url_masked() -> None:
+    url = f"postgresql://modelfleet:secret@127.0.0.1:{free_port()}/modelfleet"
+    control = ReplicaControl(
+        url,
+        "r1",
+        http_url="http://r1:8080",
+        grpc_address="r1:50051",
+        partitions=PARTITIONS,
+        ttl_s=TTL_S,
+        tick_s=TICK_S,
+        connect_timeout_s=2.0,
+        listener=Recorder(),
+    )
+    with pytest.raises(ControlUnavailable, match=r"modelfleet:\*\*\*@127\.0\.0\.1") as raised:
+        await control.start()
+    assert "secret" not in str(raised.value)
+    assert not control.connected
+    await control.stop()
