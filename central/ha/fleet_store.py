@@ -10,7 +10,7 @@ replica that slept re-reads only when the number moved (``snapshot(since_gen=...
 Liveness and placement writes are fenced: they take the writer's epoch row (``ha_partitions``
 or ``ha_leader``) ``FOR SHARE`` and check it in the same transaction. An election that bumps
 the epoch must wait for a write holding that lock, and a write that comes after the election
-reads the new epoch and fails with ``StaleWriter``; a deposed owner can never overwrite its
+reads the new epoch and fails with ``Fenced``; a deposed owner can never overwrite its
 successor. Lock order in every write: the epoch row, then ``ha_generation``, then data rows,
 so two writers never wait on each other in a cycle."""
 
@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from central.ha.fencing import check_leader_epoch, check_partition_epoch
 from central.registry.pg_pool import masked_url, open_pool
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["CHANNEL", "LIVENESS_STATES", "FleetSnapshot", "FleetStore", "NodeLiveness", "StaleWriter"]
+__all__ = ["CHANNEL", "LIVENESS_STATES", "FleetSnapshot", "FleetStore", "NodeLiveness"]
 
 #: The NOTIFY channel; its payload is the new generation (a wake-up only, never the data).
 CHANNEL = "modelfleet_fleet"
@@ -46,19 +48,6 @@ _UPSERT_LIVENESS = (
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node_id) DO UPDATE SET partition = EXCLUDED.partition,"
     " state = EXCLUDED.state, http_address = EXCLUDED.http_address, models = EXCLUDED.models, gen = EXCLUDED.gen"
 )
-
-
-class StaleWriter(Exception):
-    """A fenced write whose epoch is no longer current: another replica won the partition (or
-    the leadership) since this writer did. Nothing was written; the writer must stop acting
-    as owner and re-read who owns what."""
-
-    def __init__(self, what: str, epoch: int, current: int | None) -> None:
-        self.what = what
-        self.epoch = epoch
-        self.current = current
-        now = "no owner row" if current is None else f"current {current}"
-        super().__init__(f"{what}: epoch {epoch} is stale ({now})")
 
 
 @dataclass(frozen=True)
@@ -104,15 +93,6 @@ def _current_gen(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def _fence(conn: psycopg.Connection[Any], sql: str, key: int, what: str, epoch: int) -> None:
-    """Share-lock the epoch row and raise ``StaleWriter`` unless it still holds ``epoch``. Under
-    READ COMMITTED a FOR SHARE that waited on an election re-reads the row it committed."""
-    row = conn.execute(sql, (key,)).fetchone()
-    current = None if row is None else int(row[0])
-    if current != epoch:
-        raise StaleWriter(what, epoch, current)
-
-
 def _liveness(row: tuple[Any, ...]) -> NodeLiveness:
     models = tuple(dict(m) for m in row[4])
     return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models)
@@ -131,6 +111,10 @@ class FleetStore:
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A pooled connection for a one-off job (e.g. agreeing on the signing key at start)."""
+        return self._pool.connection()
 
     def generation(self) -> int:
         """The current fleet generation."""
@@ -165,22 +149,19 @@ class FleetStore:
         return None
 
     def put_liveness(self, partition: int, epoch: int, rows: Sequence[NodeLiveness]) -> int:
-        """Upsert liveness rows as the owner of ``partition`` at ``epoch``; raises ``StaleWriter``
+        """Upsert liveness rows as the owner of ``partition`` at ``epoch``; raises ``Fenced``
         if that is no longer this writer's epoch. Rows of other partitions are skipped: a
         partition's owner speaks only for its own nodes. Nothing to write: no bump."""
         mine = [r for r in rows if r.partition == partition]
         with self._pool.connection() as conn, conn.transaction():
-            self._fence_partition(conn, partition, epoch)
+            check_partition_epoch(conn, partition, epoch)
             if not mine:
                 return _current_gen(conn)
             gen = _bump(conn)
             with conn.cursor() as cur:
                 cur.executemany(
                     _UPSERT_LIVENESS,
-                    [
-                        (r.node_id, r.partition, r.state, r.http_address, Jsonb(list(r.models)), gen)
-                        for r in mine
-                    ],
+                    [(r.node_id, r.partition, r.state, r.http_address, Jsonb(list(r.models)), gen) for r in mine],
                 )
             return gen
 
@@ -188,7 +169,7 @@ class FleetStore:
         """Delete liveness rows of ``partition`` (fenced like ``put_liveness``); returns the new
         generation, or the one before the call when none of the nodes had a row (no bump)."""
         with self._pool.connection() as conn, conn.transaction() as tx:
-            self._fence_partition(conn, partition, epoch)
+            check_partition_epoch(conn, partition, epoch)
             gen = _bump(conn)
             cur = conn.execute(
                 "DELETE FROM ha_liveness WHERE partition = %s AND node_id = ANY(%s)", (partition, list(node_ids))
@@ -200,10 +181,10 @@ class FleetStore:
         return gen - 1
 
     def put_placement(self, epoch: int, body: dict[str, Any]) -> int:
-        """Store the leader's placement; raises ``StaleWriter`` unless ``epoch`` is still the
+        """Store the leader's placement; raises ``Fenced`` unless ``epoch`` is still the
         leader epoch, so a deposed leader's late write never replaces its successor's."""
         with self._pool.connection() as conn, conn.transaction():
-            _fence(conn, "SELECT epoch FROM ha_leader WHERE id = %s FOR SHARE", 1, "leader", epoch)
+            check_leader_epoch(conn, epoch)
             gen = _bump(conn)
             conn.execute(
                 "INSERT INTO ha_placement (id, epoch, gen, body) VALUES (1, %s, %s, %s) ON CONFLICT (id)"
@@ -229,8 +210,3 @@ class FleetStore:
         if placement is None:
             return FleetSnapshot(gen, nodes, liveness, None, None)
         return FleetSnapshot(gen, nodes, liveness, dict(placement[0]), int(placement[1]))
-
-    @staticmethod
-    def _fence_partition(conn: psycopg.Connection[Any], partition: int, epoch: int) -> None:
-        sql = "SELECT epoch FROM ha_partitions WHERE partition = %s FOR SHARE"
-        _fence(conn, sql, partition, f"partition {partition}", epoch)

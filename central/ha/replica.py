@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from central.ha.control import ReplicaControl, ReplicaInfo
-from central.ha.fleet_store import FleetStore, NodeLiveness, StaleWriter
+from central.ha.fencing import Fenced
+from central.ha.fleet_store import FleetStore, NodeLiveness
 from central.ha.generation import GenerationWatcher
 from central.ha.view import SharedView, models_to_json, record_to_json
 from central.membership.liveness import NodeLiveness as Liveness
@@ -265,7 +266,7 @@ class Replica:
             try:
                 await asyncio.to_thread(self.fleet.put_liveness, partition, epoch, rows)
                 self.liveness_writes += len(rows)
-            except StaleWriter:
+            except Fenced:
                 self.stale_writes += 1
                 log.warning("liveness of partition %d refused: epoch %d is stale", partition, epoch)
             except Exception as exc:  # PostgreSQL away: keep the rows for the next flush
@@ -319,7 +320,7 @@ class Replica:
             try:
                 self.fleet.put_placement(self.leader_epoch, body)
                 self._written_placement = body
-            except StaleWriter:
+            except Fenced:
                 self.stale_writes += 1
                 log.warning("placement refused: epoch %d is stale; stepping down", self.leader_epoch)
                 self.leadership_lost()
