@@ -36,7 +36,7 @@ from central.membership.tracker import MembershipTracker
 from central.placement import PlacementService
 from central.rollout import RolloutBook, RolloutController
 from central.settings import CentralSettings
-from fleetwire.mqtt.payloads import AnyHeartbeat
+from fleetwire.mqtt.fast import AnyHeartbeat
 from fleetwire.mqtt.topics import partition_of
 
 log = logging.getLogger(__name__)

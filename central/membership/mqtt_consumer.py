@@ -177,7 +177,7 @@ class MembershipConsumer:
         return topics.all_status, topics.all_heartbeats
 
     def _subscriptions(self) -> list[tuple[str, int]]:
-        parts: list[int | None] = [None] if self._partitions is None else sorted(self._partitions)
+        parts: list[int | None] = [None] if self._partitions is None else [*sorted(self._partitions)]
         subs = [(f, q) for k in parts for f, q in zip(self._filters(k), (1, 0), strict=True)]
         return [*subs, (self._probe_topic, 0)]
 

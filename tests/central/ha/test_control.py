@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
-from central.ha import (
-    ControlUnavailable,
-    Fenced,
-    ReplicaControl,
-    check_leader_epoch,
-    partitions_of,
-)
+from central.ha.control import ControlUnavailable, ReplicaControl
+from central.ha.fencing import Fenced, check_leader_epoch
+from central.ha.rendezvous import partitions_of
 from central.ha.session import LEADER_KEY, PARTITION_BASE, application_name
 from modelfleet.up.ports import free_port
 

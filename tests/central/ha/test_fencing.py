@@ -8,7 +8,7 @@ import threading
 import psycopg
 import pytest
 
-from central.ha import Fenced, check_leader_epoch, check_partition_epoch
+from central.ha.fencing import Fenced, check_leader_epoch, check_partition_epoch
 
 
 def test_a_stale_partition_epoch_is_fenced_and_the_current_one_passes(ha_url: str) -> None:

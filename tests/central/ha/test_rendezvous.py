@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from central.ha import partitions_of, rendezvous_owner
+from central.ha.rendezvous import partitions_of, rendezvous_owner
 
 REPLICAS = ["central-a", "central-b", "central-c"]
 
