@@ -20,6 +20,7 @@ from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
+from edge_node.sync.centrals import CentralRotation
 from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
@@ -41,7 +42,9 @@ class Edge:
         peers = PeerClient(self.pool, self.node_id)
         token = settings.node_token.get_secret_value() if settings.node_token is not None else None
         self.credential = NodeCredential(token, settings.node_token_file)
-        origin = OriginClient(self.pool, settings.central, self.node_id, self.credential)
+        #: The configured centrals and the one in use; the follower moves it, the origin reads it.
+        self.centrals = CentralRotation(settings.central_addresses)
+        origin = OriginClient(self.pool, lambda: self.centrals.current, self.node_id, self.credential)
         self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
         factory = self._session_factory(settings)
         inference = settings.inference
@@ -65,13 +68,14 @@ class Edge:
         )
         self.follower = DesiredStateFollower(
             self.node_info,
-            settings.central,
+            self.centrals,
             self.pool,
             self.view,
             self.materializer,
             settings.reconnect_backoff_max_s,
             trust=self.trust,
             credential=self.credential,
+            on_partition=lambda partition: self.heartbeat.use_partition(partition),
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
@@ -158,6 +162,7 @@ class Edge:
             "node_id": self.node_id,
             "connected": self.follower.connected.is_set(),
             "generation": state.generation if state else None,
+            "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},

@@ -26,6 +26,42 @@ from fleetwire.tls import TlsSettings
 HEARTBEAT_MOVED_TO_BROKER = {"broker_host": "host", "broker_port": "port", **{n: n for n in MOVED_CONNECTION_FIELDS}}
 
 
+def central_addresses_of(value: str) -> list[str]:
+    """``"host:port"`` or ``"h1:p1,h2:p2"`` → the addresses, stripped; ValueError naming the bad
+    entry otherwise. Checked at start-up because a typo would otherwise show only as an edge
+    that retries a dead address for ever."""
+    entries = [entry.strip() for entry in value.split(",")]
+    if not any(entries):
+        raise ValueError("central must be host:port (or several, comma-separated)")
+    for entry in entries:
+        _check_central_entry(entry, value)
+    duplicates = sorted({e for e in entries if entries.count(e) > 1})
+    if duplicates:
+        raise ValueError(f"central lists {', '.join(duplicates)} more than once")
+    return entries
+
+
+def _check_central_entry(entry: str, value: str) -> None:
+    """One ``host:port`` or ``[v6]:port`` of ``value``; ValueError saying what is wrong with it."""
+    if not entry:
+        raise ValueError(f"central {value!r} has an empty entry (a stray comma?)")
+    if entry.startswith("["):
+        host, sep, rest = entry[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"central entry {entry!r}: expected [v6-address]:port")
+        port = rest[1:]
+    else:
+        host, sep, port = entry.rpartition(":")
+        if not sep:
+            raise ValueError(f"central entry {entry!r}: expected host:port (the port is required)")
+        if ":" in host:
+            raise ValueError(f"central entry {entry!r}: write an IPv6 address as [address]:port")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"central entry {entry!r}: no valid host")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"central entry {entry!r}: port must be 1-65535")
+
+
 class BatchSettings(BaseModel):
     """How each model version batches its requests."""
 
@@ -206,7 +242,15 @@ class EdgeSettings(BaseSettings):
     node_id: str = Field(
         default_factory=lambda: socket.gethostname().split(".")[0], description="Unique id in the fleet."
     )
-    central: str = Field("127.0.0.1:50051", description="host:port of central's gRPC Registry.")
+    central: str = Field(
+        "127.0.0.1:50051",
+        description=(
+            "host:port of central's gRPC Registry, or several comma-separated (host1:port1,host2:port2): the"
+            " replicas of a replicated central, or independent centrals to fail over to. The edge starts on the"
+            " first and moves to the next, round-robin, when central is unreachable or its stream breaks."
+            " One name behind a load balancer is one address. IPv6 as [address]:port."
+        ),
+    )
     node_token: SecretStr | None = Field(
         None,
         description=(
@@ -276,6 +320,12 @@ class EdgeSettings(BaseSettings):
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
 
+    @field_validator("central")
+    @classmethod
+    def _valid_central(cls, value: str) -> str:
+        central_addresses_of(value)  # every entry parses, or start-up fails here with the entry named
+        return value
+
     @field_validator("node_token_file")
     @classmethod
     def _readable_token_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
@@ -312,6 +362,11 @@ class EdgeSettings(BaseSettings):
                 auth_fix=TLS_FIX,
             ),
         ]
+
+    @property
+    def central_addresses(self) -> list[str]:
+        """The centrals to try, in order, as gRPC targets (``host:port``)."""
+        return central_addresses_of(self.central)
 
     @property
     def resolved_cache_dir(self) -> Path:

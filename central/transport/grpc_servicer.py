@@ -20,6 +20,7 @@ from central.transport.converters import desired_state_to_pb, node_from_pb
 from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
+from fleetwire.mqtt.topics import partition_of
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,24 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
             await _abort(context, BadRequest(f"hardware_class must be printable, at most {MAX_CHOICE_NAME} characters"))
         self._central.nodes.register(node_from_pb(node))
         signer = self._central.signer
+        partitions, partition = self._partition_of(node.node_id)
         return registry_pb2.RegisterReply(
             accepted=True,
             message="registered",
             manifest_public_key=signer.public_key,
             key_endorsements=endorsements_to_pb(signer.endorsements),
+            partitions=partitions,
+            heartbeat_partition=partition,
         )
+
+    def _partition_of(self, node_id: str) -> tuple[int, int]:
+        """``(partitions, this node's partition)`` under a replicated central, else ``(0, 0)``
+        (the edge keeps the unpartitioned topics). Every replica computes the same answer, so
+        an edge that registers again elsewhere keeps its topics."""
+        ha = self._central.settings.ha
+        if ha.replica_id is None:
+            return 0, 0
+        return ha.partitions, partition_of(node_id, ha.partitions)
 
     async def Unregister(
         self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext

@@ -6,7 +6,7 @@ without bound."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 
 import grpc
 
@@ -84,15 +84,23 @@ class OriginClient:
     """Fetches chunks from central, saying which owners were tried first, and presenting
     this node's credential."""
 
-    def __init__(self, pool: ChannelPool, central: str, node_id: str, credential: NodeCredential | None = None) -> None:
+    def __init__(
+        self,
+        pool: ChannelPool,
+        central: str | Callable[[], str],
+        node_id: str,
+        credential: NodeCredential | None = None,
+    ) -> None:
+        """``central``: its address, or a function giving the one in use now (an edge with
+        several centrals fetches from the one its desired-state link is on)."""
         self._pool = pool
-        self._central = central
+        self._central = central if callable(central) else lambda: central
         self._node_id = node_id
         self._credential = credential or NodeCredential()
 
     async def fetch(self, digest: str, size: int, failed_owners: list[str], timeout: float) -> bytes:
         """One chunk from the origin."""
-        stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central))
+        stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central()))
         request = registry_pb2.OriginFetchRequest(digest=digest, node_id=self._node_id, failed_owners=failed_owners)
         stream = stub.FetchChunk(request, timeout=timeout, metadata=self._credential.metadata())
         return await _collect(stream, size)

@@ -37,6 +37,14 @@ Other details
   broker publishes the will instead, which carries the same ``bdseq``.
 * ``seq`` restarts at 0 with every connection (Sparkplug style); the first heartbeat of a
   connection goes out right after its birth.
+* Partitions (a replicated central): the Register reply may name a heartbeat partition
+  after MQTT is already up (the edge announces itself before central answers, and must
+  while central is away). ``use_partition`` then moves both topics to
+  ``<prefix>/p/<n>/nodes/{id}/…``: a clean DISCONNECT (the broker discards the will on
+  the old topic), a new will on the new topic with the next ``bdseq``, a reconnect to the
+  same broker, and on every connect from then on an empty retained message on each old
+  status topic (clearing the birth left there) before the birth on the new one. Without
+  a partition nothing of this runs: the single-central topics and packets are unchanged.
 * Threads: paho callbacks run on paho's thread; they own the will/bdseq state. The
   heartbeat task runs on the event loop and takes ``_state_lock`` to read the live
   connection's ``bdseq`` and publish, so no heartbeat of a new connection precedes its
@@ -88,6 +96,17 @@ def _status(state: Literal["online", "offline"], bdseq: int) -> bytes:
     return NodeStatus(state=state, bdseq=bdseq, ts=_now_ms()).model_dump_json().encode()
 
 
+def _close_wakeup_pair(client: mqtt.Client) -> None:
+    """Close the socket pair ``loop_start`` made (paho closes it only on GC, and makes a new
+    one on every ``loop_start``)."""
+    for name in ("_sockpairR", "_sockpairW"):
+        pair = getattr(client, name, None)
+        if pair is not None:
+            with contextlib.suppress(OSError):
+                pair.close()
+            setattr(client, name, None)
+
+
 class HeartbeatPublisher:
     """Birth, death (Last Will) and heartbeats of one node; see the module docstring."""
 
@@ -105,6 +124,7 @@ class HeartbeatPublisher:
         self.settings = settings
         self.broker = broker = broker or BrokerSettings()
         self.topics = Topics(broker.topic_prefix)
+        """The topics in use: unpartitioned until ``use_partition`` names a partition."""
         self.rotation = BrokerRotation(broker)
         """Which of ``broker.hosts`` the edge is on; it moves on after a failure or a loss."""
         self.status_topic = self.topics.node_status(node_id)
@@ -116,6 +136,10 @@ class HeartbeatPublisher:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._stopping = False
+        self._switch_task: asyncio.Task[None] | None = None
+        self._switching = False  # a partition switch is disconnecting: no broker move, no new bdseq
+        #: Status topics this node used before a partition switch; cleared on every connect.
+        self._old_status_topics: set[str] = set()
         # paho thread only (and start() before the thread exists)
         self._will_bdseq = 0  # in the will paho sends with its next CONNECT
         self._will_used = False  # a successful CONNACK accepted the CONNECT carrying it
@@ -219,6 +243,9 @@ class HeartbeatPublisher:
             return
         with self._state_lock:  # from here on no birth goes out (see _on_connect)
             self._stopping = True
+        if self._switch_task is not None:  # bounded: a disconnect and paho's thread ending
+            await asyncio.gather(self._switch_task, return_exceptions=True)
+            self._switch_task = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -241,12 +268,7 @@ class HeartbeatPublisher:
             await asyncio.wait_for(asyncio.to_thread(client.loop_stop), timeout=self.settings.stop_timeout_s + 5.0)
         except TimeoutError:
             log.warning("paho thread of %s did not stop in time", self.node_id)
-        for name in ("_sockpairR", "_sockpairW"):  # paho closes its wake-up pair only on GC
-            pair = getattr(client, name, None)
-            if pair is not None:
-                with contextlib.suppress(OSError):
-                    pair.close()
-                setattr(client, name, None)
+        _close_wakeup_pair(client)
         self._client = None
         log.info("heartbeat for %s stopped (bdseq %d)", self.node_id, self._bdseq)
 
@@ -262,6 +284,59 @@ class HeartbeatPublisher:
             return False
         return True
 
+    # -- partitions --------------------------------------------------------------------
+
+    @property
+    def partition(self) -> int | None:
+        """The heartbeat partition of the topics in use (None: unpartitioned)."""
+        return self.topics.partition
+
+    def use_partition(self, partition: int | None) -> None:
+        """Publish on ``partition``'s topics from now on (None: the unpartitioned ones); call
+        on the event loop. The same partition again does nothing. Once started, the switch
+        (a reconnect carrying the new will, see the module docstring) runs in the background;
+        ``stop()`` waits for it."""
+        if partition == self.topics.partition:
+            return
+        old = self.status_topic
+        topics = self.topics.in_partition(partition)
+        with self._state_lock:
+            self.topics = topics
+            self.status_topic = topics.node_status(self.node_id)
+            self.heartbeat_topic = topics.node_heartbeat(self.node_id)
+            self._old_status_topics.add(old)
+            self._old_status_topics.discard(self.status_topic)
+        log.info("heartbeat for %s moves to %s", self.node_id, self.heartbeat_topic)
+        if self._client is None or self._stopping:
+            return  # not connected yet: start() sets the will on the new topic
+        previous = self._switch_task
+        self._switch_task = asyncio.create_task(self._switch(previous), name=f"heartbeat-switch-{self.node_id}")
+
+    async def _switch(self, previous: asyncio.Task[None] | None) -> None:
+        """Reconnect so that the broker holds the will of the new status topic."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        client = self._client
+        if client is None or self._stopping:
+            return
+        with self._state_lock:
+            self._switching = True
+            self._live_bdseq = None  # no heartbeat on the old connection from here on
+        client.disconnect()  # DISCONNECT: the broker discards the will, which names the old topic
+        await asyncio.to_thread(client.loop_stop)
+        _close_wakeup_pair(client)
+        # paho's thread has ended: the will state is this task's until loop_start below
+        if self._will_used:
+            self._will_bdseq = await asyncio.to_thread(self._store.reserve)
+            self._will_used = False
+        client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
+        with self._state_lock:
+            self._switching = False
+            if self._stopping:  # stop() waits for this task, then disconnects what is left
+                return
+        self.rotation.connect_async(client, client.keepalive)
+        client.loop_start()
+
     # -- paho callbacks (paho's thread) ------------------------------------------------
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any) -> None:
@@ -276,8 +351,10 @@ class HeartbeatPublisher:
             self._will_used = True
             self._drop_stale_status(client)
             with self._state_lock:
-                if self._stopping:  # checked under the lock: stop() then sees no live connection
+                if self._stopping or self._switching:  # under the lock: stop() then sees no live connection
                     return
+                for old in sorted(self._old_status_topics):  # empty + retained: the broker forgets it
+                    client.publish(old, b"", qos=1, retain=True)
                 client.publish(self.status_topic, _status("online", bdseq), qos=1, retain=True)
                 self._live_bdseq = bdseq
                 self._bdseq = bdseq
@@ -296,7 +373,7 @@ class HeartbeatPublisher:
                 self.disconnects += 1
                 log.warning("%s lost mqtt connection (bdseq %d): %s", self.node_id, was_live, reason_code)
                 self._jitter_reconnect(client)  # paho waits after this callback returns
-            if self._stopping:
+            if self._stopping or self._switching:
                 return
             self.rotation.move(client)  # paho's next reconnect dials the next broker, if any
             if not self._will_used:
@@ -331,7 +408,7 @@ class HeartbeatPublisher:
             return
         with mutex:
             for mid, message in list(out.items()):
-                if message.topic == self.status_topic:
+                if message.topic == self.status_topic or message.topic in self._old_status_topics:
                     del out[mid]
 
     def _call_in_loop(self, fn: Callable[[], None]) -> None:

@@ -135,6 +135,10 @@ class EdgeStateCollector(Collector):
             "modelfleet_central_connected", "1 while the desired-state stream to central is open.",
             int(self._follower.connected.is_set()),
         )  # fmt: skip
+        yield _counter(
+            "modelfleet_central_switches", "Moves of the link to the next configured central address.",
+            self._follower.centrals.switches,
+        )  # fmt: skip
 
     def _versions(self) -> Iterator[Metric]:
         files: Counter[str] = Counter(dict.fromkeys(VERSION_STATES, 0))

@@ -42,7 +42,10 @@ def central(
 
 def edge(
     node_id: Annotated[str | None, typer.Option(help="Unique node id.")] = None,
-    central: Annotated[str | None, typer.Option(help="Central's gRPC address host:port.")] = None,
+    central: Annotated[
+        str | None,
+        typer.Option(help="Central's gRPC address host:port, or several: host1:port1,host2:port2 (failover)."),
+    ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Edge data directory.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Shared chunk cache directory.")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="Peer gRPC port (0: any free).")] = None,

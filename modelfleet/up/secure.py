@@ -40,6 +40,8 @@ CENTRAL_MQTT_USER = "central"
 ACL_RULES = (
     f"pattern write {DEFAULT_PREFIX}/nodes/%u/status",
     f"pattern write {DEFAULT_PREFIX}/nodes/%u/heartbeat",
+    f"pattern write {DEFAULT_PREFIX}/p/+/nodes/%u/status",
+    f"pattern write {DEFAULT_PREFIX}/p/+/nodes/%u/heartbeat",
     f"user {CENTRAL_MQTT_USER}",
     f"topic write {DEFAULT_PREFIX}/central/#",
     f"topic write {DEFAULT_PREFIX}/events",

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.settings import HEARTBEAT_MOVED_TO_BROKER, EdgeSettings, HeartbeatSettings
+from modelfleet.cli import app
 
 #: Per old ``heartbeat`` field: its environment name, extra variables it needs, the value.
 OLD_VALUES: dict[str, tuple[str, dict[str, str], Any]] = {
@@ -132,3 +134,48 @@ def test_the_publisher_connects_as_the_broker_section_says(monkeypatch: pytest.M
     publisher = HeartbeatPublisher("edge-7", settings.heartbeat, HeartbeatBody, tmp_path, broker=settings.broker)
     assert publisher.heartbeat_topic == "plant-7/v1/nodes/edge-7/heartbeat"
     assert settings.broker.effective_keepalive_s(settings.heartbeat.default_keepalive_s) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "addresses"),
+    [
+        ("central:50051", ["central:50051"]),
+        ("10.0.0.1:50051, 10.0.0.2:50052", ["10.0.0.1:50051", "10.0.0.2:50052"]),
+        ("[::1]:50051,c2.example:7000", ["[::1]:50051", "c2.example:7000"]),
+    ],
+)
+def test_central_takes_one_address_or_a_comma_separated_list(value: str, addresses: list[str]) -> None:
+    assert EdgeSettings(node_id="edge-7", central=value).central_addresses == addresses
+
+
+def test_a_central_list_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODELFLEET_CENTRAL", "c1:50051,c2:50051")
+    assert EdgeSettings(node_id="edge-7").central_addresses == ["c1:50051", "c2:50051"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "central must be host:port"),
+        ("c1:50051,", "empty entry"),
+        ("c1:50051,c2", "'c2': expected host:port (the port is required)"),
+        ("c1:0", "'c1:0': port must be 1-65535"),
+        ("c1:http", "'c1:http': port must be 1-65535"),
+        (":50051", "':50051': no valid host"),
+        ("::1:50051", "write an IPv6 address as [address]:port"),
+        ("[::1]50051", "expected [v6-address]:port"),
+        ("c1:50051,c1:50051", "central lists c1:50051 more than once"),
+    ],
+)
+def test_a_bad_central_value_fails_at_start_up_naming_the_entry(value: str, message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        EdgeSettings(node_id="edge-7", central=value)
+    assert message in str(info.value)
+
+
+def test_the_cli_refuses_a_bad_central_list_with_a_clear_message(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["edge", "--node-id", "edge-7", "--central", "c1:50051,c2", "--data-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "invalid setting central" in result.output and "'c2': expected host:port" in result.output
