@@ -184,7 +184,7 @@ def _lost_pushes(fleet: ReplicatedFleet, acked: list[str], s3: S3Server, bucket:
                 try:
                     client.head_object(Bucket=bucket, Key=key)
                 except Exception:  # boto's ClientError: the chunk is not there
-                    lost.append(f"{version}: chunk {digest[:12]} missing")
+                    lost.append(f"{version}: chunk {chunk['digest'][:12]} missing")
                     break
     return lost
 
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "phases": [interval * i / args.nodes for i in idxs],
                             "silent": sorted(node_ids[i] for i in idxs if node_ids[i] in silent),
                             "partitions": args.partitions,
-                        },  # fmt: skip
+                        },
                         work,
                     )
                 )
