@@ -39,8 +39,12 @@ class RolloutController:
         interval_s: float = 0.5,
         stuck_after_s: float = 60.0,
         canary_return_s: float = CANARY_RETURN_S,
+        reread: Callable[[], None] | None = None,
     ) -> None:
+        """``reread``: called before every pass (a replicated central re-reads the rollouts that
+        an operator may just have changed on another replica)."""
         self._book = book
+        self._reread = reread
         self._fleet = fleet
         self._emit = emit
         self._on_change = on_change
@@ -89,6 +93,8 @@ class RolloutController:
 
     def evaluate_all(self, now: float | None = None) -> None:
         """Evaluate every in-progress rollout once."""
+        if self._reread is not None:
+            self._reread()
         for rollout in self._book.in_progress():
             self.evaluate(rollout, time.time() if now is None else now)
 
