@@ -2,11 +2,13 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# One stamp per extra installed into .venv: `up` needs [demo], the rest [dev] (which
-# includes [demo]: after `make up`, `make test` adds the dev tools; after `make test`,
-# `make up` finds [demo] installed and only re-links the package).
+# One stamp per extra installed into .venv: `up` needs [demo] ([ha] with UP_ARGS=--ha), the
+# rest [dev] (which includes both: after `make up`, `make test` adds the dev tools; after
+# `make test`, `make up` finds its extra installed and only re-links the package).
 STAMP  := $(VENV)/.installed-dev
-DEMO_STAMP := $(VENV)/.installed-demo
+# --ha runs central as three replicas on a private PostgreSQL and moto's S3 server.
+UP_HA  := $(filter --ha,$(UP_ARGS))
+UP_STAMP := $(VENV)/.installed-$(if $(UP_HA),ha,demo)
 
 .PHONY: install proto proto-check lint test bench up clean
 
@@ -48,7 +50,10 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
-up: $(DEMO_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once" etc.
+up: $(UP_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once", "--ha" etc.
+ifneq ($(UP_HA),)
+	bash scripts/ensure_apt.sh postgresql:pg_ctlcluster
+endif
 	$(PY) -m modelfleet up $(UP_ARGS)
 
 clean:

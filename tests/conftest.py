@@ -32,9 +32,9 @@ from central.server import CentralServer
 from central.settings import CentralSettings
 from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
+from modelfleet.up.postgres import PostgresInstance
+from modelfleet.up.s3server import S3Server
 from modelfleet.zoo import build_mlp
-from postgres import PostgresInstance
-from s3server import S3Server
 
 #: Small chunks so that a few-MB test model has dozens of them.
 SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}

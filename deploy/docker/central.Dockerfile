@@ -12,8 +12,9 @@ COPY fleetwire ./fleetwire
 COPY central ./central
 COPY edge_node ./edge_node
 COPY modelfleet ./modelfleet
-# the core and [central] (sympy, for quantization pre-processing); not the demo stack
-RUN /opt/modelfleet/bin/pip install '.[central]'
+# the core, [central] (sympy, for quantization pre-processing; obstore, for chunks on S3) and
+# [postgres] (psycopg, for store.url: replicas sharing PostgreSQL); not the demo stack
+RUN /opt/modelfleet/bin/pip install '.[central,postgres]'
 
 # --- runtime: the virtualenv only, run as an unprivileged user ----------------------
 FROM python:3.11-slim AS runtime

@@ -13,7 +13,8 @@
 #   secrets/central/, edge/, mosquitto/   cert.pem, key.pem, ca.pem (edge/: one certificate
 #                               for every edge, for *.edge.<namespace>.svc.<cluster domain>)
 #   secrets/operator/           a client certificate for you and Prometheus (the edges' API wants one)
-#   secrets/tokens.json, node_tokens.json   central's token stores (hashes only)
+#   secrets/tokens.json, node_tokens.json   central's token stores (hashes only; empty when
+#                               MODELFLEET_STORE__URL puts the tokens in PostgreSQL, as ../k8s-ha/ does)
 #   secrets/admin.token, prometheus.token   operator tokens (admin; viewer for scraping)
 #   secrets/mqtt-logins.env, mqtt-edge-logins.env, edge-node-tokens.env   broker passwords
 #                               (central, one per node) and the edges' node tokens
@@ -41,7 +42,9 @@ issue() {  # issue NAME SAN...
     modelfleet pki issue "$name" --ca-dir "$out/ca" --out "$out/$name" $sans --san localhost --san 127.0.0.1
 }
 
-issue central central "central.$ns" "central.$ns.svc" "central.$ns.svc.$domain"
+# the last name: each replica of replicated central (../k8s-ha/) advertises <pod IP with dashes> under it
+issue central central "central.$ns" "central.$ns.svc" "central.$ns.svc.$domain" \
+    "*.central-replicas.$ns.svc.$domain"
 issue mosquitto mosquitto "mosquitto.$ns" "mosquitto.$ns.svc" "mosquitto.$ns.svc.$domain"
 # Edges advertise <pod IP with dashes>.edge.<namespace>.svc.<cluster domain> (edge.yaml)
 issue edge "*.edge.$ns.svc.$domain"
@@ -53,6 +56,9 @@ token() {  # token NAME ROLE: an operator token, kept in secrets/NAME.token
 }
 token admin admin
 token prometheus viewer
+# With MODELFLEET_STORE__URL set (../k8s-ha/make-secrets.sh sets it), the tokens above and the node
+# tokens below go to PostgreSQL, where the replicas read them: the files stay empty stores.
+[ -s "$out/tokens.json" ] || echo '{"tokens": []}' >"$out/tokens.json"
 touch "$out/mqtt-edge-logins.env" "$out/edge-node-tokens.env"
 [ -s "$out/node_tokens.json" ] || echo '{"tokens": []}' >"$out/node_tokens.json"
 [ -s "$out/mqtt-logins.env" ] || printf 'central=%s\n' "$(password)" >"$out/mqtt-logins.env"

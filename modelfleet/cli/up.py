@@ -48,6 +48,14 @@ def up(
             " MQTT logins + ACL over TLS. Needs Mosquitto.",
         ),
     ] = False,
+    ha: Annotated[
+        bool,
+        typer.Option(
+            "--ha",
+            help="Central as three replicas sharing a private PostgreSQL and a local S3 server;"
+            " edges get all three addresses. Needs the ha extra and PostgreSQL (make up UP_ARGS=--ha installs both).",
+        ),
+    ] = False,
 ) -> None:
     """Start a local fleet (broker, central, edges), push the digits model, try it; Ctrl-C stops it all."""
     from modelfleet.up import Steps, UpOptions, run_up
@@ -60,6 +68,7 @@ def up(
         broker=broker,
         edges=edges,
         secure=secure,
+        ha=ha,
     )
     options = build_settings(UpOptions, o)
     raise typer.Exit(run_up(options, Steps(Console(highlight=False, soft_wrap=True))))

@@ -4,7 +4,7 @@ once the fleet is up."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +12,7 @@ from rich.markup import escape
 from modelfleet.up.broker import RunningBroker
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, Published
+from modelfleet.up.ha import SharedState
 from modelfleet.up.secure import SecureFleet
 from modelfleet.up.services import Service
 from modelfleet.up.status import (
@@ -21,7 +22,9 @@ from modelfleet.up.status import (
     EdgeStatus,
     FleetStatus,
     ModelStatus,
+    ReplicaStatus,
     SecureStatus,
+    SharedStatus,
 )
 
 __all__ = ["Fleet", "print_urls", "status_of"]
@@ -37,6 +40,10 @@ class Fleet:
     published: Published
     accuracy: Accuracy
     secure: SecureFleet | None = None
+    #: ``--ha``: every central replica, ``central`` first; empty for a single central.
+    replicas: list[Service] = field(default_factory=list)
+    #: ``--ha``: the PostgreSQL and S3 server the replicas share.
+    shared: SharedState | None = None
 
 
 def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
@@ -49,6 +56,8 @@ def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
         ("membership", f"{c}/api/v1/membership"),
         ("central metrics", f"{c}/metrics"),
         ("central gRPC", fleet.central.grpc_address),
+        *((r.name, f"{r.http_url}   gRPC: {r.grpc_address}") for r in fleet.replicas),
+        *_shared_rows(fleet.shared),
         *((edge.name, f"{edge.http_url}   metrics: {edge.http_url}/metrics") for edge in fleet.edges),
         ("broker", f"{fleet.broker.url} ({fleet.broker.kind})"),
         ("data", f"{data.root}   logs: {data.logs}"),
@@ -57,6 +66,17 @@ def print_urls(console: Console, fleet: Fleet, data: DataDir) -> None:
         console.print(f"  [bold]{label:<16}[/bold] {escape(value)}", soft_wrap=True, highlight=False)
     if fleet.secure is not None:
         _print_secure(console, fleet, fleet.secure)
+
+
+def _shared_rows(shared: SharedState | None) -> list[tuple[str, str]]:
+    """Where ``--ha``'s database and bucket are (the password stays in the replicas' environment)."""
+    if shared is None:
+        return []
+    pg = shared.postgres
+    return [
+        ("PostgreSQL", f"{pg.host}:{pg.port} (database {pg.url.rsplit('/', 1)[1]}, gone when the fleet stops)"),
+        ("S3", f"{shared.s3.endpoint} bucket {shared.bucket} (in memory)"),
+    ]
 
 
 def _print_secure(console: Console, fleet: Fleet, secure: SecureFleet) -> None:
@@ -120,6 +140,31 @@ def status_of(fleet: Fleet, data: DataDir) -> FleetStatus:
             correct=a.correct, total=a.total, requests=a.requests, accuracy=a.value, nodes=list(a.nodes)
         ),
         secure=_secure_status(fleet.secure),
+        replicas=[
+            ReplicaStatus(
+                replica_id=r.name,
+                http_url=r.http_url,
+                grpc_address=r.grpc_address,
+                healthz_url=f"{r.http_url}/healthz",
+                pid=r.child.pid,
+            )
+            for r in fleet.replicas
+        ],
+        shared=_shared_status(fleet.shared),
+    )
+
+
+def _shared_status(shared: SharedState | None) -> SharedStatus | None:
+    if shared is None:
+        return None
+    s3 = shared.s3
+    pid = s3.child.pid if s3.child is not None else 0
+    return SharedStatus(
+        postgres_host=shared.postgres.host,
+        postgres_port=shared.postgres.port,
+        s3_endpoint=s3.endpoint,
+        bucket=shared.bucket,
+        s3_pid=pid,
     )
 
 

@@ -1,7 +1,8 @@
 """``modelfleet up``: broker, central and edges as children, the digits model pushed and
 served, a few requests through the gateway, the URLs printed; then either exit
 (``--once``) or keep the fleet running until Ctrl-C or SIGTERM. Every path out, an
-error or an interrupt included, stops every child first."""
+error or an interrupt included, stops every child first. With ``--ha`` central runs as
+three replicas on a private PostgreSQL and S3 server (``modelfleet.up.ha``)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from rich.console import Console
 from rich.markup import escape
 
 from modelfleet.extras import DEMO, MissingExtra, require_extra
+from modelfleet.up import ha
 from modelfleet.up.broker import BrokerChoice, RunningBroker, start_broker
-from modelfleet.up.children import ChildGroup, raising_on_sigterm
+from modelfleet.up.children import Child, ChildGroup, raising_on_sigterm
 from modelfleet.up.datadir import DataDir
 from modelfleet.up.demo import MODEL, Accuracy, DemoClient, Published, alive, serves
 from modelfleet.up.errors import UpError
@@ -63,11 +65,27 @@ class UpOptions(BaseModel):
         ),
     )
 
+    ha: bool = Field(
+        False,
+        description=(
+            "Central as three replicas (central-1..3) sharing a private PostgreSQL and a bucket on a local"
+            " S3 server; edges are given all three gRPC addresses. Needs the ha extra and PostgreSQL."
+        ),
+    )
+
     @field_validator("base_port")
     @classmethod
     def _base_port_fits(cls, value: int | None) -> int | None:
         PortPlan.build(1, value)  # raises ValueError with the allowed range
         return value
+
+    @model_validator(mode="after")
+    def _ha_is_not_secure_yet(self) -> UpOptions:
+        # --secure gives central one MQTT login, and Mosquitto binds client ids to logins:
+        # three replicas on it would close each other's sessions in turn.
+        if self.ha and self.secure:
+            raise ValueError("--ha and --secure cannot be combined yet: the replicas would share one MQTT login")
+        return self
 
 
 def run_up(options: UpOptions, steps: Steps) -> int:
@@ -80,8 +98,9 @@ def run_up(options: UpOptions, steps: Steps) -> int:
         require_extra("demo", "modelfleet up's demo", DEMO)
         with raising_on_sigterm(lambda _: KeyboardInterrupt()), DataDir(options.data_dir) as data:
             group = ChildGroup(data.logs)
+            shared = contextlib.ExitStack()  # --ha's PostgreSQL: closed once the replicas are stopped
             try:
-                fleet = _bring_up(options, data, group, steps)
+                fleet = _bring_up(options, data, group, shared, steps)
                 up = True
                 print_urls(console, fleet, data)
                 if options.json_status is not None:
@@ -90,7 +109,7 @@ def run_up(options: UpOptions, steps: Steps) -> int:
                     console.print("[bold]The fleet is running; press Ctrl-C to stop it.[/bold]")
                     _watch(group, console)
             finally:
-                _stop(group, steps)
+                _stop(group, shared, steps)
     except KeyboardInterrupt:
         return 0 if up else 130
     except (UpError, MissingExtra) as exc:
@@ -99,13 +118,16 @@ def run_up(options: UpOptions, steps: Steps) -> int:
     return 0
 
 
-def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps) -> Fleet:
+def _bring_up(
+    options: UpOptions, data: DataDir, group: ChildGroup, shared: contextlib.ExitStack, steps: Steps
+) -> Fleet:
     secure = None
     if options.secure:
         with steps.step("credentials (CA and certificates, tokens, MQTT users)") as step:
             secure = prepare(data.root / "secure", data.root / "central", edge_ids(options.edges))
             step.detail = f"in {secure.root}"
-    broker, central, edges, model = _start(options, data, group, steps, secure)
+    broker, centrals, edges, model, state = _start(options, data, group, shared, steps, secure)
+    central = centrals[0]  # the demo talks to the first replica; they share one registry
     try:
         with _http_client(secure) as client:
             api = DemoClient(client, central.http_url)
@@ -124,7 +146,8 @@ def _bring_up(options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps
                 step.detail = _accuracy(accuracy)
     except httpx.HTTPError as exc:
         raise UpError(f"central at {central.http_url} did not answer: {exc!r} (log: {central.child.log_path})") from exc
-    return Fleet(broker, central, edges, published, accuracy, secure)
+    replicas = centrals if options.ha else []
+    return Fleet(broker, central, edges, published, accuracy, secure, replicas=replicas, shared=state)
 
 
 def _http_client(secure: SecureFleet | None) -> httpx.Client:
@@ -137,9 +160,15 @@ def _http_client(secure: SecureFleet | None) -> httpx.Client:
 
 
 def _start(
-    options: UpOptions, data: DataDir, group: ChildGroup, steps: Steps, secure: SecureFleet | None
-) -> tuple[RunningBroker, Service, list[Service], DigitsModel]:
-    """Broker, central, edges; the model is built while central boots (they share no state)."""
+    options: UpOptions,
+    data: DataDir,
+    group: ChildGroup,
+    shared: contextlib.ExitStack,
+    steps: Steps,
+    secure: SecureFleet | None,
+) -> tuple[RunningBroker, list[Service], list[Service], DigitsModel, ha.SharedState | None]:
+    """Broker, central (or its replicas), edges; the model is built while central boots
+    (they share no state)."""
     ports = PortPlan.build(options.edges, options.base_port)
     with steps.step("MQTT broker") as step:
         security = secure.broker if secure is not None else None
@@ -148,25 +177,46 @@ def _start(
     # Central binds its gRPC port itself (0 when the planned one is taken) and names it in its
     # ready line; the edges start once it is known. Choosing a free port here and passing it on
     # lost a race now and then: another process took it before central bound it.
-    central_env = secure.central_env() if secure is not None else None
-    central_child = spawn_central(group, ports, data.root, broker.address, available(ports.central_grpc), central_env)
+    if options.ha:
+        with steps.step("PostgreSQL and S3 for the replicas") as step:
+            state = shared.enter_context(ha.shared_state(group))
+            step.detail = f"PostgreSQL on port {state.postgres.port}, bucket {state.bucket} on {state.s3.endpoint}"
+        central_children = ha.spawn_replicas(group, ports, data.root, broker.address, state)
+    else:
+        state = None
+        central_env = secure.central_env() if secure is not None else None
+        grpc = available(ports.central_grpc)
+        central_children = [spawn_central(group, ports, data.root, broker.address, grpc, central_env)]
     with steps.step(f"build the {MODEL} model (while central starts)") as step:
         model = build_digits()
         step.detail = f"{model.onnx_path.stat().st_size:,} bytes, FP32 test accuracy {model.fp32_test_accuracy:.1%}"
-    with steps.step("central") as step:
-        central = wait_central(central_child, options.timeout_s)
-        step.detail = (
-            f"HTTP {central.http_url}{_moved(ports.central_http, central.http_port)}, "
-            f"gRPC {central.grpc_address}{_moved(ports.central_grpc, central.grpc_port)}"
-        )
+    centrals = _wait_centrals(central_children, ports, options, steps)
+    # every replica's gRPC address: an edge moves to the next when the one it follows goes
+    central_grpc = ",".join(c.grpc_address for c in centrals)
     edge_env = secure.edge_env if secure is not None else None
-    edge_children = spawn_edges(group, ports, data.root, central.grpc_address, broker.address, edge_env)
+    edge_children = spawn_edges(group, ports, data.root, central_grpc, broker.address, edge_env)
     with steps.step(f"{options.edges} edges") as step:
         edges = wait_edges(edge_children, options.timeout_s)
         step.detail = ", ".join(
             f"{e.name} {e.http_url}{_moved(p, e.http_port)}" for e, p in zip(edges, ports.edge_http, strict=True)
         )
-    return broker, central, edges, model
+    return broker, centrals, edges, model, state
+
+
+def _wait_centrals(children: list[Child], ports: PortPlan, options: UpOptions, steps: Steps) -> list[Service]:
+    """Central's ready line, or every replica's (``--ha``); their addresses as the step's detail."""
+    label = f"{len(children)} central replicas" if options.ha else "central"
+    with steps.step(label) as step:
+        if options.ha:
+            centrals = ha.wait_replicas(children, options.timeout_s)
+            step.detail = ", ".join(f"{c.name} {c.http_url} (gRPC {c.grpc_address})" for c in centrals)
+        else:
+            centrals = [wait_central(children[0], options.timeout_s)]
+            step.detail = (
+                f"HTTP {centrals[0].http_url}{_moved(ports.central_http, centrals[0].http_port)}, "
+                f"gRPC {centrals[0].grpc_address}{_moved(ports.central_grpc, centrals[0].grpc_port)}"
+            )
+    return centrals
 
 
 def _moved(wanted: int, got: int) -> str:
@@ -200,11 +250,12 @@ def _write_status(path: Path, fleet: Fleet, data: DataDir) -> None:
 
 
 def _watch(group: ChildGroup, console: Console) -> None:
-    """Until interrupted: report edges that exit (the rest keeps serving); fail if the broker or central does."""
+    """Until interrupted: report edges and central replicas that exit (the rest keeps serving);
+    fail if the broker, the S3 server or a single central does."""
     reported: set[str] = set()
     while True:
         for child in group.dead():
-            if not child.name.startswith("edge-"):
+            if not child.name.startswith(("edge-", "central-")):
                 raise child.died("while the fleet was running")
             if child.name not in reported:
                 reported.add(child.name)
@@ -212,12 +263,15 @@ def _watch(group: ChildGroup, console: Console) -> None:
         time.sleep(_WATCH_S)
 
 
-def _stop(group: ChildGroup, steps: Steps) -> None:
-    """Stop every child; a second Ctrl-C meanwhile is ignored rather than leaving some running."""
-    with _ignoring_interrupts(), steps.step("stop the fleet") as step:
-        running = sum(c.alive() for c in group.children)
-        group.stop()
-        step.detail = f"{running} process{'es' if running != 1 else ''} stopped"
+def _stop(group: ChildGroup, shared: contextlib.ExitStack, steps: Steps) -> None:
+    """Stop every child, then what they shared (``--ha``'s PostgreSQL); a second Ctrl-C
+    meanwhile is ignored rather than leaving some running."""
+    with _ignoring_interrupts():
+        with steps.step("stop the fleet") as step:
+            running = sum(c.alive() for c in group.children)
+            group.stop()
+            step.detail = f"{running} process{'es' if running != 1 else ''} stopped"
+        shared.close()
 
 
 @contextlib.contextmanager

@@ -17,7 +17,9 @@ __all__ = [
     "EdgeStatus",
     "FleetStatus",
     "ModelStatus",
+    "ReplicaStatus",
     "SecureStatus",
+    "SharedStatus",
     "write",
 ]
 
@@ -43,6 +45,26 @@ class CentralStatus(BaseModel):
     gateway_url: str
     metrics_url: str
     pid: int
+
+
+class ReplicaStatus(BaseModel):
+    """One central replica of a ``--ha`` fleet."""
+
+    replica_id: str
+    http_url: str
+    grpc_address: str
+    healthz_url: str
+    pid: int
+
+
+class SharedStatus(BaseModel):
+    """What ``--ha``'s replicas share: where PostgreSQL and the bucket are (no password)."""
+
+    postgres_host: str
+    postgres_port: int
+    s3_endpoint: str
+    bucket: str
+    s3_pid: int
 
 
 class EdgeStatus(BaseModel):
@@ -96,6 +118,9 @@ class FleetStatus(BaseModel):
     model: ModelStatus
     demo: AccuracyStatus
     secure: SecureStatus | None = None
+    #: ``--ha``: every replica (``central`` is the first of them); empty otherwise.
+    replicas: list[ReplicaStatus] = []
+    shared: SharedStatus | None = None
 
 
 def write(path: Path, status: FleetStatus) -> None:

@@ -1,6 +1,7 @@
 """What each install brings, and that it is enough: the images' ``pip install`` lines, run
 as virtualenvs holding exactly what those lines install (see ``installs.py``). The core
-runs an edge, core plus ``[central]`` runs central (quantization included); neither has
+runs an edge, core plus ``[central,postgres]`` runs central (quantization included), a
+replica on PostgreSQL and S3 too; neither has
 the demo stack, and ``modelfleet up`` / ``zoo digits`` without ``[demo]`` say what to
 install instead of failing halfway."""
 
@@ -18,6 +19,7 @@ from installs import distributions, make_venv
 
 from brokers import MosquittoBroker
 from modelfleet.up.children import ChildGroup
+from modelfleet.up.s3server import S3Server
 from modelfleet.up.services import Service, wait_central, wait_edges
 from modelfleet.zoo import build_mlp
 
@@ -52,12 +54,13 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "")
 
 
-def test_the_images_install_no_demo_or_dev_packages_and_only_central_gets_sympy_and_s3() -> None:
+def test_the_images_install_no_demo_or_dev_packages_and_only_central_gets_sympy_s3_and_postgres() -> None:
     edge = set(distributions(image_extras("edge.Dockerfile")))
     central = set(distributions(image_extras("central.Dockerfile")))
     assert edge & DEMO_AND_DEV == set()
     assert central & DEMO_AND_DEV == set()
-    assert central - edge == {"sympy", "mpmath", "obstore"}  # obstore: chunks on S3 (blobs.bucket)
+    # obstore: chunks on S3 (blobs.bucket); psycopg: metadata on PostgreSQL (store.url), as replicas run
+    assert central - edge == {"sympy", "mpmath", "obstore", "psycopg", "psycopg-binary", "psycopg-pool"}
     assert {"scikit-learn", "skl2onnx", "amqtt", "sympy"} <= set(distributions(["demo"]))
 
 
@@ -80,6 +83,29 @@ def test_the_image_installs_run_central_and_an_edge_that_serves_a_pushed_model(
         group.stop()
     assert quantization["method"] == "dynamic"
     assert quantization["preprocess"] == "full", quantization  # sympy: symbolic shape inference ran
+
+
+@pytest.mark.usefixtures("elsewhere")
+def test_the_central_image_install_runs_a_replica_on_postgres_and_s3(
+    tmp_path: Path, central_python: Path, postgres_url: str, s3_server: S3Server
+) -> None:
+    """What the replicated Kubernetes layout runs: store.url, blobs.* and a replica id."""
+    env = {"MODELFLEET_STORE__URL": postgres_url, **s3_server.blob_env(s3_server.new_bucket())}
+    env["MODELFLEET_QUANTIZE__ENABLED"] = "false"
+    group = ChildGroup(tmp_path / "logs")
+    args = ["central", "--data-dir", str(tmp_path / "central"), "--http-port", "0", "--grpc-port", "0"]
+    try:
+        replica = group.spawn("central-r1", [str(central_python), "-m", "modelfleet", *args, "--replica-id", "r1"], env)
+        central = wait_central(replica, _READY_S)
+        with httpx.Client(base_url=central.http_url, timeout=60) as client:
+            assert client.get("/healthz").status_code == 200
+            model = build_mlp(tmp_path / "mlp.onnx", width=16, hidden_layers=1).read_bytes()
+            pushed = client.post("/api/v1/models/mlp/versions", content=model)
+            assert pushed.status_code == 201, pushed.text
+    finally:
+        group.stop()
+    blobs = s3_server.client().list_objects_v2(Bucket=env["MODELFLEET_BLOBS__BUCKET"])
+    assert blobs["KeyCount"] > 0  # the chunks went to the bucket, through obstore
 
 
 def _push_and_infer(central: Service, edge: Service, model: Path) -> dict[str, object]:

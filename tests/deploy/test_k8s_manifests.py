@@ -40,15 +40,19 @@ from modelfleet.up.secure import ACL_RULES
 #: A Kubernetes version kubernetes-validate ships schemas for.
 K8S_VERSION = "1.33.0"
 K8S = DEPLOY / "k8s"
+#: Replicated central: an overlay of ``K8S`` (tests in test_k8s_replicated.py).
+K8S_HA = DEPLOY / "k8s-ha"
 #: Kubernetes node names: each runs an edge with that node id and MQTT user name.
 NODES = ("node-1", "node-2")
 
 
 def _documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every manifest of ``deploy/k8s`` and ``deploy/k8s-ha``, as (``dir/file``, document)."""
     docs = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(K8S.glob("*.yaml")) + sorted(K8S_HA.glob("*.yaml")):
         if path.name != "kustomization.yaml":
-            docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
+            name = f"{path.parent.name}/{path.name}"
+            docs += [(name, d) for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
 
 

@@ -13,7 +13,7 @@ from central.errors import NotFound
 from central.registry.s3blobs import S3BlobStore
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, version_state, wait_for
-from s3server import S3Server
+from modelfleet.up.s3server import S3Server
 
 
 async def test_chunks_in_s3_are_pushed_fetched_and_survive_a_restart(

@@ -1,5 +1,5 @@
 """The ``ChunkBlobs`` contract, run against the directory store and an S3 bucket on a real
-S3 server process (``tests/s3server.py``)."""
+S3 server process (``modelfleet/up/s3server.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from central.core import open_blobs
 from central.registry.blobs import BlobStore, ChunkBlobs, CorruptBlob
 from central.registry.s3blobs import S3BlobStore
 from central.settings import BlobSettings, CentralSettings
-from s3server import S3Server
+from modelfleet.up.s3server import S3Server
 
 #: (store, write raw bytes under a key as someone tampering with the storage would)
 Backend = tuple[ChunkBlobs, Callable[[str, bytes], None]]

@@ -1,8 +1,12 @@
-"""A private PostgreSQL instance for tests: ``initdb`` in a temp dir, ``pg_ctl`` on a free
+"""A private, throw-away PostgreSQL server: ``initdb`` in a temp dir, ``pg_ctl`` on a free
 loopback port, password (SCRAM) logins over TCP, stopped and removed at the end. It never
-touches a system PostgreSQL on 5432. No pytest here: the fixture lives in ``conftest.py``.
+touches a system PostgreSQL on 5432.
 
-PostgreSQL refuses to run as root, so as root (CI, this machine) its binaries run as the
+``modelfleet up --ha`` shares it between its central replicas, and the tests' ``postgres``
+fixture (``tests/conftest.py``) between tests; both want a database that costs a second to
+make and leaves nothing behind, hence no durability (no fsync) and a temp dir.
+
+PostgreSQL refuses to run as root, so as root (CI, containers) its binaries run as the
 ``postgres`` user Debian's package creates, on a data dir that user owns."""
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from types import TracebackType
 
 from modelfleet.up.ports import free_port
 
+__all__ = ["USER", "PostgresInstance", "postgres_bindir"]
+
 USER = "modelfleet"
-#: Tests need no durability: no fsync makes initdb and every commit much quicker.
+#: A throw-away server needs no durability: no fsync makes initdb and every commit much quicker.
 _FAST = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 
 
@@ -55,7 +61,10 @@ class PostgresInstance:
     def __init__(self) -> None:
         bindir = postgres_bindir()
         if bindir is None:
-            raise RuntimeError("PostgreSQL binaries not found: install Debian's postgresql (make test does)")
+            raise RuntimeError(
+                "PostgreSQL binaries not found: install Debian's postgresql"
+                " (bash scripts/ensure_apt.sh postgresql:pg_ctlcluster; make test and make up UP_ARGS=--ha do)"
+            )
         self._bin = bindir
         self.host = "127.0.0.1"
         self.port = 0
@@ -103,7 +112,7 @@ class PostgresInstance:
 
     def fresh_database(self) -> str:
         """The URL of a new, empty database (one per test: quicker than a server per test)."""
-        import psycopg  # the [postgres] extra; only tests that use this server need it
+        import psycopg  # the [postgres] extra; only callers that want a database per user need it
 
         name = f"t_{uuid.uuid4().hex[:16]}"
         with psycopg.connect(self.url, autocommit=True) as conn:
@@ -122,6 +131,7 @@ class PostgresInstance:
         shutil.rmtree(self._root, ignore_errors=True)
 
     def _run(self, tool: str, *args: str, env: dict[str, str] | None = None, check: bool = True) -> None:
+        """Run one PostgreSQL tool (as ``postgres`` when we are root); its error and the server log on failure."""
         cmd = [str(self._bin / tool), *args]
         if self._owner is not None:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
