@@ -17,10 +17,11 @@ from modelfleet.up.services import CENTRAL_READY, EDGE_READY, central_args, edge
 
 
 def replica_env(
-    *, store_url: str, blob_settings: Mapping[str, Any], broker: tuple[str, int], partitions: int, tick_s: float = 0.5
+    *, store_url: str, blob_env: Mapping[str, str], broker: tuple[str, int], partitions: int, tick_s: float = 0.5
 ) -> dict[str, str]:
-    """Environment of every replica: the shared store, bucket and broker (``MODELFLEET_*``)."""
-    env = {
+    """Environment of every replica: the shared store, bucket (``S3Server.blob_env``) and broker."""
+    return {
+        **blob_env,
         "MODELFLEET_STORE__URL": store_url,
         "MODELFLEET_MQTT__ENABLED": "true",
         "MODELFLEET_BROKER__HOST": broker[0],
@@ -28,10 +29,9 @@ def replica_env(
         "MODELFLEET_BROKER__RECONNECT_MAX_S": "1.0",
         "MODELFLEET_HA__PARTITIONS": str(partitions),
         "MODELFLEET_HA__TICK_S": str(tick_s),
+        # A write while PostgreSQL is away answers 503 within seconds, not after the default 10.
+        "MODELFLEET_STORE__CONNECT_TIMEOUT_S": "3",
     }
-    for key, value in blob_settings.items():
-        env[f"MODELFLEET_BLOBS__{key.upper()}"] = str(value)
-    return env
 
 
 class ReplicatedFleet(Fleet):

@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         central_env = {
             **replica_env(
                 store_url=store_url,
-                blob_settings=s3.blob_settings(bucket),
+                blob_env=s3.blob_env(bucket),
                 broker=(broker.host, broker.port),
                 partitions=args.partitions,
             ),

@@ -105,10 +105,22 @@ class PostgresInstance:
         )
         pwfile.unlink()
         self.port = free_port()
+        self._pg_ctl_start()
+        self.create_database(USER)
+
+    def _pg_ctl_start(self) -> None:
         options = f"-h {self.host} -p {self.port} -k {self._root} {_FAST}"
         log = self._root / "server.log"
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(log), "-o", options, "-w", "-t", "30", "start")
-        self.create_database(USER)
+
+    def crash(self) -> None:
+        """Stop the server the way a crash does (``-m immediate``: every session cut, no
+        checkpoint); ``start_again`` recovers it on the same port with its data (the fault suite)."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+
+    def start_again(self) -> None:
+        """Start the stopped server again on the same port and data dir."""
+        self._pg_ctl_start()
 
     def fresh_database(self) -> str:
         """The URL of a new, empty database (one per test: quicker than a server per test)."""

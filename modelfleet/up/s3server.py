@@ -46,12 +46,15 @@ class S3Server:
         self.port = free_port()
         self.endpoint = f"http://{HOST}:{self.port}"
         self._own: ChildGroup | None = None
+        self._group: ChildGroup | None = None
         self.child: Child | None = None
+        self._buckets: list[str] = []
 
     def start(self, group: ChildGroup, timeout_s: float = _READY_TIMEOUT_S) -> S3Server:
         """Spawn the server in ``group`` and wait until it answers HTTP; UpError (a ChildError) if not."""
         require_extra("ha", "an S3 server for modelfleet up --ha", S3_SERVER)
         argv = ["-m", "moto.server", "-H", HOST, "-p", str(self.port)]
+        self._group = group
         self.child = group.spawn("s3", [sys.executable, *argv])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -66,6 +69,17 @@ class S3Server:
             f"the S3 server did not answer on {self.endpoint} within {timeout_s:.0f} s (log: {self.child.log_path})",
             self.child,
         )
+
+    def restart(self) -> list[str]:
+        """Kill the server and start it again on the same port (the fault suite). moto keeps
+        objects in memory, so the buckets come back empty: they are made again, by name."""
+        assert self.child is not None and self._group is not None, "start the server first"
+        self.child.kill()
+        self.start(self._group)
+        client = self.client()
+        for name in self._buckets:
+            client.create_bucket(Bucket=name)
+        return list(self._buckets)
 
     def __enter__(self) -> S3Server:
         self._own = ChildGroup(Path(tempfile.mkdtemp(prefix="modelfleet-s3-")))
@@ -95,6 +109,7 @@ class S3Server:
         """A fresh empty bucket, so users of one server never see each other's blobs."""
         name = f"chunks-{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=name)
+        self._buckets.append(name)
         return name
 
     def blob_settings(self, bucket: str, **overrides: object) -> dict[str, object]:

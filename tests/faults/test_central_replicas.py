@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from faults._faults import CENTRAL_ENV, EDGE_ENV, mqtt_envs, wait_until
 
 from bench._fleet import sha256_of
 from bench._replicas import ReplicatedFleet, replica_env
 from brokers import MosquittoBroker
-from faults._faults import CENTRAL_ENV, EDGE_ENV, mqtt_envs, wait_until
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
 from modelfleet.zoo.synthetic import build_mlp
@@ -31,7 +31,7 @@ def fleet(
     central_mqtt, edge_mqtt = mqtt_envs(mosquitto)
     env = replica_env(
         store_url=postgres.fresh_database(),
-        blob_settings=s3_server.blob_settings(s3_server.new_bucket()),
+        blob_env=s3_server.blob_env(s3_server.new_bucket()),
         broker=(mosquitto.host, mosquitto.port),
         partitions=PARTITIONS,
         tick_s=0.2,
@@ -117,13 +117,15 @@ def test_a_rollout_goes_on_under_the_next_leader(fleet: ReplicatedFleet, tmp_pat
         fleet.start_edge(f"e{i}")
     fleet.push("m", "1", v1)
     fleet.wait_complete("m", "1", timeout_s=60)
-    r = fleet.client.post(f"{fleet.central.http_url}/api/v1/models/m/versions", params={"version": "2", "activate": "false"},  # type: ignore[union-attr]
-                          content=v2.read_bytes(), headers={"Content-Type": "application/octet-stream"})  # fmt: skip
-    assert r.status_code == 201, r.text
-    started = fleet.client.post(
-        f"{fleet.central.http_url}/api/v1/models/m/rollouts",  # type: ignore[union-attr]
-        json={"version": "2", "canary": 0.5, "soak_s": 2.0},
+    url = _url(fleet)
+    r = fleet.client.post(
+        f"{url}/api/v1/models/m/versions",
+        params={"version": "2", "activate": "false"},
+        content=v2.read_bytes(),
+        headers={"Content-Type": "application/octet-stream"},
     )
+    assert r.status_code == 201, r.text
+    started = fleet.client.post(f"{url}/api/v1/models/m/rollouts", json={"version": "2", "canary": 0.5, "soak_s": 2.0})
     assert started.status_code in (200, 201), started.text
     wait_until(lambda: _rollout(fleet)["state"] == "canary" and _rollout(fleet)["ready"] >= 1, 30, "a canary ready")
 
@@ -132,13 +134,18 @@ def test_a_rollout_goes_on_under_the_next_leader(fleet: ReplicatedFleet, tmp_pat
     fleet.kill_replica(leader)
     wait_until(lambda: fleet.leader() not in (None, leader), 10, "a new leader")
     wait_until(lambda: _rollout(fleet)["state"] == "complete", 60, "the rollout completed under the new leader")
-    events = fleet.client.get(f"{fleet.central.http_url}/api/v1/events", params={"limit": 500}).json()  # type: ignore[union-attr]
+    events = fleet.client.get(f"{_url(fleet)}/api/v1/events", params={"limit": 500}).json()
     assert any(e["type"] == "rollout_resumed" for e in events), "the new leader said it resumed the rollout"
 
 
-def _rollout(fleet: ReplicatedFleet) -> dict[str, Any]:
+def _url(fleet: ReplicatedFleet) -> str:
+    """A live replica's REST base URL."""
     assert fleet.central is not None
-    return dict(fleet.client.get(f"{fleet.central.http_url}/api/v1/models/m/rollout").json())
+    return fleet.central.http_url
+
+
+def _rollout(fleet: ReplicatedFleet) -> dict[str, Any]:
+    return dict(fleet.client.get(f"{_url(fleet)}/api/v1/models/m/rollout").json())
 
 
 def test_postgresql_restarted_writes_are_refused_with_retry_after_then_resume(
