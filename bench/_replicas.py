@@ -40,9 +40,16 @@ class ReplicatedFleet(Fleet):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.replicas: dict[str, Proc] = {}
+        #: Replicas this fleet SIGKILLed on purpose (not counted as processes that died).
+        self.killed: set[str] = set()
 
     def _procs(self) -> list[Proc]:
         return [*self.edges.values(), *self.replicas.values()]
+
+    def _check_alive(self) -> None:
+        dead = [p for p in self._procs() if not p.alive() and p.name not in self.killed]
+        if dead:
+            raise self.fail(f"process(es) died: {', '.join(p.name for p in dead)}", dead)
 
     def stop(self) -> None:
         """Edges first, then the replicas (``Fleet.stop`` stops ``central`` last)."""
@@ -64,6 +71,7 @@ class ReplicatedFleet(Fleet):
     def start_replica(self, replica_id: str, *, wait_ready: bool = True, http_port: int = 0) -> Proc:
         """Start (or restart, on its data dir) one replica."""
         assert self.dir is not None, "use the fleet inside a with block"
+        self.killed.discard(replica_id)
         data_dir = self.dir / "replicas" / replica_id
         args = [*central_args(data_dir, http_port, 0), "--replica-id", replica_id]
         proc = self._spawn(replica_id, args, self.central_env, data_dir)
@@ -75,6 +83,7 @@ class ReplicatedFleet(Fleet):
     def kill_replica(self, replica_id: str) -> float:
         """SIGKILL one replica; returns when (``time.time()``) it died. ``central`` moves on."""
         proc = self.replicas[replica_id]
+        self.killed.add(replica_id)
         proc.kill()
         killed_at = time.time()
         if self.central is proc:

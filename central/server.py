@@ -26,6 +26,10 @@ _GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 8 * 1024 * 1024),
     ("grpc.max_send_message_length", 8 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
+    # Edges ping every 20 s (keepalive_time_ms) on their long, mostly idle watch stream; the
+    # default minimum of 5 min between pings without data answers the third with GOAWAY
+    # "too_many_pings", which cut the stream every minute (and moved edges between replicas).
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
 ]
 
 

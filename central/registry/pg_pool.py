@@ -32,7 +32,17 @@ def open_pool(
     url: str, *, name: str, pool_size: int = 4, connect_timeout_s: float = 10.0
 ) -> tuple[ConnectionPool, list[str]]:
     """An open pool on ``url`` with the migrations applied; returns it and the versions this call applied."""
-    pool = ConnectionPool(url, min_size=1, max_size=pool_size, timeout=connect_timeout_s, open=False, name=name)
+    # ``check``: a connection that PostgreSQL closed meanwhile (a restart, a failover) is
+    # replaced before it is handed out, so the first request after a restart does not fail.
+    pool = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=pool_size,
+        timeout=connect_timeout_s,
+        open=False,
+        name=name,
+        check=ConnectionPool.check_connection,
+    )
     try:
         pool.open(wait=True, timeout=connect_timeout_s)
         with pool.connection() as conn:

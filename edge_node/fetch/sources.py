@@ -18,6 +18,8 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 8 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.enable_retries", 0),
+    # As a server (the Peer service): peers' 20 s keep-alive pings are welcome (central's too).
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
 ]
 
 

@@ -113,10 +113,11 @@ class PostgresInstance:
         log = self._root / "server.log"
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(log), "-o", options, "-w", "-t", "30", "start")
 
-    def crash(self) -> None:
-        """Stop the server the way a crash does (``-m immediate``: every session cut, no
-        checkpoint); ``start_again`` recovers it on the same port with its data (the fault suite)."""
-        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+    def stop_server(self) -> None:
+        """Stop the server and keep its files (``-m fast``: every session is cut at once, as in a
+        restart or a failover; committed data is kept, which ``-m immediate`` would not promise
+        with this instance's ``synchronous_commit=off``); ``start_again`` brings it back."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
 
     def start_again(self) -> None:
         """Start the stopped server again on the same port and data dir."""

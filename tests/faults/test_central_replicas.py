@@ -152,7 +152,7 @@ def test_postgresql_restarted_writes_are_refused_with_retry_after_then_resume(
     fleet: ReplicatedFleet, postgres: PostgresInstance, small_model_file: Path
 ) -> None:
     pushed = fleet.push("tiny", "1", small_model_file)
-    postgres.crash()  # immediate shutdown: every session is cut, as on a crash
+    postgres.stop_server()  # every session is cut at once
     try:
         replica = fleet.live()[0]
         r = fleet.client.post(
