@@ -20,7 +20,7 @@ from modelfleet.extras import require_extra
 from modelfleet.up.children import Child, ChildGroup, wait_ready
 from modelfleet.up.errors import UpError
 from modelfleet.up.ports import PortPlan, available
-from modelfleet.up.postgres import PostgresInstance
+from modelfleet.up.postgres import PostgresInstance, postgres_bindir
 from modelfleet.up.s3server import S3_SERVER, S3Server
 from modelfleet.up.services import CENTRAL_READY, Service, central_args
 
@@ -28,6 +28,7 @@ __all__ = [
     "HA_MODULES",
     "REPLICAS",
     "SharedState",
+    "check_prerequisites",
     "replica_ids",
     "share_signing_key",
     "shared_state",
@@ -40,6 +41,17 @@ __all__ = [
 REPLICAS = 3
 #: The ``ha`` extra, as far as ``up`` itself needs it (psycopg for the database, moto for S3).
 HA_MODULES = ("psycopg", *S3_SERVER)
+
+
+def check_prerequisites() -> None:
+    """Before anything starts: the ``ha`` extra (MissingExtra) and PostgreSQL's binaries
+    (UpError), each with the line that installs it, rather than a failure halfway up."""
+    require_extra("ha", "modelfleet up --ha", HA_MODULES)
+    if postgres_bindir() is None:
+        raise UpError(
+            "modelfleet up --ha needs PostgreSQL's initdb and pg_ctl: bash scripts/ensure_apt.sh"
+            " postgresql:pg_ctlcluster (make up UP_ARGS=--ha runs it)"
+        )
 
 
 def replica_ids(count: int = REPLICAS) -> list[str]:
@@ -70,7 +82,7 @@ def shared_state(group: ChildGroup) -> Iterator[SharedState]:
     """Start PostgreSQL and the S3 server (a child of ``group``) with one bucket; PostgreSQL,
     which daemonizes and so is no child, is stopped and removed when the block ends (after
     ``group`` has stopped the replicas, when entered before the block that stops them)."""
-    require_extra("ha", "modelfleet up --ha", HA_MODULES)
+    check_prerequisites()
     postgres = PostgresInstance()
     try:
         postgres.start()

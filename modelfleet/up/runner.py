@@ -96,6 +96,8 @@ def run_up(options: UpOptions, steps: Steps) -> int:
         # before anything starts (the model is built once the broker and central are starting);
         # SIGTERM ends ``up`` the way Ctrl-C does (children stopped first)
         require_extra("demo", "modelfleet up's demo", DEMO)
+        if options.ha:
+            ha.check_prerequisites()
         with raising_on_sigterm(lambda _: KeyboardInterrupt()), DataDir(options.data_dir) as data:
             group = ChildGroup(data.logs)
             shared = contextlib.ExitStack()  # --ha's PostgreSQL: closed once the replicas are stopped
