@@ -242,7 +242,9 @@ class Central:
             else SharedFleetView(self.nodes, self.replica.view)
         )
         self._rollout_book = book = RolloutBook(
-            open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"), self._latest_versions
+            open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"),
+            self._latest_versions,
+            on_write=self.replica.bump if self.replica is not None else None,
         )
         r = settings.rollout
         controller = RolloutController(

@@ -23,6 +23,7 @@ from typing import Any
 import obstore
 from obstore.store import S3Store
 
+from central.errors import StoreUnavailable
 from central.registry.blobs import check_digest, verified
 from fleetwire.digest import chunk_digest, is_digest
 
@@ -84,7 +85,10 @@ class S3BlobStore:
         meta = self._head(digest)
         if meta is not None and (not self.grace_s or self._age_s(meta) < self.grace_s / 2):
             return digest, False
-        obstore.put(self._store, self.key(digest), data)
+        try:
+            obstore.put(self._store, self.key(digest), data)
+        except FileNotFoundError as exc:  # S3 answers NoSuchBucket: gone, or not made again yet
+            raise StoreUnavailable(f"the chunk bucket is missing on the object store: {exc}".splitlines()[0]) from exc
         self._usage = None
         return digest, meta is None
 

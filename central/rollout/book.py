@@ -15,8 +15,15 @@ from central.rollout.store import Release, RolloutRecords
 class RolloutBook:
     """Every rollout (oldest first) and every model's release pointer."""
 
-    def __init__(self, store: RolloutRecords, latest_versions: Callable[[], dict[str, str | None]]) -> None:
+    def __init__(
+        self,
+        store: RolloutRecords,
+        latest_versions: Callable[[], dict[str, str | None]],
+        on_write: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_write``: after every write (a replicated central tells the other replicas to re-read)."""
         self._store = store
+        self._on_write = on_write or (lambda: None)
         self._latest_versions = latest_versions
         self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}
         self._releases: dict[str, Release] = store.releases()
@@ -48,18 +55,21 @@ class RolloutBook:
         """Store a new rollout and give it its id."""
         stored = self._store.insert(rollout)
         self._rollouts[stored.id] = stored
+        self._on_write()
         return stored
 
     def save(self, rollout: Rollout) -> None:
         """Persist a changed rollout."""
         self._rollouts[rollout.id] = rollout
         self._store.update(rollout)
+        self._on_write()
 
     def set_release(self, model: str, stable: str | None, *, supersede: bool) -> None:
         """Pin ``model``'s stable version; ``supersede`` retires every rollout so far."""
         epoch = max((r.id for r in self.rollouts(model)), default=0) if supersede else self.epoch(model)
         self._store.set_release(model, stable, epoch)
         self._releases[model] = Release(model, stable, epoch)
+        self._on_write()
 
     def plan(self) -> ServingPlan:
         """The serving plan of this moment (reads the registry's latest versions)."""

@@ -71,8 +71,9 @@ class RolloutController:
             self._timer = None
 
     def poke(self) -> None:
-        """Evaluate soon (coalesced: a storm of membership transitions costs one pass)."""
-        if self._poked or not self._book.in_progress():
+        """Evaluate soon (coalesced: a storm of membership transitions costs one pass); only
+        while started (a follower replica never evaluates)."""
+        if self._poked or self._timer is None or not self._book.in_progress():
             return
         self._poked = True
         asyncio.get_running_loop().call_soon(self._poked_pass)

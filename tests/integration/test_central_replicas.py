@@ -16,7 +16,7 @@ import pytest
 from brokers import MosquittoBroker
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, wait_for
-from s3server import S3Server
+from modelfleet.up.s3server import S3Server
 
 PARTITIONS = 8
 ReplicaFactory = Callable[[str], Awaitable[CentralServer]]

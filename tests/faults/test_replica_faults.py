@@ -127,7 +127,11 @@ def test_a_rollout_goes_on_under_the_next_leader(fleet: ReplicatedFleet, tmp_pat
     assert r.status_code == 201, r.text
     started = fleet.client.post(f"{url}/api/v1/models/m/rollouts", json={"version": "2", "canary": 0.5, "soak_s": 2.0})
     assert started.status_code in (200, 201), started.text
-    wait_until(lambda: _rollout(fleet)["state"] == "canary" and _rollout(fleet)["ready"] >= 1, 30, "a canary ready")
+    wait_until(
+        lambda: _rollout(fleet)["state"] == "canary" and _rollout(fleet)["ready"] >= 1,
+        30,
+        f"a canary ready: {_rollout(fleet)}",
+    )
 
     leader = fleet.leader()
     assert leader is not None
