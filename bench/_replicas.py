@@ -94,9 +94,12 @@ class ReplicatedFleet(Fleet):
         """Replicas still running."""
         return [p for p in self.replicas.values() if p.alive()]
 
-    def addresses(self) -> str:
-        """Every replica's gRPC address, comma-separated (an edge's ``--central``)."""
-        return ",".join(p.grpc_address for p in self.replicas.values() if p.grpc_address)
+    def addresses(self, start: int = 0) -> str:
+        """Every replica's gRPC address, comma-separated (an edge's ``--central``), beginning
+        with the ``start``-th (mod their number), so that edges spread over the replicas."""
+        known = [p.grpc_address for p in self.replicas.values() if p.grpc_address]
+        k = start % len(known) if known else 0
+        return ",".join(known[k:] + known[:k])
 
     def readiness(self, proc: Proc) -> dict[str, Any] | None:
         """A replica's ``/readyz`` body (None when it does not answer)."""
@@ -121,10 +124,11 @@ class ReplicatedFleet(Fleet):
         http_port: int = 0,
         wait_ready: bool = True,
     ) -> Proc:
-        """Start one edge that knows every replica (``--central a,b,c``)."""
+        """Start one edge that knows every replica (``--central a,b,c``); the n-th edge starts
+        on the n-th replica."""
         assert self.dir is not None and self.replicas, "start the replicas first"
         data_dir = self.dir / "edges" / node_id
-        args = edge_args(node_id, self.addresses(), data_dir, http_port, 0)
+        args = edge_args(node_id, self.addresses(len(self.edges)), data_dir, http_port, 0)
         proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir)
         self.edges[node_id] = proc
         if wait_ready:

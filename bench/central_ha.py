@@ -76,7 +76,8 @@ class Gateway:
     fleet: ReplicatedFleet
     requests: int = 0
     errors: int = 0
-    failures: list[str] = field(default_factory=list)
+    #: (wall time, what the last replica tried answered) of the first failures
+    failures: list[tuple[float, str]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -102,7 +103,7 @@ class Gateway:
                 if not ok:
                     self.errors += 1
                     if len(self.failures) < 10:
-                        self.failures.append(last)
+                        self.failures.append((time.time(), last))
                 time.sleep(0.02)
 
 
@@ -158,13 +159,35 @@ def _processed(fleet: ReplicatedFleet) -> dict[str, int]:
 
 
 def _edge_central(fleet: ReplicatedFleet, node_id: str) -> str | None:
-    """The replica address an edge says it follows (None when it does not answer)."""
+    """The replica address an edge follows, registered and watching (None while it is not)."""
     try:
         status = fleet.edge_status(node_id)
     except (httpx.HTTPError, ValueError):
         return None
     central = status.get("central")
-    return str(central.get("address")) if isinstance(central, dict) else None
+    return str(central.get("address")) if status.get("connected") and isinstance(central, dict) else None
+
+
+def _gateways_serve(fleet: ReplicatedFleet, model: str) -> bool:
+    """Whether every live replica's gateway answers an inference for ``model``."""
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, _WIDTH], "data": [0.5] * _WIDTH}]}
+    for proc in fleet.live():
+        try:
+            if fleet.client.post(f"{proc.http_url}/v2/models/{model}/infer", json=body).status_code != 200:
+                return False
+        except httpx.HTTPError:
+            return False
+    return True
+
+
+def _reattach(fleet: ReplicatedFleet, victim: str, killed_at: float, followers: dict[str, list[str]]) -> list[float]:
+    """Seconds from ``victim``'s kill until each edge that followed it follows another replica."""
+    address = fleet.replicas[victim].grpc_address
+    times = []
+    for e in followers.get(address, []):
+        _wait(lambda e=e: _edge_central(fleet, e) not in (None, address), 60, f"{e} on another replica", poll_s=0.02)
+        times.append(time.time() - killed_at)
+    return times
 
 
 def _lost_pushes(fleet: ReplicatedFleet, acked: list[str], s3: S3Server, bucket: str) -> list[str]:
@@ -263,6 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 return row is not None and int(row[0]) >= args.nodes + args.edges
 
             _wait(everyone_alive, 120, "every node alive in the shared liveness", poll_s=0.5)
+            _wait(lambda: _gateways_serve(fleet, "demo"), 60, "every replica's gateway serving demo", poll_s=0.2)
 
             gateway = Gateway(fleet)
             variants = [build_mlp(work / f"pushed-{k}.onnx", width=_WIDTH, hidden_layers=1, seed=k) for k in range(4)]
@@ -281,27 +305,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             mean = sum(handled) / len(handled)
             share = max(handled) / mean if mean > 0 else float("inf")
             _log(f"heartbeats handled per replica over {third:.1f}s: {dict(zip(before, handled, strict=True))}")
+            on_victim: dict[str, list[str]] = {}  # replica address → the edges following it
+            for e in fleet.edges:
+                on_victim.setdefault(_edge_central(fleet, e) or "", []).append(e)
 
             # 1: the leader.
             leader = fleet.leader()
             assert leader is not None
-            leader_addr = fleet.replicas[leader].grpc_address
-            on_leader = [e for e in fleet.edges if _edge_central(fleet, e) == leader_addr]
             killed_at = fleet.kill_replica(leader)
             takeover = _wait(lambda: fleet.leader() not in (None, leader), 30, "a new leader", poll_s=0.02)
-            reattach = []
-            for e in on_leader:  # from the kill to the edge following another replica
-                _wait(lambda e=e: _edge_central(fleet, e) not in (None, leader_addr), 60, f"{e} on another replica")
-                reattach.append(time.time() - killed_at)
-            _log(f"leader {leader} killed: {fleet.leader()} leads after {takeover:.2f}s; edges moved {reattach}")
+            reattach = _reattach(fleet, leader, killed_at, on_victim)
+            _log(f"leader {leader} killed: {fleet.leader()} leads after {takeover:.2f}s; edges moved in {reattach}")
 
             time.sleep(max(0.0, t0 + 2 * third - time.time()))
             # 2: another replica (not the new leader, when there is a choice).
             new_leader = fleet.leader()
             victim = next((p.name for p in fleet.live() if p.name != new_leader), None)
             if victim is not None and len(fleet.live()) > 1:
-                fleet.kill_replica(victim)
-                _log(f"replica {victim} killed")
+                moved = _reattach(fleet, victim, fleet.kill_replica(victim), on_victim)
+                reattach += moved
+                _log(f"replica {victim} killed: edges moved in {moved}")
             time.sleep(max(0.0, t0 + args.window_s - time.time()))
             pusher.stop.set()
             grace = 3 * interval + 3 * args.tick_s + 5
@@ -317,7 +340,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             missed_deaths = sorted(n for n in silent if n not in dead)
             lost = _lost_pushes(fleet, pusher.acked, s3, bucket)
             if gateway.failures:
-                errors.append(f"gateway failures: {gateway.failures}")
+                marks = f"(window from {t0:.2f}, leader killed at {killed_at:.2f})"
+                errors.append(f"gateway failures {marks}: {[(round(t - t0, 2), w) for t, w in gateway.failures]}")
             for s in sims:
                 s.send("stop")
             for s in sims:
@@ -337,7 +361,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lost": lost[:10],
         "leader_takeover_s": round(takeover, 3),
         "edge_reattach_s_p99": round(float(np.percentile(reattach, 99)), 3) if reattach else None,
-        "edges_on_killed_leader": len(on_leader),
+        "edges_moved": len(reattach),
         "gateway_requests": gateway.requests,
         "gateway_errors": gateway.errors,
         "false_deaths": len(false_deaths),
@@ -360,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--nodes", type=int, default=10_000, help="Simulated nodes heartbeating through the broker.")
     p.add_argument("--rate", type=float, default=1.0, help="Heartbeats per node per second.")
-    p.add_argument("--edges", type=int, default=2, help="Real edges (serving the gateway's model).")
+    p.add_argument("--edges", type=int, default=3, help="Real edges (the n-th starts on the n-th replica).")
     p.add_argument("--window-s", type=float, default=30.0, help="The measured window: kills at 1/3 and 2/3.")
     p.add_argument("--silent-fraction", type=float, default=0.01)
     p.add_argument("--partitions", type=int, default=64)

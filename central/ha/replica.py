@@ -222,7 +222,18 @@ class Replica:
     # ----------------------------------------------------------------- liveness out
 
     def _on_transition(self, node_id: str, old: Liveness | None, new: Liveness, info: TransitionInfo) -> None:
-        self._queue(node_id, new.value, info.view.http_address, info.view.models)
+        view = info.view
+        models: list[Any] = view.models
+        address = view.http_address
+        if view.last_heartbeat_at is None and new is Liveness.ALIVE:
+            # Only a birth heard so far (e.g. the retained one, right after taking the partition
+            # over): keep what the node last reported to the previous owner until its next
+            # heartbeat, or every replica's gateway would see it serving nothing meanwhile.
+            known = self.view.liveness.get(node_id)
+            if known is not None:
+                models = list(self.view.reported(node_id) or [])
+                address = address or known.http_address
+        self._queue(node_id, new.value, address, models)
 
     def _on_heartbeat(self, node_id: str, hb: AnyHeartbeat) -> None:
         parts = self._parts

@@ -13,7 +13,7 @@ import pytest
 
 from central.ha.control import ControlUnavailable, ReplicaControl
 from central.ha.fencing import Fenced, check_leader_epoch
-from central.ha.rendezvous import partitions_of
+from central.ha.rendezvous import assignment, partitions_of
 from central.ha.session import LEADER_KEY, PARTITION_BASE, application_name
 from modelfleet.up.ports import free_port
 
@@ -216,6 +216,8 @@ async def test_a_joining_replica_takes_its_share_without_two_owners_at_once(ha_u
     await until(lambda: settled(replicas), "two replicas settled")
     before = {k: (r.control.replica_id, epoch) for r in replicas for k, epoch in r.control.owned.items()}
     share = partitions_of("r3", ["r1", "r2", "r3"], PARTITIONS)
+    after = assignment(("r1", "r2", "r3"), PARTITIONS)
+    moved = {k for k, (owner, _) in before.items() if after[k] != owner}
     for r in replicas:
         r.recorder.events.clear()  # from here on: what the join does
 
@@ -237,11 +239,13 @@ async def test_a_joining_replica_takes_its_share_without_two_owners_at_once(ha_u
     assert await watcher > 5
 
     assert joiner.recorder.gained() == share and not joiner.control.is_leader
-    assert set().union(*(r.recorder.released() for r in replicas[:2])) == share
-    for k in share:
-        assert joiner.control.owned[k] > before[k][1], f"partition {k}: epoch did not grow"
-    unmoved = {k: v for k, v in before.items() if k not in share}
-    assert unmoved == {k: (r.control.replica_id, e) for r in replicas[:2] for k, e in r.control.owned.items()}
+    assert set().union(*(r.recorder.released() for r in replicas[:2])) == moved, "exactly the moved ones left"
+    for k in moved:
+        owner = next(r for r in replicas if k in r.control.owned)
+        assert owner.control.owned[k] > before[k][1], f"partition {k}: epoch did not grow"
+    unmoved = {k: v for k, v in before.items() if k not in moved}
+    held = {k: (r.control.replica_id, e) for r in replicas[:2] for k, e in r.control.owned.items() if k not in moved}
+    assert unmoved == held, "every partition that stays keeps its owner and epoch"
 
 
 async def test_a_hung_replica_is_ended_after_its_ttl_and_loses_the_lock(ha_url: str, start_replica: Start) -> None:
