@@ -48,6 +48,8 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.warm_start --json bench/out/warm_start.json
 	$(PY) -m bench.failover --json bench/out/failover.json
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
+	bash scripts/ensure_apt.sh postgresql:pg_ctlcluster
+	$(PY) -m bench.central_ha --nodes 10000 --json bench/out/central_ha.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
 up: $(UP_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once", "--ha" etc.

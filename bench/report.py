@@ -27,6 +27,7 @@ __all__ = ["BENCHES", "FIGURES", "Figure", "machine", "main", "render", "rows"]
 #: The benchmarks in report order: each writes ``bench/out/<name>.json``.
 BENCHES = (
     "placement", "distribution", "delta", "quantization", "zoo", "serving", "warm_start", "failover", "heartbeat_scale",
+    "central_ha",
 )  # fmt: skip
 
 
@@ -126,6 +127,24 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ),
     ("heartbeat_scale", "detect_p99_s"): Figure(
         "detect_p99_s", "<=", "silence to death, p99 (s)", "interval {interval_s} s; p50 {detect_p50_s:.3f} s"
+    ),
+    ("central_ha", "pushes_lost"): Figure(
+        "pushes_lost", "<=", "acked pushes missing after replica kills", "{pushes_acked} pushes acked"
+    ),
+    ("central_ha", "gateway_errors"): Figure(
+        "gateway_errors", "<=", "gateway errors through replica kills", "{gateway_requests} requests sent"
+    ),
+    ("central_ha", "false_deaths"): Figure(
+        "false_deaths", "<=", "live nodes declared dead (replicas)", "{nodes} nodes, {replicas} replicas"
+    ),
+    ("central_ha", "missed_deaths"): Figure(
+        "missed_deaths", "<=", "silenced nodes never declared dead (replicas)", "{silenced} nodes silenced"
+    ),
+    ("central_ha", "leader_takeover_s"): Figure(
+        "leader_takeover_s", "<=", "leader SIGKILL to a new leader (s)", "edge reattach p99 {edge_reattach_s_p99} s"
+    ),
+    ("central_ha", "heartbeat_share_max_over_mean"): Figure(
+        "heartbeat_share_max_over_mean", "<=", "heartbeats per replica, max / mean", "{partitions} partitions"
     ),
 }  # fmt: skip
 
