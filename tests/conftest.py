@@ -91,6 +91,19 @@ def postgres_url(postgres: PostgresInstance) -> str:
     return postgres.fresh_database()
 
 
+@pytest.fixture
+def ha_url(postgres_url: str) -> str:
+    """``postgres_url`` with central's migrations applied (``ha_leader``, ``ha_partitions``,
+    ``ha_replicas``…): what a replica's control session expects to find."""
+    import psycopg
+
+    from central.registry.pg_migrations import apply_migrations
+
+    with psycopg.connect(postgres_url) as conn:
+        apply_migrations(conn)
+    return postgres_url
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """A real S3 server process on a free loopback port, one per session (a bucket per test)."""
