@@ -129,6 +129,20 @@ class DemoClient:
                 raise UpError(f"{', '.join(missing)} not {what} after {timeout_s:.0f} s (central's /api/v1/membership)")
             time.sleep(_POLL_S)
 
+    def wait_routable(self, model: DigitsModel, timeout_s: float, check: Callable[[], None]) -> None:
+        """Until the gateway answers one request: a replicated central routes from the shared
+        liveness, which follows the heartbeats central's membership shows by a moment."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._infer(model.input_name, model.test_x[:1])
+                return
+            except UpError:
+                check()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(_POLL_S)
+
     def measure(self, model: DigitsModel, requests: int = 6) -> Accuracy:
         """Send the held-out digits through the gateway in ``requests`` batches; count right answers."""
         correct, nodes = 0, set()

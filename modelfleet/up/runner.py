@@ -144,6 +144,7 @@ def _bring_up(
                 serving = serves(version)
                 api.wait_nodes(ids, serving, f"serving {MODEL} v{version}", options.timeout_s, lambda: _check(group))
             with steps.step("requests through the gateway") as step:
+                api.wait_routable(model, options.timeout_s, lambda: _check(group))
                 accuracy = api.measure(model)
                 step.detail = _accuracy(accuracy)
     except httpx.HTTPError as exc:
