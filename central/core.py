@@ -196,6 +196,8 @@ class Central:
             gateway=self.gateway,
             gateway_enabled=settings.gateway.enabled,
             mqtt_enabled=self.mqtt is not None,
+            shared=self.replica.view if self.replica is not None else None,
+            replicas=self.replicas if self.replica is not None else None,
         )
 
     def _state_collector(self) -> CentralStateCollector:
@@ -210,6 +212,7 @@ class Central:
             origin=self.origin,
             gateway=self.gateway,
             rollouts=self.rollouts,
+            replica=self.replica.health if self.replica is not None else None,
         )
 
     @staticmethod

@@ -9,8 +9,9 @@ with central: it adds the time elapsed since the document arrived."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from central.distribution import DesiredStateService
 from central.gateway import GatewayProxy
@@ -21,6 +22,10 @@ from central.origin import OriginService
 from central.placement import PlacementService
 from central.registry.service import RegistryService
 from central.registry.store import VersionRecord
+
+if TYPE_CHECKING:  # a replica's view; psycopg (the [postgres] extra) only where replicas run
+    from central.ha.fleet_store import NodeLiveness
+    from central.ha.view import SharedView
 
 __all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "DashboardSources", "build_snapshot", "membership_event"]
 
@@ -57,21 +62,36 @@ class DashboardSources:
     """Whether the gateway routes are served."""
     mqtt_enabled: bool
     """Whether central follows heartbeats over MQTT (else there is no broker link to show)."""
+    shared: SharedView | None = None
+    """A replica's copy of the fleet state: liveness of the nodes other replicas track."""
+    replicas: Callable[[], dict[str, Any]] | None = None
+    """The live replicas and who leads (a replicated central)."""
 
 
-def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[str, Any]:
-    """One node row: liveness from the tracker, registration from the directory."""
+def _node(
+    view: NodeView | None, record: Any, now: float, owned: int, shared: NodeLiveness | None = None
+) -> dict[str, Any]:
+    """One node row: liveness from the tracker, registration from the directory; on a replica,
+    a node another replica tracks gets its state and models from the shared liveness."""
     load = view.load.model_dump() if view is not None and view.load is not None else None
     cache = view.cache.model_dump() if view is not None and view.cache is not None else None
+    if view is not None:
+        models = [m.model_dump() for m in view.models]
+    else:
+        models = [dict(m) for m in shared.models] if shared is not None else []
+    node_id = view.node_id if view is not None else record.node_id if record is not None else ""
     return {
-        "node_id": view.node_id if view is not None else record.node_id,
+        "node_id": node_id or (shared.node_id if shared is not None else ""),
         # A node registered over gRPC but never heard on MQTT has no liveness yet.
-        "state": str(view.state) if view is not None else "unknown",
+        "state": str(view.state) if view is not None else (shared.state if shared is not None else "unknown"),
+        "tracked_here": view is not None,
         "state_age_s": round(now - view.state_since, 3) if view is not None else None,
         "last_heartbeat_age_s": _round(view.last_heartbeat_age_s) if view is not None else None,
         "interval_s": view.interval_s if view is not None else None,
         "reported_state": view.reported_state if view is not None else None,
-        "http_address": (view.http_address if view is not None else "") or (record.http_address if record else ""),
+        "http_address": (view.http_address if view is not None else "")
+        or (shared.http_address if shared is not None else "")
+        or (record.http_address if record else ""),
         "registered": record is not None,
         "capacity": record.capacity if record is not None else None,
         "labels": dict(record.labels) if record is not None else {},
@@ -79,7 +99,7 @@ def _node(view: NodeView | None, record: Any, now: float, owned: int) -> dict[st
         or (view.hardware_class if view is not None else ""),
         "load": load,
         "cache": cache,
-        "models": [m.model_dump() for m in view.models] if view is not None else [],
+        "models": models,
         "owned_chunks": owned,
     }
 
@@ -92,14 +112,15 @@ def nodes_section(sources: DashboardSources, now: float, placed: Placed) -> list
     """Every node the tracker or the directory knows, by id."""
     views = {v.node_id: v for v in sources.membership.nodes()}
     records = {r.node_id: r for r in sources.nodes.nodes()}
+    shared = sources.shared.liveness if sources.shared is not None else {}
     owned: dict[str, set[str]] = {}
     for owners_by_digest in placed.values():  # one pass, not one scan of the placement per node
         for digest, owners in owners_by_digest.items():
             for node_id in owners:
                 owned.setdefault(node_id, set()).add(digest)
     return [
-        _node(views.get(node_id), records.get(node_id), now, len(owned.get(node_id, ())))
-        for node_id in sorted(views.keys() | records.keys())
+        _node(views.get(node_id), records.get(node_id), now, len(owned.get(node_id, ())), shared.get(node_id))
+        for node_id in sorted(views.keys() | records.keys() | shared.keys())
     ]
 
 
@@ -206,6 +227,7 @@ def central_section(sources: DashboardSources) -> dict[str, Any]:
         "counts": tracker.counts(),
         "counters": tracker.counters.as_dict(),
         "origin_bytes_sent": sources.origin.stats.bytes_sent,
+        "replicas": sources.replicas() if sources.replicas is not None else None,
     }
 
 

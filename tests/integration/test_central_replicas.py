@@ -98,6 +98,14 @@ async def test_replicas_share_one_fleet(
             )
 
         await wait_for(routed_everywhere, 30, "both edges ready in every replica's view")
+        for r in replicas:  # every replica's dashboard shows the replicas, and every node, tracked here or not
+            dash = (await api.get(f"{r.http_url}/api/v1/dashboard")).json()
+            assert dash["central"]["replicas"]["leader_id"] == leader.settings.ha.replica_id
+            assert len(dash["central"]["replicas"]["replicas"]) == 3
+            rows = {n["node_id"]: n for n in dash["nodes"]}
+            assert all(rows[i]["state"] == "alive" for i in ids), rows
+        metrics = (await api.get(f"{leader.http_url}/metrics")).text
+        assert "modelfleet_replica_leader 1.0" in metrics and "modelfleet_replicas_live 3.0" in metrics
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
         for r in replicas:
             response = await api.post(f"{r.http_url}/v2/models/tiny/infer", json=body)

@@ -64,6 +64,19 @@ function nodeState(node) {
 
 // ----------------------------------------------------------------- header and KPIs
 
+// A replicated central: which replica this page talks to, who leads, how many are up.
+function renderReplicas(r) {
+  const el = $("replicas");
+  if (!r || !r.replicated) {
+    el.hidden = true;
+    return;
+  }
+  const names = r.replicas.map((x) => (x.replica_id === r.leader_id ? `${x.replica_id} (leader)` : x.replica_id));
+  el.textContent = `replica ${r.this} · ${r.replicas.length} up: ${names.join(", ")}`;
+  el.title = r.replicas.map((x) => `${x.replica_id}: ${x.partitions.length} partitions, ${x.http_url}`).join("\n");
+  el.hidden = false;
+}
+
 function renderHeader(s) {
   const counts = { alive: 0, suspect: 0, dead: 0 };
   for (const n of s.nodes) if (counts[nodeState(n)] !== undefined) counts[nodeState(n)]++;
@@ -72,6 +85,7 @@ function renderHeader(s) {
   const link = s.central.broker_link_up;
   $("broker").textContent = s.central.mqtt_enabled ? (link ? "broker linked" : "broker link DOWN") : "MQTT off";
   $("broker").className = link === false ? "state-dead" : "muted";
+  renderReplicas(s.central.replicas);
   const gw = s.gateway.now;
   const nodeRps = s.nodes.filter((n) => nodeState(n) === "alive" && n.load).reduce((a, n) => a + n.load.rps, 0);
   $("kpi-nodes").textContent = `${counts.alive} / ${s.nodes.length}`;
