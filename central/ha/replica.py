@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from central.ha.control import ReplicaControl, ReplicaInfo
+from central.ha.control_thread import ControlThread
 from central.ha.fencing import Fenced
 from central.ha.fleet_store import FleetStore, NodeLiveness
 from central.ha.generation import GenerationWatcher
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 #: transactions, not one per node.
 _FLUSH_DELAY_S = 0.05
 #: At most this often a replica re-reads the fleet snapshot (a storm of generations coalesces).
-_SYNC_MIN_INTERVAL_S = 0.1
+_SYNC_MIN_INTERVAL_S = 0.2
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Replica:
         self._url = store.url
         self.fleet = FleetStore(store.url, connect_timeout_s=store.connect_timeout_s)
         self.view = SharedView()
-        self.control: ReplicaControl | None = None
+        self.control: ControlThread | None = None
         self._watcher = GenerationWatcher(store.url, self._on_generation, poll_s=max(ha.tick_s, 0.25))
         self._parts: ReplicaParts | None = None
         self._unsubscribe: list[Callable[[], None]] = []
@@ -83,6 +84,7 @@ class Replica:
         self._flush_handle: asyncio.TimerHandle | None = None
         self._sync_handle: asyncio.TimerHandle | None = None
         self._last_sync = 0.0
+        self._config_gen = -1
         self._written_placement: dict[str, Any] | None = None
         self.leader_epoch: int | None = None
         self.stale_writes = 0
@@ -116,16 +118,19 @@ class Replica:
         """Read the fleet, join the replicas (leadership, partitions) and follow the generation."""
         s = self._settings
         self._sync_now()
-        self.control = ReplicaControl(
-            self._url,
-            self.replica_id,
-            http_url=s.ha.advertise_http or http_url,
-            grpc_address=s.ha.advertise_grpc or grpc_address,
-            partitions=s.ha.partitions,
-            ttl_s=s.ha.replica_ttl_s,
-            tick_s=s.ha.tick_s,
-            connect_timeout_s=s.store.connect_timeout_s,
-            listener=self,
+        self.control = ControlThread(
+            lambda relay: ReplicaControl(
+                self._url,
+                self.replica_id,
+                http_url=s.ha.advertise_http or http_url,
+                grpc_address=s.ha.advertise_grpc or grpc_address,
+                partitions=s.ha.partitions,
+                ttl_s=s.ha.replica_ttl_s,
+                tick_s=s.ha.tick_s,
+                connect_timeout_s=s.store.connect_timeout_s,
+                listener=relay,
+            ),
+            self,
         )
         await self.control.start()
         await self._watcher.start()
@@ -305,17 +310,28 @@ class Replica:
             log.warning("reading the fleet state failed: %s", exc)
 
     def _sync_now(self) -> None:
-        """Re-read the fleet state; mirror the ring and re-read rollouts; then re-place."""
+        """Re-read what changed in the fleet state; mirror the ring (when registrations or deaths
+        changed it) and re-read rollouts; then re-place."""
         self._last_sync = time.monotonic()
-        snap = self.fleet.snapshot(since_gen=self.view.gen if self.view.gen else None)
-        if snap is None:
-            return
-        self.view.apply(snap)
+        if not self.view.gen:
+            snap = self.fleet.snapshot()
+            if snap is None:
+                return
+            self.view.apply(snap)
+            ring_changed = replan = True
+        else:
+            changes = self.fleet.changes(self.view.gen)
+            if changes is None:
+                return
+            ring_changed = self.view.apply_changes(changes)
+            replan = ring_changed or changes.placement is not None or changes.config_gen != self._config_gen
+            self._config_gen = changes.config_gen
         parts = self._parts
-        if parts is None:
-            return
+        if parts is None or not replan:
+            return  # liveness only: the gateway routes from the view already
         parts.book.reload()
-        parts.nodes.mirror(self.view.members())
+        if ring_changed:
+            parts.nodes.mirror(self.view.members())
         parts.changed()
 
     def after_refresh(self) -> None:

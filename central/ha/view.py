@@ -16,7 +16,7 @@ from central.membership.nodes import NodeDirectory, NodeRecord
 from fleetwire.mqtt.payloads import ModelInfo
 
 if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
-    from central.ha.fleet_store import FleetSnapshot, NodeLiveness
+    from central.ha.fleet_store import FleetChanges, FleetSnapshot, NodeLiveness
 
 #: Liveness states a node routes and places from; a node without any row yet (registered,
 #: no heartbeat heard) counts as alive, as a fresh registration does on a single central.
@@ -61,27 +61,55 @@ class SharedView:
         self.placement: dict[str, Any] | None = None
         self.placement_epoch: int | None = None
         self._reported: dict[str, list[ModelInfo]] = {}
-        #: model → version → node ids ready with it (alive nodes only)
-        self._ready: dict[str, dict[str, list[str]]] = {}
+        #: model → version → ids of the alive nodes ready with it, and each node's keys there
+        self._ready: dict[str, dict[str, set[str]]] = {}
+        self._ready_keys: dict[str, set[tuple[str, str]]] = {}
 
     def apply(self, snap: FleetSnapshot) -> None:
-        """Take a snapshot (a full one: registrations and liveness as they are now)."""
+        """Take a whole snapshot: registrations and liveness as they are now."""
         self.gen = snap.gen
         self.records = {n: record_from_json(n, body) for n, body in snap.nodes.items()}
-        self.liveness = dict(snap.liveness)
+        self.liveness, self._reported, self._ready, self._ready_keys = {}, {}, {}, {}
+        for row in snap.liveness.values():
+            self._take(row)
         self.placement = snap.placement
         self.placement_epoch = snap.placement_epoch
-        self._reported = {
-            n: [ModelInfo.model_validate(m) for m in row.models] for n, row in self.liveness.items() if row.models
-        }
-        ready: dict[str, dict[str, list[str]]] = {}
-        for node_id, row in sorted(self.liveness.items()):
-            if row.state != "alive":
-                continue
-            for m in row.models:
-                if m.get("state") == "ready":
-                    ready.setdefault(str(m["name"]), {}).setdefault(str(m["version"]), []).append(node_id)
-        self._ready = ready
+
+    def apply_changes(self, changes: FleetChanges) -> bool:
+        """Take what changed since ``gen``; True when the registrations changed (the ring may)."""
+        self.gen = changes.gen
+        ring_changed = bool(changes.nodes) or any(n not in changes.node_ids for n in self.records)
+        for node_id in [n for n in self.records if n not in changes.node_ids]:
+            del self.records[node_id]
+        for node_id, body in changes.nodes.items():
+            self.records[node_id] = record_from_json(node_id, body)
+        for row in changes.liveness.values():
+            old = self.liveness.get(row.node_id)
+            ring_changed |= (old is None or old.state == _DEAD) != (row.state == _DEAD)
+            self._take(row)
+        if changes.placement is not None:
+            self.placement = changes.placement
+            self.placement_epoch = changes.placement_epoch
+        return ring_changed
+
+    def _take(self, row: NodeLiveness) -> None:
+        node_id = row.node_id
+        self.liveness[node_id] = row
+        if row.models:
+            self._reported[node_id] = [ModelInfo.model_validate(m) for m in row.models]
+        else:
+            self._reported.pop(node_id, None)
+        keys = (
+            {(str(m["name"]), str(m["version"])) for m in row.models if m.get("state") == "ready"}
+            if row.state == "alive"
+            else set()
+        )
+        for name, version in self._ready_keys.pop(node_id, set()) - keys:
+            self._ready[name][version].discard(node_id)
+        for name, version in keys:
+            self._ready.setdefault(name, {}).setdefault(version, set()).add(node_id)
+        if keys:
+            self._ready_keys[node_id] = keys
 
     def alive(self, node_id: str) -> bool:
         """Not declared dead by its partition's owner (a registered node with no row yet is)."""

@@ -209,7 +209,10 @@ class MqttLoopDriver:
             sock.close()
 
     async def wait_published(self, info: mqtt.MQTTMessageInfo, timeout_s: float) -> bool:
-        """Wait (without blocking the loop) until a QoS 1 publish is acknowledged."""
+        """Wait (without blocking the loop) until a QoS 1 publish is acknowledged; False when it
+        was not (in time, or at all: paho's queue was full and it never left)."""
+        if info.rc == mqtt.MQTT_ERR_QUEUE_SIZE:  # is_published() would raise ValueError
+            return False
         deadline = self._loop.time() + timeout_s
         while not info.is_published():
             if self._loop.time() >= deadline or self._fd is None:

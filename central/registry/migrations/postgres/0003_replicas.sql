@@ -34,7 +34,10 @@ CREATE TABLE ha_replicas (
 -- must re-read). NOTIFY modelfleet_fleet carries it as a wake-up only.
 CREATE TABLE ha_generation (
     id SMALLINT PRIMARY KEY CHECK (id = 1),
-    gen BIGINT NOT NULL DEFAULT 0
+    gen BIGINT NOT NULL DEFAULT 0,
+    -- grows with gen only for changes in other tables (registry, rollouts): a replica re-plans
+    -- for those, not for every liveness write
+    config_gen BIGINT NOT NULL DEFAULT 0
 );
 INSERT INTO ha_generation (id) VALUES (1);
 
@@ -77,3 +80,7 @@ ALTER TABLE events ADD PRIMARY KEY (replica, seq);
 ALTER TABLE events_meta ADD COLUMN replica TEXT NOT NULL DEFAULT '';
 ALTER TABLE events_meta DROP CONSTRAINT events_meta_pkey;
 ALTER TABLE events_meta ADD PRIMARY KEY (replica, key);
+
+-- A replica re-reads only what changed since the generation it last saw.
+CREATE INDEX ha_liveness_gen ON ha_liveness (gen);
+CREATE INDEX ha_nodes_gen ON ha_nodes (gen);
