@@ -8,7 +8,7 @@ depends on which replica happens to hold a node's heartbeats or its watch stream
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from central.gateway import Candidate
@@ -46,7 +46,7 @@ def record_from_json(node_id: str, body: Mapping[str, Any]) -> NodeRecord:
     )
 
 
-def models_to_json(models: list[ModelInfo]) -> list[dict[str, Any]]:
+def models_to_json(models: Sequence[Any]) -> list[dict[str, Any]]:
     """The part of a heartbeat's models the fleet decides from (state and error, not counters)."""
     return [{"name": m.name, "version": m.version, "state": m.state, "error": m.error} for m in models]
 
