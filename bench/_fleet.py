@@ -430,12 +430,17 @@ class Fleet:
         if old is not None and old.alive():
             raise RuntimeError(f"edge {node_id} is running; stop_edge it first")
         data_dir = self.dir / "edges" / node_id
-        args = edge_args(node_id, self.central.grpc_address, data_dir, http_port, 0)
+        args = edge_args(node_id, self._central_for_edge(), data_dir, http_port, 0)
         proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir)
         self.edges[node_id] = proc
         if wait_ready:
             self.wait_ready_line(proc)
         return proc
+
+    def _central_for_edge(self) -> str:
+        """The ``--central`` of the next edge: central's gRPC address."""
+        assert self.central is not None, "start central first"
+        return self.central.grpc_address
 
     def wait_ready_line(self, proc: Proc) -> None:
         """Wait for an edge's ready line (fills in ``http_url`` and ``grpc_address``)."""

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from bench._fleet import Fleet, Proc
-from modelfleet.up.services import CENTRAL_READY, EDGE_READY, central_args, edge_args
+from modelfleet.up.services import CENTRAL_READY, central_args
 
 
 def replica_env(
@@ -116,24 +116,10 @@ class ReplicatedFleet(Fleet):
                 return proc.name
         return None
 
-    def start_edge(
-        self,
-        node_id: str,
-        *,
-        env: Mapping[str, str] | None = None,
-        http_port: int = 0,
-        wait_ready: bool = True,
-    ) -> Proc:
-        """Start one edge that knows every replica (``--central a,b,c``); the n-th edge starts
-        on the n-th replica."""
-        assert self.dir is not None and self.replicas, "start the replicas first"
-        data_dir = self.dir / "edges" / node_id
-        args = edge_args(node_id, self.addresses(len(self.edges)), data_dir, http_port, 0)
-        proc = self._spawn(node_id, args, {**self.edge_env, **(env or {})}, data_dir)
-        self.edges[node_id] = proc
-        if wait_ready:
-            self._wait_ready([proc], EDGE_READY)
-        return proc
+    def _central_for_edge(self) -> str:
+        """Every replica, the n-th edge starting on the n-th (``--central a,b,c``)."""
+        assert self.replicas, "start the replicas first"
+        return self.addresses(len(self.edges))
 
     def data_dir_of(self, replica_id: str) -> Path:
         """Where a replica keeps its files."""

@@ -12,7 +12,7 @@ from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.gateway import Candidate, create_gateway
-from central.ha.view import SharedFleetView, SharedNodeSource
+from central.ha.view import SharedNodeSource
 from central.membership import NodeDirectory
 from central.membership.event_journal import EventJournal, JournalDB
 from central.membership.events import EventLog
@@ -31,7 +31,6 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
-from central.rollout.fleet import FleetView
 from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
@@ -239,10 +238,10 @@ class Central:
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
-        fleet: FleetView = (
+        fleet = (
             DirectoryFleet(self.nodes, self.membership)
             if self.replica is None
-            else SharedFleetView(self.nodes, self.replica.view)
+            else DirectoryFleet(self.nodes, reports=self.replica.view.reported)
         )
         self._rollout_book = book = RolloutBook(
             open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"),

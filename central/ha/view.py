@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from central.gateway import Candidate
-from central.membership.nodes import NodeDirectory, NodeRecord
+from central.membership.nodes import NodeRecord
 from fleetwire.mqtt.payloads import ModelInfo
 
 if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
@@ -156,25 +156,3 @@ class SharedNodeSource:
     def candidates(self, model: str, version: str | None) -> list[Candidate]:
         """Node id and HTTP address of every alive node that reported ``model`` (``version``) ready."""
         return self._view.candidates(model, version)
-
-
-class SharedFleetView:
-    """The rollout controller's ``FleetView`` on a replica: the mirrored ring's labels and the
-    models each node reported to its partition's owner."""
-
-    def __init__(self, nodes: NodeDirectory, view: SharedView) -> None:
-        self._nodes = nodes
-        self._view = view
-
-    def labels(self) -> dict[str, dict[str, str]]:
-        """Ring members and their labels."""
-        return {n.node_id: n.labels for n in self._nodes.nodes()}
-
-    def labels_of(self, node_id: str) -> dict[str, str]:
-        """The labels ``node_id`` registered with."""
-        record = self._nodes.get(node_id)
-        return record.labels if record is not None else {}
-
-    def reported(self, node_id: str) -> list[ModelInfo] | None:
-        """The models in ``node_id``'s last report, as stored by its partition's owner."""
-        return self._view.reported(node_id)

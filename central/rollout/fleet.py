@@ -3,11 +3,15 @@ their labels (the node directory) and what each last reported (MQTT heartbeats).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from central.membership import NodeDirectory
 from central.membership.tracker import MembershipTracker
 from fleetwire.mqtt.payloads import ModelInfo
+
+#: node id → the models it last reported (None before any report).
+Reports = Callable[[str], "list[ModelInfo] | None"]
 
 
 class FleetView(Protocol):
@@ -24,11 +28,16 @@ class FleetView(Protocol):
 
 
 class DirectoryFleet:
-    """``FleetView`` over the node directory and the membership tracker."""
+    """``FleetView`` over the node directory and what nodes reported: this central's membership
+    tracker, or (a replica) the shared liveness its partitions' owners wrote."""
 
-    def __init__(self, nodes: NodeDirectory, tracker: MembershipTracker) -> None:
+    def __init__(
+        self, nodes: NodeDirectory, tracker: MembershipTracker | None = None, *, reports: Reports | None = None
+    ) -> None:
+        """``reports(node_id)``: where reports come from instead of ``tracker``."""
         self._nodes = nodes
         self._tracker = tracker
+        self._reports = reports
 
     def labels(self) -> dict[str, dict[str, str]]:
         """Registered nodes (the ring members) and the labels they announced."""
@@ -41,5 +50,8 @@ class DirectoryFleet:
 
     def reported(self, node_id: str) -> list[ModelInfo] | None:
         """The models in ``node_id``'s last heartbeat."""
+        if self._reports is not None:
+            return self._reports(node_id)
+        assert self._tracker is not None, "a tracker or reports"
         view = self._tracker.get(node_id)
         return None if view is None or view.last_heartbeat_at is None else view.models
