@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 _log(f"replica {victim} killed: edges moved in {moved}")
             time.sleep(max(0.0, t0 + args.window_s - time.time()))
             pusher.stop.set()
-            grace = 3 * interval + 3 * args.tick_s + 5
+            grace = 3 * interval + 3 * args.tick_s + 2  # dead_after, hand-over ticks, a margin
             time.sleep(grace)
             gateway.stop.set()
             for t in threads:

@@ -16,8 +16,8 @@ from bench.central_ha import TARGETS, main
 def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ha.json"
     argv = [
-        "--nodes", "200", "--window-s", "9", "--partitions", "16", "--sim-procs", "1", "--connections", "2",
-        "--json", str(out),
+        "--nodes", "200", "--window-s", "6", "--rate", "2", "--partitions", "16",
+        "--sim-procs", "1", "--connections", "2", "--json", str(out),
     ]  # fmt: skip
     assert main(argv) == 0, json.loads(out.read_text())["errors"]
     assert "leader_takeover_s" in capsys.readouterr().out
