@@ -257,6 +257,7 @@ class Central:
             interval_s=r.interval_s,
             stuck_after_s=r.stuck_after_s,
             reread=book.reload if self.replica is not None else None,
+            leading=(lambda: self.replica is not None and self.replica.is_leader) if self.replica is not None else None,
         )
         self._rollout_controller = controller
         self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())

@@ -82,7 +82,12 @@ class ControlThread:
         self._thread.start()
         await ready  # the thread's loop runs
         self._control = self._make(_Relay(self, self._listener, main))
-        await self._call(self._control.start())
+        try:
+            await self._call(self._control.start())
+        except BaseException:
+            self._control = None  # it holds nothing: its start failed
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         """Stop the session (it hands back its locks), then the thread."""

@@ -145,7 +145,7 @@ class GenerationWatcher:
             # re-read below needs it.
             async with contextlib.aclosing(conn.notifies(timeout=self._poll_s)) as notifies:
                 async for notify in notifies:
-                    if not notify.payload.isdigit():
+                    if not (notify.payload.isascii() and notify.payload.isdigit()):
                         break  # not ours (someone else NOTIFYed the channel): re-read now
                     self._offer(int(notify.payload))
             await self._read_gen(conn)

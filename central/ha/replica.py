@@ -112,7 +112,8 @@ class Replica:
             parts.tracker.watch_heartbeats(self._on_heartbeat),
         ]
         if parts.consumer is not None:
-            parts.consumer.set_partitions(set())  # nothing until the control session hands some out
+            # nothing until the control session hands some out
+            parts.consumer.set_partitions(set(), total=self._settings.ha.partitions)
 
     async def start(self, *, http_url: str, grpc_address: str) -> None:
         """Read the fleet, join the replicas (leadership, partitions) and follow the generation."""
@@ -133,10 +134,20 @@ class Replica:
             self,
         )
         await self.control.start()
-        await self._watcher.start()
+        try:
+            await self._watcher.start()
+        except BaseException:
+            await self.control.stop()  # hand back what it took: this replica is not starting
+            raise
 
     async def stop(self) -> None:
-        """Write out pending liveness, hand back leadership and partitions, stop following."""
+        """Write out pending liveness (after the write under way: never an older row over a newer
+        one), hand back leadership and partitions, stop following."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if self._flush_task is not None:
+            await asyncio.gather(self._flush_task, return_exceptions=True)
         await self._flush()
         if self.control is not None:
             await self.control.stop()
@@ -200,11 +211,32 @@ class Replica:
             self._parts.controller.stop()
 
     def partitions_gained(self, gained: dict[int, int]) -> None:
-        """Follow these partitions' heartbeats; their nodes get a full window from now."""
+        """Follow these partitions' heartbeats. Their nodes are new to the tracker, so each gets
+        a full window from its first message (the retained birth); one window later the shared
+        rows are reconciled with what was heard (``_reconcile``)."""
         self._follow_owned()
-        if self._parts is not None:
-            self._parts.tracker.link_up()
         log.info("replica %s took partitions %s", self.replica_id, sorted(gained))
+        m = self._settings.mqtt
+        window = m.dead_after * m.default_interval_s + 2 * self._settings.ha.tick_s
+        if not self._closed:
+            asyncio.get_running_loop().call_later(window, self._reconcile, dict(gained))
+
+    def _reconcile(self, gained: dict[int, int]) -> None:
+        """A node the shared liveness still calls alive but that this owner found dead (a
+        retained death, learnt quietly) or never heard at all in a whole window: dead. Without
+        this, a node that died while its partition had no owner would stay alive for everyone."""
+        parts = self._parts
+        owned = self.control.owned if self.control is not None else {}
+        if parts is None or self._closed:
+            return
+        still = {k for k, epoch in gained.items() if owned.get(k) == epoch}
+        for node_id, row in list(self.view.liveness.items()):
+            if row.partition not in still or row.state == "dead":
+                continue
+            state = parts.tracker.state_of(node_id)
+            if state is None or state is Liveness.DEAD:
+                log.warning("node %s: alive in the shared liveness, not heard by its new owner: dead", node_id)
+                self._queue(node_id, "dead", row.http_address, list(self.view.reported(node_id) or []))
 
     def partitions_released(self, released: set[int]) -> None:
         """Stop following these partitions; their nodes are the new owner's from now."""
@@ -304,9 +336,11 @@ class Replica:
         self._sync_handle = None
         try:
             self._sync_now()
-        except Exception as exc:  # the store is away: the watcher's next poll retries
+        except Exception as exc:  # the store is away: try again (the watcher reports a generation once)
             self.write_errors += 1
-            log.warning("reading the fleet state failed: %s", exc)
+            log.warning("reading the fleet state failed: %s; retrying", exc)
+            if not self._closed:
+                self._sync_handle = asyncio.get_running_loop().call_later(1.0, self._sync_soon)
 
     def _sync_now(self) -> None:
         """Re-read what changed in the fleet state; mirror the ring (when registrations or deaths

@@ -85,7 +85,8 @@ class SharedView:
             self.records[node_id] = record_from_json(node_id, body)
         for row in changes.liveness.values():
             old = self.liveness.get(row.node_id)
-            ring_changed |= (old is None or old.state == _DEAD) != (row.state == _DEAD)
+            was_dead = old is not None and old.state == _DEAD  # no row yet: a member, as in alive()
+            ring_changed |= was_dead != (row.state == _DEAD)
             self._take(row)
         if changes.placement is not None:
             self.placement = changes.placement

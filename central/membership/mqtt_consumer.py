@@ -33,7 +33,7 @@ from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.fast import DecodeError, decode_heartbeat, decode_status
 from fleetwire.mqtt.payloads import CentralStatus, Event
 from fleetwire.mqtt.rotation import BrokerRotation
-from fleetwire.mqtt.topics import Topics
+from fleetwire.mqtt.topics import Topics, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class MembershipConsumer:
         #: The heartbeat partitions this replica owns (a replicated central); None: every node
         #: on the plain topics (a single central).
         self._partitions: set[int] | None = None
+        self._partitions_total = 0
 
     @property
     def connected(self) -> bool:
@@ -157,12 +158,14 @@ class MembershipConsumer:
         """The partitions subscribed to (None: unpartitioned)."""
         return None if self._partitions is None else set(self._partitions)
 
-    def set_partitions(self, partitions: set[int]) -> None:
+    def set_partitions(self, partitions: set[int], total: int | None = None) -> None:
         """Follow exactly these heartbeat partitions from now (a replicated central): subscribe
         to the new ones (their retained births arrive at once) and leave the others. Messages
         of a partition no longer held are dropped even if already in flight."""
         old = self._partitions or set()
         self._partitions = set(partitions)
+        if total is not None:
+            self._partitions_total = total
         client = self._client
         if client is None or not self._connected.is_set():
             return  # _on_connect subscribes to the current set
@@ -297,6 +300,10 @@ class MembershipConsumer:
         if partitions is not None and parsed.partition not in partitions:
             return  # in flight from a partition just handed over: its new owner reads it
         node_id = parsed.node_id
+        total = self._partitions_total
+        if total and parsed.partition != partition_of(node_id, total):
+            self.tracker.count_malformed()  # not its partition: its owner would never release it
+            return
         try:
             if parsed.kind == "heartbeat":
                 hb = decode_heartbeat(payload)

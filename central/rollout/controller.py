@@ -40,9 +40,12 @@ class RolloutController:
         stuck_after_s: float = 60.0,
         canary_return_s: float = CANARY_RETURN_S,
         reread: Callable[[], None] | None = None,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         """``reread``: called before every pass (a replicated central re-reads the rollouts that
-        an operator may just have changed on another replica)."""
+        an operator may just have changed on another replica); ``leading``: a pass runs only
+        while it says so (a replica that lost the leadership writes nothing more)."""
+        self._leading = leading
         self._book = book
         self._reread = reread
         self._fleet = fleet
@@ -94,6 +97,8 @@ class RolloutController:
 
     def evaluate_all(self, now: float | None = None) -> None:
         """Evaluate every in-progress rollout once."""
+        if self._leading is not None and not self._leading():
+            return
         if self._reread is not None:
             self._reread()
         for rollout in self._book.in_progress():

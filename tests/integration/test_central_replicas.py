@@ -153,3 +153,22 @@ async def test_a_single_central_keeps_plain_topics_and_no_replica_block(tmp_path
             assert (await api.get("/api/v1/replicas")).json()["replicated"] is False
     finally:
         await server.stop()
+
+
+async def test_a_node_its_new_owner_never_hears_is_declared_dead(start_replica: ReplicaFactory) -> None:
+    from central.ha.fleet_store import NodeLiveness
+    from fleetwire.mqtt.topics import partition_of
+
+    first, second = await start_replica("r0"), await start_replica("r1")
+    await wait_for(lambda: bool(_owned(first)) and bool(_owned(second)), 10, "partitions split")
+    assert first.central.replica is not None and first.central.replica.control is not None
+    partition, epoch = next(iter(first.central.replica.control.owned.items()))
+    ghost = next(f"ghost-{i}" for i in range(10_000) if partition_of(f"ghost-{i}", PARTITIONS) == partition)
+    # The shared liveness says alive (its owner saw it last), but the node is gone and left no
+    # retained birth: a dead node whose partition changes hands must not stay alive for everyone.
+    first.central.replica.fleet.put_liveness(partition, epoch, [NodeLiveness(ghost, partition, "alive", "", ())])
+    await first.stop()
+    first._stopped = True  # type: ignore[attr-defined]
+    view = second.central.replica.view  # type: ignore[union-attr]
+    await wait_for(lambda: partition in _owned(second), 10, "the partition taken over")
+    await wait_for(lambda: ghost in view.liveness and view.liveness[ghost].state == "dead", 10, "the ghost dead")
