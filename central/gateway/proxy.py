@@ -93,6 +93,10 @@ class GatewayStats:
     """Attempts after the first of a request."""
     node_failures: int = 0
     """Attempts that failed: unreachable, timed out, or 5xx."""
+    busy: int = 0
+    """Attempts a node shed at once (503 with Retry-After: its queue was full), sent to the next
+    node: counted here, not as failures (a busy node is healthy; its breaker still steers load
+    off it for a moment)."""
     unavailable: int = 0
     """503s the gateway answered itself (no node could serve)."""
     too_large: int = 0
@@ -298,6 +302,11 @@ class GatewayProxy:
                     log.info("gateway: %s; trying the next node", reason)
                     continue
                 retry_after = outcome.headers.get("retry-after")
+                if status == 503 and retry_after is not None:
+                    self.stats.busy += 1
+                    all_not_found = None
+                    log.info("gateway: %s; trying the next node", reason)
+                    continue
             else:
                 reason = f"node {candidate.node_id} at {candidate.http_address}: {outcome.reason}"
                 if outcome.kind is FailureKind.POOL:
@@ -377,7 +386,7 @@ class GatewayProxy:
             raise
         finally:
             self.router.release(node)
-        if response.status_code >= 500:
+        if response.status_code >= 500:  # a shed 503 too: the breaker steers load off a full queue
             breaker.record_failure(f"answered {response.status_code}: {node_error(response)}")
         else:
             breaker.record_success()
