@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -533,6 +534,14 @@ class Fleet:
 def sigterm_raises() -> contextlib.AbstractContextManager[None]:
     """Turn SIGTERM into SystemExit while inside, so ``finally`` blocks stop the fleet (main thread only)."""
     return raising_on_sigterm(lambda signum: SystemExit(128 + signum))
+
+
+def write_result(path: Path, result: Mapping[str, Any]) -> int:
+    """Write a benchmark's JSON to ``path`` (its folder made); the exit code: 1 when the run
+    recorded errors, else 0 (a missed target is a figure, not an error)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return 1 if result["errors"] else 0
 
 
 # -- models ------------------------------------------------------------------

@@ -29,7 +29,6 @@ killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -43,7 +42,7 @@ import httpx
 import numpy as np
 import psycopg
 
-from bench._fleet import sigterm_raises
+from bench._fleet import sigterm_raises, write_result
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
@@ -410,9 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     with sigterm_raises():
         result = run(args)
     print_table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 1 if result["errors"] else 0
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from typing import Any
 import httpx
 
 from bench._broker import Received, Recorder
-from bench._fleet import Fleet, parse_env_pairs, sigterm_raises
+from bench._fleet import Fleet, parse_env_pairs, sigterm_raises, write_result
 from fleetwire.manifest import Manifest
 from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo import build_digits
@@ -407,9 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     with sigterm_raises():
         result = run(args)
     print_table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 1 if result["errors"] else 0
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

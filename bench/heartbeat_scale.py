@@ -64,7 +64,7 @@ from typing import IO, Any
 import httpx
 
 from bench._broker import Recorder
-from bench._fleet import Fleet, parse_env_pairs, process_cpu_s, sigterm_raises
+from bench._fleet import Fleet, parse_env_pairs, process_cpu_s, sigterm_raises, write_result
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
 from fleetwire.mqtt.topics import DEFAULT_PREFIX, Topics, partition_of
 from modelfleet.up.children import tied_to_parent
@@ -947,9 +947,7 @@ def main(argv: list[str] | None = None) -> int:
     with sigterm_raises():
         result = run(args)
     print_table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 1 if result["errors"] else 0
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Usage: ``python -m bench.warm_start --json out.json [--model bench|digits]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -39,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, Proc, parse_env_pairs, sigterm_raises
+from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, Proc, parse_env_pairs, sigterm_raises, write_result
 from modelfleet.up.ports import free_port
 from modelfleet.zoo import build_bench_model, build_digits
 
@@ -240,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     print_table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 1 if result["errors"] else 0
+    return write_result(args.json, result)
 
 
 if __name__ == "__main__":

@@ -329,7 +329,7 @@ class Central:
         return {
             "replicated": True,
             "this": self.replica.replica_id,
-            "leader_id": self.replica.health()["leader_id"],
+            "leader_id": self.replica.control.leader_id() if self.replica.control is not None else None,
             "replicas": [dataclasses.asdict(r) for r in self.replica.replicas()],
         }
 

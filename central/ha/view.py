@@ -8,6 +8,7 @@ depends on which replica happens to hold a node's heartbeats or its watch stream
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +120,7 @@ class SharedView:
 
     def members(self) -> dict[str, NodeRecord]:
         """The ring: registered nodes that are not dead, as fresh records."""
-        return {n: record_from_json(n, record_to_json(r)) for n, r in self.records.items() if self.alive(n)}
+        return {n: dataclasses.replace(r) for n, r in self.records.items() if self.alive(n)}
 
     def candidates(self, model: str, version: str | None) -> list[Candidate]:
         """Alive nodes whose last report lists ``model`` (``version``) ready, with their HTTP address."""
