@@ -49,6 +49,7 @@ class NodeInfo(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     HARDWARE_CLASS_FIELD_NUMBER: _builtins.int
+    SITE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     grpc_address: _builtins.str
     """host:port of its Peer service"""
@@ -59,6 +60,11 @@ class NodeInfo(_message.Message):
     hardware_class: _builtins.str
     """ISA flags, cores and provider, e.g. "x86_64/avx2/2c/cpu": nodes of one class run the
     artifacts of a version at the same relative speeds, so they share one timing verdict.
+    """
+    site: _builtins.str
+    """Where the node is: nodes of one site share a LAN, sites are joined by WAN links. Placement
+    gives each chunk owners inside every site and edges fetch from their own site first.
+    "" reads as "default".
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -71,10 +77,11 @@ class NodeInfo(_message.Message):
         capacity: _builtins.int = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         hardware_class: _builtins.str = ...,
+        site: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "grpc_address", b"grpc_address", "hardware_class", b"hardware_class", "http_address", b"http_address", "labels", b"labels", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "grpc_address", b"grpc_address", "hardware_class", b"hardware_class", "http_address", b"http_address", "labels", b"labels", "node_id", b"node_id", "site", b"site"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -268,15 +275,21 @@ class WatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    SINCE_GENERATION_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
+    since_generation: _builtins.int
+    """The generation of the desired state the edge holds (0: none). Every state central sends
+    on this stream has a higher one: an edge refuses a state whose generation does not grow.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        since_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "since_generation", b"since_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -395,21 +408,144 @@ class PeerAddress(_message.Message):
 
     NODE_ID_FIELD_NUMBER: _builtins.int
     GRPC_ADDRESS_FIELD_NUMBER: _builtins.int
+    SITE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     grpc_address: _builtins.str
+    site: _builtins.str
+    """the peer's site ("default" when it named none)"""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         grpc_address: _builtins.str = ...,
+        site: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grpc_address", b"grpc_address", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grpc_address", b"grpc_address", "node_id", b"node_id", "site", b"site"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PeerAddress: _TypeAlias = PeerAddress  # noqa: Y015
+
+@_typing.final
+class TransferLimits(_message.Message):
+    """Byte-rate caps of one edge's chunk traffic; an unset field leaves the edge's own setting.
+    0 means no cap.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    FETCH_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    BUSY_SERVE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    serve_bytes_per_s: _builtins.int
+    """chunks served to peers"""
+    fetch_bytes_per_s: _builtins.int
+    """chunks fetched from peers and the origin"""
+    busy_serve_bytes_per_s: _builtins.int
+    """serving to peers while inference requests are in flight"""
+    def __init__(
+        self,
+        *,
+        serve_bytes_per_s: _builtins.int | None = ...,
+        fetch_bytes_per_s: _builtins.int | None = ...,
+        busy_serve_bytes_per_s: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_busy_serve_bytes_per_s", b"_busy_serve_bytes_per_s", "_fetch_bytes_per_s", b"_fetch_bytes_per_s", "_serve_bytes_per_s", b"_serve_bytes_per_s", "busy_serve_bytes_per_s", b"busy_serve_bytes_per_s", "fetch_bytes_per_s", b"fetch_bytes_per_s", "serve_bytes_per_s", b"serve_bytes_per_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_busy_serve_bytes_per_s", b"_busy_serve_bytes_per_s", "_fetch_bytes_per_s", b"_fetch_bytes_per_s", "_serve_bytes_per_s", b"_serve_bytes_per_s", "busy_serve_bytes_per_s", b"busy_serve_bytes_per_s", "fetch_bytes_per_s", b"fetch_bytes_per_s", "serve_bytes_per_s", b"serve_bytes_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__busy_serve_bytes_per_s: _TypeAlias = _typing.Literal["busy_serve_bytes_per_s"]  # noqa: Y015
+    _WhichOneofArgType__busy_serve_bytes_per_s: _TypeAlias = _typing.Literal["_busy_serve_bytes_per_s", b"_busy_serve_bytes_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__fetch_bytes_per_s: _TypeAlias = _typing.Literal["fetch_bytes_per_s"]  # noqa: Y015
+    _WhichOneofArgType__fetch_bytes_per_s: _TypeAlias = _typing.Literal["_fetch_bytes_per_s", b"_fetch_bytes_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__serve_bytes_per_s: _TypeAlias = _typing.Literal["serve_bytes_per_s"]  # noqa: Y015
+    _WhichOneofArgType__serve_bytes_per_s: _TypeAlias = _typing.Literal["_serve_bytes_per_s", b"_serve_bytes_per_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__busy_serve_bytes_per_s) -> _WhichOneofReturnType__busy_serve_bytes_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fetch_bytes_per_s) -> _WhichOneofReturnType__fetch_bytes_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__serve_bytes_per_s) -> _WhichOneofReturnType__serve_bytes_per_s | None: ...
+
+Global___TransferLimits: _TypeAlias = TransferLimits  # noqa: Y015
+
+@_typing.final
+class DesiredSeal(_message.Message):
+    """What central's signature over a desired state covers: the parts an edge acts on. Placement
+    and peer addresses are hints (every chunk is verified against its digest), so they stay out.
+    Carried as serialized bytes (DesiredState.seal): the edge verifies the exact bytes central
+    signed, with no canonical re-encoding.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_MS_FIELD_NUMBER: _builtins.int
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_ENABLED_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    generation: _builtins.int
+    issued_at_ms: _builtins.int
+    """central's clock, Unix milliseconds"""
+    placement_enabled: _builtins.bool
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedVersion]: ...
+    @_builtins.property
+    def limits(self) -> Global___TransferLimits: ...
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        issued_at_ms: _builtins.int = ...,
+        versions: _abc.Iterable[Global___SealedVersion] | None = ...,
+        limits: Global___TransferLimits | None = ...,
+        placement_enabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "issued_at_ms", b"issued_at_ms", "limits", b"limits", "node_id", b"node_id", "placement_enabled", b"placement_enabled", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DesiredSeal: _TypeAlias = DesiredSeal  # noqa: Y015
+
+@_typing.final
+class SealedVersion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    MANIFEST_SIGNATURE_FIELD_NUMBER: _builtins.int
+    SERVE_FIELD_NUMBER: _builtins.int
+    ARTIFACT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    version: _builtins.str
+    manifest_signature: _builtins.str
+    """hex, as in the manifest: binds the manifest's content"""
+    serve: _builtins.bool
+    artifact: _builtins.str
+    """the verdict's artifact; "" when none"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+        manifest_signature: _builtins.str = ...,
+        serve: _builtins.bool = ...,
+        artifact: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "manifest_signature", b"manifest_signature", "name", b"name", "serve", b"serve", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SealedVersion: _TypeAlias = SealedVersion  # noqa: Y015
 
 @_typing.final
 class DesiredState(_message.Message):
@@ -419,13 +555,22 @@ class DesiredState(_message.Message):
     VERSIONS_FIELD_NUMBER: _builtins.int
     PEERS_FIELD_NUMBER: _builtins.int
     PLACEMENT_ENABLED_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    SEAL_FIELD_NUMBER: _builtins.int
+    SEAL_SIGNATURE_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     placement_enabled: _builtins.bool
     """false: fetch everything from the origin"""
+    seal: _builtins.bytes
+    """a serialized DesiredSeal of this state"""
+    seal_signature: _builtins.bytes
+    """Ed25519 by the manifest key over fleetwire.sealing.SEAL_CONTEXT + seal"""
     @_builtins.property
     def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___VersionAssignment]: ...
     @_builtins.property
     def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerAddress]: ...
+    @_builtins.property
+    def limits(self) -> Global___TransferLimits: ...
     def __init__(
         self,
         *,
@@ -433,10 +578,13 @@ class DesiredState(_message.Message):
         versions: _abc.Iterable[Global___VersionAssignment] | None = ...,
         peers: _abc.Iterable[Global___PeerAddress] | None = ...,
         placement_enabled: _builtins.bool = ...,
+        limits: Global___TransferLimits | None = ...,
+        seal: _builtins.bytes = ...,
+        seal_signature: _builtins.bytes = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "peers", b"peers", "placement_enabled", b"placement_enabled", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "limits", b"limits", "peers", b"peers", "placement_enabled", b"placement_enabled", "seal", b"seal", "seal_signature", b"seal_signature", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
