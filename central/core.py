@@ -139,6 +139,7 @@ class Central:
             grace_s=settings.origin.replaced_state_grace_s,
             verdicts=self.verdicts,
             hardware_class=self.nodes.hardware_class,
+            peer_sites=self.nodes.sites,
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin

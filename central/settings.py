@@ -63,6 +63,13 @@ class PlacementSettings(BaseModel):
     load_factor: float = Field(
         1.25, ge=1.0, le=4.0, description="No node owns more than ceil(factor × average) chunks of a version."
     )
+    site_aware: bool = Field(
+        True,
+        description=(
+            "Give each chunk owners inside every site (so it crosses each site's WAN link about once);"
+            " off: one ring over the whole fleet, sites ignored (the baseline)."
+        ),
+    )
 
 
 class OriginSettings(BaseModel):

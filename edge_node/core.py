@@ -152,6 +152,7 @@ class Edge:
             http_address=self.http_address,
             capacity=self.settings.capacity,
             labels=self.settings.labels,
+            site=self.settings.site,
             hardware_class=self.hardware_class,
         )
 

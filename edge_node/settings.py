@@ -21,6 +21,7 @@ from fleetwire.exposure import TLS_FIX, Listener
 from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.names import InvalidName, check_name
 from fleetwire.tls import TlsSettings
+from fleetwire.transfer import DEFAULT_SITE, TransferCaps, check_site
 
 #: The connection fields that ``heartbeat`` had before ``broker`` (deprecated names, one release).
 HEARTBEAT_MOVED_TO_BROKER = {"broker_host": "host", "broker_port": "port", **{n: n for n in MOVED_CONNECTION_FIELDS}}
@@ -220,6 +221,26 @@ class LimitSettings(BaseModel):
     )
 
 
+class TransferSettings(BaseModel):
+    """Byte-rate caps of this node's chunk traffic (token buckets); 0: no cap. Central's desired
+    state may override each one live (``TransferLimits``); an unset one leaves these."""
+
+    serve_bytes_per_s: int = Field(0, ge=0, description="Chunk bytes/s served to peers (seeding and relaying).")
+    fetch_bytes_per_s: int = Field(0, ge=0, description="Chunk bytes/s fetched from peers and the origin together.")
+    busy_serve_bytes_per_s: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Chunk bytes/s served to peers while inference requests are in flight here: serving local"
+            " requests comes first (0: the serve cap applies)."
+        ),
+    )
+
+    def caps(self) -> TransferCaps:
+        """These settings as caps (every one set)."""
+        return TransferCaps(self.serve_bytes_per_s, self.fetch_bytes_per_s, self.busy_serve_bytes_per_s)
+
+
 class EdgeTlsSettings(TlsSettings):
     """TLS on this edge's Peer service (always mutual: a peer must show a certificate signed by
     ca_file), its HTTP API (HTTPS) and its gRPC channels to central and peers (which verify
@@ -270,6 +291,13 @@ class EdgeSettings(BaseSettings):
     )
     capacity: int = Field(1, ge=1, le=1000, description="Relative share of chunks this node owns as a seeder.")
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels announced to central.")
+    site: str = Field(
+        DEFAULT_SITE,
+        description=(
+            "Where this node is (a LAN behind one WAN link): central gives each chunk owners inside every"
+            " site and this node fetches from owners in its own site first."
+        ),
+    )
     data_dir: Path = Field(Path("./data/edge"), description="Root of versions/ (assembled models).")
     cache_dir: Path | None = Field(
         None, description="Chunk cache, shareable by processes on one host; default data_dir/cache."
@@ -291,6 +319,7 @@ class EdgeSettings(BaseSettings):
         default_factory=HeartbeatSettings, description="MQTT birth/death and heartbeats."
     )
     limits: LimitSettings = Field(default_factory=LimitSettings, description="Request, tensor and stream caps.")
+    transfer: TransferSettings = Field(default_factory=TransferSettings, description="Chunk byte-rate caps.")
     tls: EdgeTlsSettings = Field(
         default_factory=EdgeTlsSettings, description="TLS on the Peer service, HTTPS and links (off by default)."
     )
@@ -319,6 +348,11 @@ class EdgeSettings(BaseSettings):
             return check_name("node id", value)
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
+
+    @field_validator("site")
+    @classmethod
+    def _valid_site(cls, value: str) -> str:
+        return check_site(value)
 
     @field_validator("central")
     @classmethod

@@ -25,6 +25,7 @@ from central.distribution.grants import SentLog, SentState
 from central.distribution.verdicts import Verdict, VerdictBook
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
+from fleetwire.transfer import TransferCaps
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class DesiredState:
     versions: list[VersionAssignment]
     peers: dict[str, str] = field(default_factory=dict)
     placement_enabled: bool = True
+    #: node id → site of every peer.
+    peer_sites: dict[str, str] = field(default_factory=dict)
+    #: This node's chunk byte-rate caps (unset ones: the edge's own settings).
+    limits: TransferCaps = field(default_factory=TransferCaps)
 
 
 class DesiredStateService:
@@ -49,11 +54,16 @@ class DesiredStateService:
         grace_s: float = 30.0,
         verdicts: VerdictBook | None = None,
         hardware_class: Callable[[str], str] | None = None,
+        peer_sites: Callable[[], dict[str, str]] | None = None,
+        limits: Callable[[str], TransferCaps] | None = None,
     ) -> None:
         """``active_versions``: every version some node needs; ``serving(node_id)``: the
         ``(name, version)`` pairs that node serves (None: every active version); ``grace_s``:
         how long a replaced state still lets its node read (a request racing the change);
-        ``verdicts`` and ``hardware_class(node_id)``: which artifact each class serves."""
+        ``verdicts`` and ``hardware_class(node_id)``: which artifact each class serves;
+        ``peer_sites``: node id → site; ``limits(node_id)``: that node's transfer caps."""
+        self._peer_sites = peer_sites
+        self._limits = limits
         self._verdicts = verdicts
         self._hardware_class = hardware_class
         self._placement = placement
@@ -109,6 +119,8 @@ class DesiredStateService:
             versions=versions,
             peers=self._peers(),
             placement_enabled=self._placement.enabled,
+            peer_sites=self._peer_sites() if self._peer_sites is not None else {},
+            limits=self._limits(node_id) if self._limits is not None else TransferCaps(),
         )
 
     def _verdict(self, manifest: Manifest, hardware_class: str) -> Verdict | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from central.gateway import Candidate
 from central.membership.nodes import NodeRecord
 from fleetwire.mqtt.payloads import ModelInfo
+from fleetwire.transfer import site_or_default
 
 if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
     from central.ha.fleet_store import FleetChanges, FleetSnapshot, NodeLiveness
@@ -32,6 +33,7 @@ def record_to_json(record: NodeRecord) -> dict[str, Any]:
         "capacity": record.capacity,
         "labels": dict(record.labels),
         "hardware_class": record.hardware_class,
+        "site": record.site,
     }
 
 
@@ -44,6 +46,7 @@ def record_from_json(node_id: str, body: Mapping[str, Any]) -> NodeRecord:
         capacity=max(1, int(body.get("capacity", 1))),
         labels={str(k): str(v) for k, v in dict(body.get("labels", {})).items()},
         hardware_class=str(body.get("hardware_class", "")),
+        site=site_or_default(str(body.get("site", ""))),
     )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from central.placement import PlacementService, RingMember
+from fleetwire.transfer import DEFAULT_SITE
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class NodeRecord:
     labels: dict[str, str] = field(default_factory=dict)
     #: ISA flags, cores and provider (``x86_64/avx2/2c/cpu``); "" from edges that do not say.
     hardware_class: str = ""
+    #: Where the node is (``fleetwire.transfer.DEFAULT_SITE`` when it named none).
+    site: str = DEFAULT_SITE
     registered_at: float = field(default_factory=time.time)
     streams: int = 0
 
@@ -77,6 +80,10 @@ class NodeDirectory:
     def peers(self) -> dict[str, str]:
         """node id → gRPC address of its Peer service."""
         return {n.node_id: n.grpc_address for n in self._nodes.values()}
+
+    def sites(self) -> dict[str, str]:
+        """node id → site."""
+        return {n.node_id: n.site for n in self._nodes.values()}
 
     def register(self, record: NodeRecord) -> None:
         """Add or update a node and put it on the ring."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from central.distribution import DesiredState, Verdict
 from central.membership import NodeRecord
 from fleetwire.convert import manifest_to_pb
+from fleetwire.transfer import DEFAULT_SITE, caps_to_pb, site_or_default
 from fleetwire.v1 import registry_pb2
 
 
@@ -17,6 +18,7 @@ def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
         capacity=max(1, pb.capacity),
         labels=dict(pb.labels),
         hardware_class=pb.hardware_class,
+        site=site_or_default(pb.site),
     )
 
 
@@ -45,6 +47,10 @@ def desired_state_to_pb(state: DesiredState) -> registry_pb2.DesiredState:
             )
             for v in state.versions
         ],
-        peers=[registry_pb2.PeerAddress(node_id=k, grpc_address=a) for k, a in sorted(state.peers.items())],
+        peers=[
+            registry_pb2.PeerAddress(node_id=k, grpc_address=a, site=state.peer_sites.get(k, DEFAULT_SITE))
+            for k, a in sorted(state.peers.items())
+        ],
         placement_enabled=state.placement_enabled,
+        limits=caps_to_pb(state.limits),
     )

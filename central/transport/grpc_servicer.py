@@ -21,6 +21,7 @@ from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
 from fleetwire.mqtt.topics import partition_of
+from fleetwire.transfer import check_site
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
             names.check_name("node id", node.node_id)
             for key, value in node.labels.items():
                 names.check_label(key, value)
-        except names.InvalidName as exc:
+            if node.site:
+                check_site(node.site)
+        except (names.InvalidName, ValueError) as exc:
             await _abort(context, BadRequest(str(exc)))
         if not node.grpc_address:
             await _abort(context, BadRequest("a node must announce its gRPC address"))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from fleetwire.convert import manifest_from_pb
 from fleetwire.manifest import Manifest
+from fleetwire.transfer import TransferCaps, caps_from_pb, site_or_default
 from fleetwire.v1 import registry_pb2
 
 
@@ -39,6 +40,10 @@ class EdgeDesiredState:
     versions: list[DesiredVersion]
     peers: dict[str, str] = field(default_factory=dict)
     placement_enabled: bool = True
+    #: node id → site of every peer.
+    peer_sites: dict[str, str] = field(default_factory=dict)
+    #: Central's caps for this node (unset ones: its own settings).
+    limits: TransferCaps = field(default_factory=TransferCaps)
 
     def owners(self) -> dict[str, list[str]]:
         """digest → owners across all versions (first version wins on overlap)."""
@@ -82,4 +87,6 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
         ],
         peers={p.node_id: p.grpc_address for p in pb.peers},
         placement_enabled=pb.placement_enabled,
+        peer_sites={p.node_id: site_or_default(p.site) for p in pb.peers},
+        limits=caps_from_pb(pb.limits),
     )
