@@ -21,6 +21,7 @@ from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.guard import StateGuard
 from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
@@ -76,6 +77,7 @@ class Edge:
             trust=self.trust,
             credential=self.credential,
             on_partition=lambda partition: self.heartbeat.use_partition(partition),
+            guard=StateGuard(self.node_id, settings.data_dir, self.trust),
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
@@ -88,6 +90,7 @@ class Edge:
             self._heartbeat_sources().snapshot,
             settings.data_dir,
             broker=settings.broker,
+            on_central_online=self.follower.wake,
         )
         self.repository.metrics_registry.register(
             EdgeStateCollector(
@@ -127,6 +130,8 @@ class Edge:
             state=lambda: "stopping" if self._leaving else "online",
             choices=lambda: {k: c.info() for k, c in self.materializer.selection.choices.items()},
             hardware_class=self.hardware_class,
+            site=self.settings.site,
+            autonomous_since=lambda: self.follower.autonomous_since,
         )
 
     @property
@@ -162,7 +167,10 @@ class Edge:
         return {
             "node_id": self.node_id,
             "connected": self.follower.connected.is_set(),
+            **self.follower.mode(),
+            "site": self.settings.site,
             "generation": state.generation if state else None,
+            "desired_state_refusals": dict(self.follower.refusals),
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
@@ -178,6 +186,7 @@ class Edge:
     async def start(self) -> None:
         """Announce this node over MQTT and follow central (the listeners are up by now:
         heartbeats and the registration carry their ports)."""
+        self.follower.restore()
         await self.heartbeat.start()
         await self.follower.start()
 

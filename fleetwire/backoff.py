@@ -17,7 +17,8 @@ call, not for loops that retry for ever, log each retry their own way or start o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tenacity import (
@@ -52,6 +53,7 @@ def retrying(
     before_sleep: Hook | None = None,
     after: Hook | None = None,
     attempts: int | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
 ) -> AsyncRetrying:
     """A run of attempts that ``retry`` accepts, ``equal_jitter`` apart, for ever or ``attempts`` times.
 
@@ -59,7 +61,9 @@ def retrying(
     raised as it is. Once ``attempts`` are spent, the last attempt's outcome is returned
     (or raised) the same way. ``before_sleep`` sees ``state.upcoming_sleep`` (to log it);
     ``after`` runs before the wait is chosen. Make one per run: tenacity keeps the run's
-    state on this object, so concurrent runs must not share it.
+    state on this object, so concurrent runs must not share it. ``sleep``: how a wait is
+    slept (default ``asyncio.sleep``); a loop that may be told to retry at once passes one
+    that a wake-up cuts short.
     """
     return AsyncRetrying(
         wait=equal_jitter(base_s, cap_s),
@@ -69,6 +73,7 @@ def retrying(
         after=after or after_nothing,
         retry_error_callback=_last_outcome,
         reraise=True,
+        sleep=sleep or asyncio.sleep,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client.parser import text_string_to_metric_families
 
 from brokers import MosquittoBroker
@@ -32,6 +33,11 @@ from central.server import CentralServer
 from central.settings import CentralSettings
 from edge_node.server import EdgeServer
 from edge_node.settings import EdgeSettings
+from fleetwire.convert import manifest_to_pb
+from fleetwire.manifest import ChunkRef, Manifest
+from fleetwire.sealing import seal_state
+from fleetwire.signing import sign_manifest
+from fleetwire.v1 import registry_pb2
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
 from modelfleet.zoo import build_mlp
@@ -251,3 +257,31 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     if item.get_closest_marker("virtual_time") is not None:
         return {"virtual_time": VirtualTimeLoop}
     return {"asyncio": asyncio.new_event_loop}
+
+
+# -- desired-state seals ------------------------------------------------------------
+
+#: The key ``sealed_state`` seals with by default.
+SEAL_KEY = Ed25519PrivateKey.generate()
+
+
+def sealed_state(
+    generation: int = 7, node_id: str = "edge-1", key: Ed25519PrivateKey = SEAL_KEY, serve: bool = True
+) -> registry_pb2.DesiredState:
+    """A desired state of one signed manifest, sealed for ``node_id`` as central seals it."""
+    manifest = Manifest(
+        name="mlp",
+        version="1",
+        sha256="ab" * 32,
+        size=4,
+        chunks=[ChunkRef(digest="cd" * 32, size=4, offset=0)],
+        created_at="2026-12-03T00:00:00Z",
+    )
+    state = registry_pb2.DesiredState(
+        generation=generation,
+        versions=[registry_pb2.VersionAssignment(manifest=manifest_to_pb(sign_manifest(manifest, key)), serve=serve)],
+        limits=registry_pb2.TransferLimits(serve_bytes_per_s=1000),
+        placement_enabled=True,
+    )
+    seal_state(state, node_id, 1_765_000_000_000, key.sign)
+    return state

@@ -97,6 +97,9 @@ def _node(
         "labels": dict(record.labels) if record is not None else {},
         "hardware_class": (record.hardware_class if record is not None else "")
         or (view.hardware_class if view is not None else ""),
+        "site": record.site if record is not None else None,
+        "mode": view.mode if view is not None else None,
+        "autonomous_since_ms": view.autonomous_since_ms if view is not None else None,
         "load": load,
         "cache": cache,
         "models": models,

@@ -17,6 +17,7 @@ and fetches only its chunks. A new verdict is such a change too."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -130,10 +131,17 @@ class DesiredStateService:
         verdict = self._verdicts.get(manifest.key, hardware_class)
         return verdict if verdict is not None and manifest.artifact_named(verdict.artifact) is not None else None
 
-    async def watch(self, node_id: str) -> AsyncIterator[DesiredState]:
+    async def watch(self, node_id: str, since_generation: int = 0) -> AsyncIterator[DesiredState]:
         """The current state, then a new one after every change (coalesced); each is
-        recorded in ``sent`` until the watch ends."""
+        recorded in ``sent`` until the watch ends.
+
+        Generations only grow on a stream, and start above ``since_generation`` (what the edge
+        holds): an edge refuses a state whose generation does not grow, and it may hold one
+        from another replica, or from this central before a restart, whose counter ran ahead
+        of this one's. So each state's generation is the larger of the counter and one more
+        than the stream's last."""
         seen = -1
+        issued = since_generation
         last: SentState | None = None
         try:
             while True:
@@ -141,6 +149,8 @@ class DesiredStateService:
                     await self._changed.wait_for(lambda seen=seen: self._generation != seen)  # type: ignore[misc]
                     seen = self._generation
                 state = self.state_for(node_id)
+                issued = max(state.generation, issued + 1)
+                state = dataclasses.replace(state, generation=issued)
                 last = SentState.of(node_id, state.versions)
                 self.sent.record(node_id, last)
                 yield state

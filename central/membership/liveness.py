@@ -59,6 +59,10 @@ class NodeView:
     cache: CacheInfo | None = None
     #: The hardware class the last heartbeat names ("" before one, or from older edges).
     hardware_class: str = ""
+    #: ``synced`` or ``autonomous`` as the last heartbeat says ("" before one).
+    mode: str = ""
+    #: Since when the node runs without central (Unix ms), from the last heartbeat.
+    autonomous_since_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

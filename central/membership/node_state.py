@@ -86,4 +86,6 @@ class TrackedNode:
             state_since=self.since,
             cache=cache_model(hb.cache) if hb is not None else None,
             hardware_class=hb.hardware_class if hb is not None else "",
+            mode=hb.mode if hb is not None else "",
+            autonomous_since_ms=hb.autonomous_since if hb is not None else None,
         )

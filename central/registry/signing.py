@@ -168,6 +168,11 @@ class ManifestSigner:
         """``manifest`` with central's signature."""
         return sign_manifest(manifest, self._key)
 
+    def sign_bytes(self, data: bytes) -> bytes:
+        """The raw Ed25519 signature of ``data`` (a desired state's seal, context included:
+        ``fleetwire.sealing``)."""
+        return self._key.sign(data)
+
     def sign_all(self, manifests: dict[str, Manifest]) -> dict[str, Manifest]:
         """Every artifact's manifest, signed."""
         return {name: self.sign(m) for name, m in manifests.items()}

@@ -8,6 +8,7 @@ only (``DesiredStateService.allows_version`` / ``allows_chunk``): PERMISSION_DEN
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -21,6 +22,7 @@ from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
 from fleetwire.mqtt.topics import partition_of
+from fleetwire.sealing import seal_state
 from fleetwire.transfer import check_site
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
@@ -138,8 +140,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         if not nodes.stream_opened(request.node_id):
             await _abort(context, BadRequest(f"node {request.node_id!r} is not registered; call Register first"))
         try:
-            async for state in self._central.desired.watch(request.node_id):
+            signer = self._central.signer
+            async for state in self._central.desired.watch(request.node_id, request.since_generation):
                 await self._authorize(context, request.node_id)  # a token revoked mid-stream gets no more
-                yield desired_state_to_pb(state)
+                pb = desired_state_to_pb(state)
+                seal_state(pb, request.node_id, int(time.time() * 1000), signer.sign_bytes)
+                yield pb
         finally:
             nodes.stream_closed(request.node_id)

@@ -72,6 +72,11 @@ def upstream_owners(owners: list[str], node_id: str) -> list[str]:
     return owners[: owners.index(node_id)] if node_id in owners else list(owners)
 
 
+def downstream_owners(owners: list[str], node_id: str) -> list[str]:
+    """Owners after this node (none when it is no owner: ``upstream_owners`` has them all)."""
+    return owners[owners.index(node_id) + 1 :] if node_id in owners else []
+
+
 class ChunkFetcher:
     """Makes sure chunks are in the local ChunkStore."""
 
@@ -169,14 +174,22 @@ class ChunkFetcher:
             if await self._from_peer(peer, digest, size, owners):
                 return True
             failed.append(peer)
-        return await self._from_origin(digest, size, failed)
+        if await self._from_origin(digest, size, failed):
+            return True
+        # The origin failed (central away): an owner after this one may hold the chunk. Asked
+        # for held bytes only: a relay from it would come back to this node.
+        for peer in downstream_owners(owners, self.node_id):
+            if await self._from_peer(peer, digest, size, owners, held_only=True):
+                return True
+        return False
 
-    async def _from_peer(self, peer: str, digest: str, size: int, owners: list[str]) -> bool:
+    async def _from_peer(self, peer: str, digest: str, size: int, owners: list[str], held_only: bool = False) -> bool:
         address = self.view.address(peer)
         if address is None:
             return False
         try:
-            data = await self._peers.fetch(address, digest, size, owners, self._settings.peer_timeout_s)
+            timeout = self._settings.peer_timeout_s
+            data = await self._peers.fetch(address, digest, size, owners, timeout, held_only=held_only)
         except (grpc.aio.AioRpcError, OversizedChunk) as exc:
             self.stats.peer_errors[peer] += 1
             log.debug("peer %s failed for %s: %s", peer, digest[:12], exc)

@@ -69,10 +69,14 @@ class PeerClient:
         self._pool = pool
         self._node_id = node_id
 
-    async def fetch(self, address: str, digest: str, size: int, owners: list[str], timeout: float) -> bytes:
-        """One chunk from the peer at ``address``."""
+    async def fetch(
+        self, address: str, digest: str, size: int, owners: list[str], timeout: float, held_only: bool = False
+    ) -> bytes:
+        """One chunk from the peer at ``address`` (``held_only``: only if it holds it, no relay)."""
         stub = peer_pb2_grpc.PeerStub(self._pool.get(address))
-        request = peer_pb2.PeerFetchRequest(digest=digest, size=size, requester=self._node_id, owners=owners)
+        request = peer_pb2.PeerFetchRequest(
+            digest=digest, size=size, requester=self._node_id, owners=owners, held_only=held_only
+        )
         return await _collect(stub.FetchChunk(request, timeout=timeout), size)
 
     async def has_chunks(self, address: str, digests: list[str], timeout: float = 5.0) -> set[str]:

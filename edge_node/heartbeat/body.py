@@ -34,6 +34,9 @@ class HeartbeatBody:
     grpc_address: str = ""
     http_address: str = ""
     hardware_class: str = ""
+    site: str = ""
+    #: Since when the node runs without central (Unix seconds); None: synced.
+    autonomous_since: float | None = None
 
 
 def _no_choices() -> Mapping[tuple[str, str], ArtifactChoiceInfo]:
@@ -75,6 +78,10 @@ class HeartbeatSources:
     """(name, version) → the artifact it is served as, and why (``edge_node.sync.selection``)."""
     hardware_class: str = ""
     """This node's hardware class (``edge_node.inference.hardware``)."""
+    site: str = ""
+    """This node's site."""
+    autonomous_since: Callable[[], float | None] = lambda: None
+    """Since when the node runs without central (None: synced with it)."""
 
     def snapshot(self) -> HeartbeatBody:
         """The body of a heartbeat sent now."""
@@ -106,4 +113,6 @@ class HeartbeatSources:
             grpc_address=grpc_address,
             http_address=http_address,
             hardware_class=self.hardware_class,
+            site=self.site,
+            autonomous_since=self.autonomous_since(),
         )

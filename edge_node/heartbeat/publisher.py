@@ -72,7 +72,7 @@ from edge_node.heartbeat.bdseq import BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
-from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Heartbeat, NodeStatus
+from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Heartbeat, NodeStatus
 from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.topics import Topics
 
@@ -118,8 +118,13 @@ class HeartbeatPublisher:
         data_dir: Path,
         *,
         broker: BrokerSettings | None = None,
+        on_central_online: Callable[[], None] | None = None,
     ) -> None:
-        """``broker``: where to connect (default: ``BrokerSettings()``, 127.0.0.1:1883)."""
+        """``broker``: where to connect (default: ``BrokerSettings()``, 127.0.0.1:1883).
+        ``on_central_online``: called on the event loop whenever a central announces itself
+        online on the broker (its retained status, a new start each time)."""
+        self._on_central_online = on_central_online
+        self._central_online_ts: int | None = None  # paho thread only
         self.node_id = node_id
         self.settings = settings
         self.broker = broker = broker or BrokerSettings()
@@ -220,6 +225,7 @@ class HeartbeatPublisher:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_connect_fail = self._on_connect_fail
+        client.message_callback_add(self.topics.central_status, self._on_central_status)
         self._will_bdseq = await asyncio.to_thread(self._store.reserve)
         self._will_used = False
         client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
@@ -360,6 +366,8 @@ class HeartbeatPublisher:
                 self._bdseq = bdseq
                 self._seq = 0
                 self.connects += 1
+            if self._on_central_online is not None:
+                client.subscribe(self.topics.central_status, qos=1)
             log.info("%s connected to %s, bdseq %d", self.node_id, self.rotation.url, bdseq)
             self._call_in_loop(self._wake_up)
         except Exception:
@@ -384,6 +392,19 @@ class HeartbeatPublisher:
             client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
         except Exception:
             log.exception("heartbeat on_disconnect failed")
+
+    def _on_central_status(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        """A central's retained status: each new ``online`` (a start, or a reconnect to the
+        broker) calls ``on_central_online``; anything unreadable is ignored."""
+        try:
+            status = CentralStatus.model_validate_json(message.payload)
+        except ValueError:
+            return
+        if status.state != "online" or status.ts == self._central_online_ts:
+            return
+        self._central_online_ts = status.ts
+        if self._on_central_online is not None:
+            self._call_in_loop(self._on_central_online)
 
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
         self.connect_failures += 1
@@ -490,6 +511,9 @@ class HeartbeatPublisher:
             grpc_address=body.grpc_address,
             http_address=body.http_address,
             hardware_class=body.hardware_class,
+            site=body.site,
+            mode="synced" if body.autonomous_since is None else "autonomous",
+            autonomous_since=None if body.autonomous_since is None else int(body.autonomous_since * 1000),
         )
         payload = heartbeat.model_dump_json().encode()
         if len(payload) > MAX_PAYLOAD_BYTES:

@@ -82,6 +82,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is in no version of this node's desired state"
             )
+        if data is None and request.held_only:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"chunk {digest[:12]} is not held here")
         if data is None:
             owned = await self._owned(digest, claimed)
             if owned is None:

@@ -7,13 +7,24 @@ Register in time) or a stream that was open breaks. A refused credential does no
 the edge (another central would refuse it too). Each attempt registers again, so an
 independent central learns of the node before it streams. The Register reply also says
 whether heartbeats go to a partition (a replicated central): ``partition`` remembers it and
-``on_partition`` hands it to the heartbeat publisher."""
+``on_partition`` hands it to the heartbeat publisher.
+
+Every state passes the ``StateGuard`` (central's seal, a generation that does not go back)
+and is kept on disk before it is applied; at start the one kept is applied first, so a node
+that boots while central is away serves what it served (``restore``). The node is *synced*
+while its stream is up and its last state came on it, *autonomous* (since when) otherwise.
+``wake`` cuts a backoff wait short: the heartbeat link calls it when central announces
+itself on the broker, so a fleet resyncs as soon as central is back, not at its next retry."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
@@ -22,6 +33,7 @@ from edge_node.auth import NodeCredential
 from edge_node.fetch import PlacementView
 from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.guard import StateGuard, StateRefused
 from edge_node.sync.materializer import Materializer
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
@@ -53,9 +65,18 @@ class DesiredStateFollower:
         trust: ManifestTrust | None = None,
         credential: NodeCredential | None = None,
         on_partition: Callable[[int | None], None] | None = None,
+        guard: StateGuard | None = None,
+        wake_spread_s: float = 1.0,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
-        unpartitioned), on the event loop; it must not block."""
+        unpartitioned), on the event loop; it must not block. ``guard``: checks and keeps every
+        state (None: states are taken unchecked and not kept). ``wake_spread_s``: a wake-up
+        retries after a random wait up to this, so a fleet woken at once spreads its reconnects."""
+        self._guard = guard
+        self._wake_spread_s = wake_spread_s
+        self._woken: asyncio.Event | None = None
+        #: Since when this node runs on its own (Unix seconds); None while synced.
+        self.autonomous_since: float | None = time.time()
         self._node = node
         self.centrals = central if isinstance(central, CentralRotation) else CentralRotation([central])
         """The central addresses and the one this link is on."""
@@ -96,10 +117,57 @@ class DesiredStateFollower:
         """Follow for ever: a stream that fails or ends is opened again after a backoff
         (it does not start over: a link that keeps dropping is retried at the cap)."""
         lost = retry_if_exception_type(grpc.aio.AioRpcError) | retry_if_result(lambda _: True)
-        await retrying(_FIRST_BACKOFF_S, self._backoff_max_s, retry=lost, before_sleep=self._lost)(self._follow_once)
+        run = retrying(_FIRST_BACKOFF_S, self._backoff_max_s, retry=lost, before_sleep=self._lost, sleep=self._sleep)
+        await run(self._follow_once)
+
+    async def _sleep(self, seconds: float) -> None:
+        """A backoff wait that ``wake`` ends early."""
+        self._woken = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._woken.wait(), seconds)
+        except TimeoutError:
+            pass
+        finally:
+            self._woken = None
+
+    def wake(self) -> None:
+        """Retry soon if waiting to reconnect (after a random wait up to ``wake_spread_s``);
+        safe to call from the event loop at any time."""
+        woken = self._woken
+        if woken is None or woken.is_set():
+            return
+        asyncio.get_running_loop().call_later(random.uniform(0, self._wake_spread_s), woken.set)
+
+    def restore(self) -> bool:
+        """Apply the state kept on disk, if any passes the guard: what a node serves while
+        central is away. True when one was applied."""
+        state = self._guard.restore() if self._guard is not None else None
+        if state is None:
+            return False
+        self.apply(state)
+        log.info(
+            "serving desired state %d kept on disk (%d versions) until central answers",
+            state.generation,
+            len(state.versions),
+        )
+        return True
+
+    @property
+    def refusals(self) -> dict[str, int]:
+        """Desired states refused, by reason (see ``StateGuard``)."""
+        return dict(self._guard.refusals) if self._guard is not None else {}
+
+    def mode(self) -> dict[str, Any]:
+        """``synced``, or ``autonomous`` since when (ISO 8601, UTC)."""
+        since = self.autonomous_since
+        if since is None:
+            return {"mode": "synced", "autonomous_since": None}
+        return {"mode": "autonomous", "autonomous_since": datetime.fromtimestamp(since, UTC).isoformat()}
 
     def _lost(self, state: RetryCallState) -> None:
         self.connected.clear()
+        if self.autonomous_since is None:
+            self.autonomous_since = time.time()
         streamed, self._streaming = self._streaming, False
         exc = state.outcome.exception() if state.outcome is not None else None
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
@@ -131,13 +199,22 @@ class DesiredStateFollower:
         self._adopt_partition(reply)
         if self._trust is not None:
             self._trust.offer(reply.manifest_public_key, endorsements_from_pb(reply.key_endorsements))
-        stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id=node.node_id), metadata=metadata)
+        since = self._guard.generation if self._guard is not None else 0
+        request = registry_pb2.WatchRequest(node_id=node.node_id, since_generation=since)
+        stream = stub.WatchDesiredState(request, metadata=metadata)
         async for pb in stream:
             if not self._streaming and len(self.centrals.addresses) > 1:
                 log.info("following central %s", address)
             self._streaming = True
+            try:
+                state = self._guard.admit(pb) if self._guard is not None else state_from_pb(pb)
+            except StateRefused:
+                continue  # logged and counted by the guard; the state held stays
+            if self.autonomous_since is not None:
+                log.info("synced with central %s at desired state %d", address, state.generation)
+            self.autonomous_since = None
             self.connected.set()
-            self.apply(state_from_pb(pb))
+            self.apply(state)
 
     def _adopt_partition(self, reply: registry_pb2.RegisterReply) -> None:
         """Remember where central wants this node's heartbeats and pass it on. Every replica

@@ -109,6 +109,9 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
     grpc_address: str = ""
     http_address: str = ""
     hardware_class: _ChoiceName = ""
+    site: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    mode: Annotated[str, msgspec.Meta(max_length=16)] = "synced"
+    autonomous_since: _NonNegInt | None = None
 
     def to_model(self) -> Heartbeat:
         """The contract's model of the same heartbeat (already validated: no checks run)."""
@@ -125,6 +128,9 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
             grpc_address=self.grpc_address,
             http_address=self.http_address,
             hardware_class=self.hardware_class,
+            site=self.site,
+            mode=self.mode,
+            autonomous_since=self.autonomous_since,
         )
 
 

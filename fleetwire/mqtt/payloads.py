@@ -108,6 +108,15 @@ class Heartbeat(_Payload):
     hardware_class: str = Field(
         "", max_length=MAX_CHOICE_NAME, description="ISA flags, cores and provider, e.g. x86_64/avx2/2c/cpu."
     )
+    site: str = Field("", max_length=128, description="Where the node is; empty from nodes that name none.")
+    mode: str = Field(
+        "synced",
+        max_length=16,
+        description="synced: following central's desired state; autonomous: serving its last one without central.",
+    )
+    autonomous_since: int | None = Field(
+        None, ge=0, description="Unix time, milliseconds, since when the node runs on its own (autonomous only)."
+    )
 
 
 class CentralStatus(_Payload):

@@ -26,9 +26,15 @@ class PeerFetchRequest(_message.Message):
     SIZE_FIELD_NUMBER: _builtins.int
     REQUESTER_FIELD_NUMBER: _builtins.int
     OWNERS_FIELD_NUMBER: _builtins.int
+    HELD_ONLY_FIELD_NUMBER: _builtins.int
     digest: _builtins.str
     size: _builtins.int
     requester: _builtins.str
+    held_only: _builtins.bool
+    """Serve the chunk only if held here; never fetch it on the requester's behalf. What an
+    owner asks the owners after it once the origin failed (central away): a relay from them
+    would ask this owner back.
+    """
     @_builtins.property
     def owners(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the requester's view of the owners, in order"""
@@ -40,10 +46,11 @@ class PeerFetchRequest(_message.Message):
         size: _builtins.int = ...,
         requester: _builtins.str = ...,
         owners: _abc.Iterable[_builtins.str] | None = ...,
+        held_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "owners", b"owners", "requester", b"requester", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "held_only", b"held_only", "owners", b"owners", "requester", b"requester", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -525,8 +525,8 @@ class SealedVersion(_message.Message):
     ARTIFACT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
-    manifest_signature: _builtins.str
-    """hex, as in the manifest: binds the manifest's content"""
+    manifest_signature: _builtins.bytes
+    """as in the Manifest message: binds the manifest's content"""
     serve: _builtins.bool
     artifact: _builtins.str
     """the verdict's artifact; "" when none"""
@@ -535,7 +535,7 @@ class SealedVersion(_message.Message):
         *,
         name: _builtins.str = ...,
         version: _builtins.str = ...,
-        manifest_signature: _builtins.str = ...,
+        manifest_signature: _builtins.bytes = ...,
         serve: _builtins.bool = ...,
         artifact: _builtins.str = ...,
     ) -> None: ...

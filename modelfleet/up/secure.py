@@ -42,6 +42,7 @@ ACL_RULES = (
     f"pattern write {DEFAULT_PREFIX}/nodes/%u/heartbeat",
     f"pattern write {DEFAULT_PREFIX}/p/+/nodes/%u/status",
     f"pattern write {DEFAULT_PREFIX}/p/+/nodes/%u/heartbeat",
+    f"pattern read {DEFAULT_PREFIX}/central/status",
     f"user {CENTRAL_MQTT_USER}",
     f"topic write {DEFAULT_PREFIX}/central/#",
     f"topic write {DEFAULT_PREFIX}/events",
