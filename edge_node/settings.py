@@ -323,7 +323,14 @@ class EdgeSettings(BaseSettings):
     tls: EdgeTlsSettings = Field(
         default_factory=EdgeTlsSettings, description="TLS on the Peer service, HTTPS and links (off by default)."
     )
-    reconnect_backoff_max_s: float = Field(5.0, gt=0, description="Longest wait between reconnects to central.")
+    reconnect_backoff_max_s: float = Field(
+        3.0,
+        gt=0,
+        description=(
+            "Longest wait between reconnects to central (equal jitter: waits at the cap are 1.5-3 s). Edges"
+            " also retry at once when central announces itself on the broker."
+        ),
+    )
     manifest_key_repin: bool = Field(
         False,
         description=(

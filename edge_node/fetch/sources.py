@@ -18,6 +18,11 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 8 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.enable_retries", 0),
+    # gRPC's own reconnect backoff grows to 120 s by default: after a long outage of central
+    # its channel would refuse every call for up to that long after central is back, whatever
+    # the follower's backoff (which paces the attempts). Capped to stay below it.
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
     # As a server (the Peer service): peers' 20 s keep-alive pings are welcome (central's too).
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
 ]
