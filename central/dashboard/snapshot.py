@@ -97,6 +97,7 @@ def _node(
         "labels": dict(record.labels) if record is not None else {},
         "hardware_class": (record.hardware_class if record is not None else "")
         or (view.hardware_class if view is not None else ""),
+        "site": record.site if record is not None else "",
         "load": load,
         "cache": cache,
         "models": models,

@@ -15,6 +15,7 @@ from central.placement.ring import (
     moved_fraction,
     place,
 )
+from central.placement.sites import home_site_counts, place_by_site, site_order
 from central.placement.service import PlacementService, VersionKey
 
 __all__ = [
@@ -22,8 +23,11 @@ __all__ = [
     "PlacementService",
     "RingMember",
     "VersionKey",
+    "home_site_counts",
     "load_by_node",
     "max_over_mean",
     "moved_fraction",
     "place",
+    "place_by_site",
+    "site_order",
 ]

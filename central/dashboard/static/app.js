@@ -144,6 +144,7 @@ function nodeRow(n, flash) {
     el("td", {}, el("span", { class: `state state-${state}`, "data-role": "state" }, state)),
     el("td", { class: "mono node-id", title: Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ") },
       n.node_id, n.reported_state && n.reported_state !== "online" ? el("span", { class: "muted" }, ` (${n.reported_state})`) : null),
+    el("td", { class: "mono site" }, n.site || "—"),
     el("td", { class: hbClass, "data-age": n.last_heartbeat_age_s ?? "" }, fmtAge(n.last_heartbeat_age_s)),
     el("td", { class: "num state-age", "data-age": n.state_age_s ?? "" }, fmtAge(n.state_age_s)),
     el("td", { class: "num" }, dash ? "—" : load.inflight),
@@ -162,7 +163,7 @@ function nodeRow(n, flash) {
 function renderNodes(s, flashIds) {
   const body = $("nodes-body");
   const rows = s.nodes.map((n) => nodeRow(n, flashIds && flashIds.has(n.node_id)));
-  if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 15 }, "No node has announced itself yet.")));
+  if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 16 }, "No node has announced itself yet.")));
   body.replaceChildren(...rows);
   const c = s.central;
   $("nodes-note").textContent = c.mqtt_enabled
