@@ -15,8 +15,8 @@ from central.placement.ring import (
     moved_fraction,
     place,
 )
-from central.placement.sites import home_site_counts, place_by_site, site_order
 from central.placement.service import PlacementService, VersionKey
+from central.placement.sites import home_site_counts, place_by_site, site_order
 
 __all__ = [
     "Placement",
