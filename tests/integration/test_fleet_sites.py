@@ -48,7 +48,9 @@ async def test_each_chunk_crosses_into_each_site_once(
         nodes = {n["node_id"]: n["site"] for n in (await api.get("/api/v1/nodes")).json()}
     assert nodes == SITES
     async with httpx.AsyncClient(base_url=edges[0].http_url, timeout=10.0) as client:
-        fetch = (await client.get("/api/v1/status")).json()["fetch"]
+        status = (await client.get("/api/v1/status")).json()
+    assert status["site"] == SITES[status["node_id"]]
+    fetch = status["fetch"]
     assert fetch["bytes_from_own_site"] + fetch["bytes_from_other_sites"] == fetch["bytes_from_peers"]
 
     unique = sum(chunks.values())
