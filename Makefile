@@ -40,6 +40,7 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	mkdir -p bench/out
 	bash scripts/ensure_apt.sh mosquitto --optional wrk
 	$(PY) -m bench.placement --json bench/out/placement.json
+	$(PY) -m bench.placement_sites --json bench/out/placement_sites.json
 	$(PY) -m bench.distribution --edges 8 --json bench/out/distribution.json
 	$(PY) -m bench.delta --json bench/out/delta.json
 	$(PY) -m bench.quantization --json bench/out/quantization.json

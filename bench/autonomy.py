@@ -186,9 +186,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "cold_boot_ready_s_p99": _round(p99(boot_values)),
         "requests": requests,
         "errors": len(failed),
-        "excused_while_down": sum(
-            1 for n, rs in results.items() for r in rs if r.status != 200 and excused(n, r)
-        ),
+        "excused_while_down": sum(1 for n, rs in results.items() for r in rs if r.status != 200 and excused(n, r)),
         "error_samples": [{"node": n, "status": r.status, "error": r.error} for n, r in failed[:10]],
         "resync_s": _round(resync_s),
         "resync_s_by_edge": {n: _round(at - t_back if at is not None else None) for n, at in resynced.items()},

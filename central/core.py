@@ -87,7 +87,9 @@ class Central:
         self.signer = self._signer(settings, data)
         self.signer.sign_stored(self.store)
         p = settings.placement
-        self.placement = PlacementService(replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled)
+        self.placement = PlacementService(
+            replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled, site_aware=p.site_aware
+        )
         steps: list[PushStep] = [
             ValidateStep(),
             QuantizeStep(settings.quantize),

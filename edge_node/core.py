@@ -36,7 +36,7 @@ class Edge:
         self.node_id = settings.node_id
         self.store = ChunkStore(settings.resolved_cache_dir, size_limit=settings.cache_bytes, holder=self.node_id)
         self.files = VersionFiles(settings.data_dir / "versions")
-        self.view = PlacementView()
+        self.view = PlacementView(settings.site)
         #: The TLS files, read and checked once here for the channels and both listeners.
         self.tls_material = settings.tls.material() if settings.tls.enabled else None
         self.pool = ChannelPool(grpc_channel_credentials(self.tls_material) if self.tls_material is not None else None)
@@ -174,6 +174,7 @@ class Edge:
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
+            "site": self.settings.site,
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),

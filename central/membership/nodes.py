@@ -100,7 +100,7 @@ class NodeDirectory:
         else:
             record.streams = max(record.streams, self._orphan_streams.pop(record.node_id, 0))
         self._nodes[record.node_id] = record
-        self._placement.join(RingMember(record.node_id, max(1, record.capacity)))
+        self._placement.join(RingMember(record.node_id, max(1, record.capacity), record.site))
 
     def mirror(self, records: Mapping[str, NodeRecord]) -> bool:
         """Make the directory hold exactly ``records`` (the shared store's ring members, read by a
@@ -161,4 +161,11 @@ class NodeDirectory:
 
 def _announced(record: NodeRecord) -> tuple[object, ...]:
     """What a node announced, without this process's stream count and clock."""
-    return (record.grpc_address, record.http_address, record.capacity, record.labels, record.hardware_class)
+    return (
+        record.grpc_address,
+        record.http_address,
+        record.capacity,
+        record.labels,
+        record.hardware_class,
+        record.site,
+    )

@@ -16,14 +16,18 @@ from central.placement.ring import (
     place,
 )
 from central.placement.service import PlacementService, VersionKey
+from central.placement.sites import home_site_counts, place_by_site, site_order
 
 __all__ = [
     "Placement",
     "PlacementService",
     "RingMember",
     "VersionKey",
+    "home_site_counts",
     "load_by_node",
     "max_over_mean",
     "moved_fraction",
     "place",
+    "place_by_site",
+    "site_order",
 ]

@@ -23,6 +23,8 @@ from typing import Any
 
 from uhashring import HashRing
 
+from fleetwire.transfer import DEFAULT_SITE
+
 __all__ = [
     "Placement",
     "RingMember",
@@ -38,10 +40,12 @@ Placement = dict[str, list[str]]
 
 @dataclass(frozen=True)
 class RingMember:
-    """One edge node on the ring; ``capacity`` is its integer weight (>= 1)."""
+    """One edge node on the ring; ``capacity`` is its integer weight (>= 1), ``site`` where it
+    is (read only by site-aware placement, ``central.placement.sites``)."""
 
     node_id: str
     capacity: int = 1
+    site: str = DEFAULT_SITE
 
     def __post_init__(self) -> None:
         """Reject members the ring cannot represent, before they skew placement."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from central.placement.ring import Placement, RingMember, place
+from central.placement.sites import place_by_site
 
 __all__ = ["PlacementService", "VersionKey"]
 
@@ -23,18 +24,22 @@ VersionKey = tuple[str, str]
 class PlacementService:
     """Holds ring membership and the placement of every active model version."""
 
-    def __init__(self, *, replicas: int = 2, load_factor: float = 1.25, enabled: bool = True) -> None:
+    def __init__(
+        self, *, replicas: int = 2, load_factor: float = 1.25, enabled: bool = True, site_aware: bool = False
+    ) -> None:
         """Start with no members and no versions.
 
         ``enabled=False`` is the naive baseline where every edge fetches from
         origin: placements are still computed (so toggling is instant) but every
-        owners list reads as empty.
+        owners list reads as empty. ``site_aware``: owners in every site
+        (``central.placement.sites``); off, one ring over all members, sites ignored.
         """
         # Validate the settings now rather than on the first join.
         place([], [], replicas=replicas, load_factor=load_factor)
         self.replicas = replicas
         self.load_factor = load_factor
         self.enabled = enabled
+        self.site_aware = site_aware
         self._members: dict[str, RingMember] = {}
         self._versions: dict[VersionKey, list[str]] = {}
         self._placements: dict[VersionKey, Placement] = {}
@@ -84,12 +89,7 @@ class PlacementService:
             if old is not None and set(old) == set(digests) and key in self._placements:
                 placements[key] = self._placements[key]
             else:
-                placements[key] = place(
-                    stored[key],
-                    self.members(),
-                    replicas=self.replicas,
-                    load_factor=self.load_factor,
-                )
+                placements[key] = self._compute(stored[key], previous=None)
         self._versions = stored
         self._placements = placements
         self._reindex()
@@ -174,13 +174,12 @@ class PlacementService:
 
     def _place(self, key: VersionKey, previous: Placement | None) -> Placement:
         """Place one version's digests under the current membership."""
-        return place(
-            self._versions[key],
-            self.members(),
-            replicas=self.replicas,
-            load_factor=self.load_factor,
-            previous=previous,
-        )
+        return self._compute(self._versions[key], previous)
+
+    def _compute(self, digests: Sequence[str], previous: Placement | None) -> Placement:
+        """``digests`` placed over the current members, per site when site-aware."""
+        placer = place_by_site if self.site_aware else place
+        return placer(digests, self.members(), replicas=self.replicas, load_factor=self.load_factor, previous=previous)
 
     def _visible(self, owners: Sequence[str]) -> list[str]:
         """Owners as callers see them: a copy, or [] when placement is disabled."""

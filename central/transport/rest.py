@@ -288,6 +288,7 @@ def create_app(central: Central) -> FastAPI:
                 "capacity": n.capacity,
                 "labels": n.labels,
                 "hardware_class": n.hardware_class,
+                "site": n.site,
                 "artifacts": _served_artifacts(central.membership.get(n.node_id)),
                 "owned_chunks": len(placement.owned_by(n.node_id)),
             }

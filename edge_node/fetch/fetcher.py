@@ -1,4 +1,12 @@
-"""The chunk fetcher: cache → owners in placement order → origin, verified.
+"""The chunk fetcher: cache → owners ahead of this node (same site first) → origin, verified.
+
+- Which owners, in which order: only those ahead of this node in the chunk's owners list
+  (all of them for a non-owner), so waits follow the ranks (next point). Among those, the
+  ones in this node's site first, then the other sites', each group in placement order:
+  with site-aware placement a site's first owner is ahead of its later owners and of its
+  non-owners, so the chunk crosses into the site once. Origin is asked last, naming every
+  owner tried as failed: that is every owner ahead, whatever the order, which is what
+  central's origin rule asks for before it lets a later owner or a non-owner in.
 
 - Single-flight: one fetch per digest in this process, however many callers (the
   local sync loop and any number of peers asking this node as an owner) wait on it.
@@ -46,6 +54,9 @@ class FetchStats:
     chunks_from_origin: int = 0
     bytes_from_peers: int = 0
     bytes_from_origin: int = 0
+    #: Of ``bytes_from_peers``: from peers in this node's site, and from peers elsewhere.
+    bytes_from_own_site: int = 0
+    bytes_from_other_sites: int = 0
     rejected_corrupt: Counter[str] = field(default_factory=Counter)
     peer_errors: Counter[str] = field(default_factory=Counter)
     origin_refusals: int = 0
@@ -59,6 +70,8 @@ class FetchStats:
             "chunks_from_origin": self.chunks_from_origin,
             "bytes_from_peers": self.bytes_from_peers,
             "bytes_from_origin": self.bytes_from_origin,
+            "bytes_from_own_site": self.bytes_from_own_site,
+            "bytes_from_other_sites": self.bytes_from_other_sites,
             "bytes_fetched": self.bytes_from_peers + self.bytes_from_origin,
             "rejected_corrupt": dict(self.rejected_corrupt),
             "peer_errors": dict(self.peer_errors),
@@ -170,7 +183,7 @@ class ChunkFetcher:
     async def _one_round(self, digest: str, size: int, hinted_owners: list[str]) -> bool:
         owners = self.view.owners(digest) or hinted_owners
         failed: list[str] = []
-        for peer in upstream_owners(owners, self.node_id):
+        for peer in self.view.same_site_first(upstream_owners(owners, self.node_id)):
             if await self._from_peer(peer, digest, size, owners):
                 return True
             failed.append(peer)
@@ -178,7 +191,7 @@ class ChunkFetcher:
             return True
         # The origin failed (central away): an owner after this one may hold the chunk. Asked
         # for held bytes only: a relay from it would come back to this node.
-        for peer in downstream_owners(owners, self.node_id):
+        for peer in self.view.same_site_first(downstream_owners(owners, self.node_id)):
             if await self._from_peer(peer, digest, size, owners, held_only=True):
                 return True
         return False
@@ -240,6 +253,10 @@ class ChunkFetcher:
             else:
                 self.stats.chunks_from_peers += 1
                 self.stats.bytes_from_peers += nbytes
+                if self.view.site_of(source) == self.view.site:
+                    self.stats.bytes_from_own_site += nbytes
+                else:
+                    self.stats.bytes_from_other_sites += nbytes
 
     def _reject(self, digest: str, source: str) -> None:
         self.stats.rejected_corrupt[source] += 1

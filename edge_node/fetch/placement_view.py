@@ -1,4 +1,5 @@
-"""This node's latest view of chunk owners and peer addresses, from desired state.
+"""This node's latest view of chunk owners, peer addresses and peer sites, from desired
+state.
 
 The fetcher re-reads it on every attempt, so a placement change (an owner died)
 redirects fetches that are already retrying."""
@@ -6,16 +7,22 @@ redirects fetches that are already retrying."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+
+from fleetwire.transfer import DEFAULT_SITE
 
 
 class PlacementView:
-    """digest → owners and size, node id → gRPC address."""
+    """digest → owners and size, node id → gRPC address and site."""
 
-    def __init__(self) -> None:
+    def __init__(self, site: str = DEFAULT_SITE) -> None:
+        """``site``: where this node is (its setting), for ``same_site_first``."""
+        self.site = site
         self._owners: dict[str, list[str]] = {}
         self._sizes: dict[str, int] = {}
         self._updated = asyncio.Event()
         self._peers: dict[str, str] = {}
+        self._sites: dict[str, str] = {}
         self.placement_enabled = True
 
     def update(
@@ -24,10 +31,13 @@ class PlacementView:
         peers: dict[str, str],
         placement_enabled: bool,
         sizes: dict[str, int] | None = None,
+        sites: dict[str, str] | None = None,
     ) -> None:
-        """Replace the view with a new desired state's (``sizes``: digest → bytes, from its manifests)."""
+        """Replace the view with a new desired state's (``sizes``: digest → bytes, from its
+        manifests; ``sites``: node id → site of every peer)."""
         self._owners = owners
         self._sizes = sizes or {}
+        self._sites = sites or {}
         updated, self._updated = self._updated, asyncio.Event()
         updated.set()  # wakes whoever waits in changed(); later waiters wait for the next update
         self._peers = peers
@@ -48,6 +58,16 @@ class PlacementView:
     def address(self, node_id: str) -> str | None:
         """gRPC address of a peer, or None when it is not in the fleet."""
         return self._peers.get(node_id)
+
+    def site_of(self, node_id: str) -> str:
+        """A peer's site (``DEFAULT_SITE`` when central named none)."""
+        return self._sites.get(node_id, DEFAULT_SITE)
+
+    def same_site_first(self, nodes: Sequence[str]) -> list[str]:
+        """``nodes`` in this node's site, then the others, each group in the given order:
+        a chunk crosses the link between sites only when no peer inside has it."""
+        here = [n for n in nodes if self.site_of(n) == self.site]
+        return here + [n for n in nodes if self.site_of(n) != self.site]
 
     def owned_by(self, node_id: str) -> set[str]:
         """Digests ``node_id`` owns."""

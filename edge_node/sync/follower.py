@@ -230,6 +230,6 @@ class DesiredStateFollower:
     def apply(self, state: EdgeDesiredState) -> None:
         """Adopt a new desired state."""
         self.state = state
-        self._view.update(state.owners(), state.peers, state.placement_enabled, state.chunk_sizes())
+        self._view.update(state.owners(), state.peers, state.placement_enabled, state.chunk_sizes(), state.peer_sites)
         self._materializer.apply(state)
         log.debug("desired state generation %d: %d versions", state.generation, len(state.versions))
