@@ -174,7 +174,6 @@ class Edge:
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
-            "site": self.settings.site,
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
