@@ -13,6 +13,7 @@ import pytest
 
 from central.server import CentralServer
 from conftest import push
+from fleetwire.sealing import SealError, open_seal
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 
@@ -22,9 +23,11 @@ async def stub(central: CentralServer) -> AsyncIterator[registry_pb2_grpc.Regist
         yield registry_pb2_grpc.RegistryStub(channel)
 
 
-async def _register(stub: registry_pb2_grpc.RegistryStub, node_id: str) -> None:
+async def _register(stub: registry_pb2_grpc.RegistryStub, node_id: str) -> registry_pb2.RegisterReply:
     node = registry_pb2.NodeInfo(node_id=node_id, grpc_address="127.0.0.1:1", capacity=1)
-    assert (await stub.Register(registry_pb2.RegisterRequest(node=node))).accepted
+    reply = await stub.Register(registry_pb2.RegisterRequest(node=node))
+    assert reply.accepted
+    return reply
 
 
 async def _fetch(stub: registry_pb2_grpc.RegistryStub, digest: str, node: str, failed: list[str]) -> bytes:
@@ -129,3 +132,24 @@ async def test_register_rejects_a_bad_node_id_or_label(
         await stub.Register(registry_pb2.RegisterRequest(node=node))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in (err.value.details() or "")
     assert central.central.nodes.nodes() == []
+
+
+async def test_every_state_is_sealed_for_its_node_and_starts_above_the_edges_generation(
+    central: CentralServer, stub: registry_pb2_grpc.RegistryStub, api: httpx.AsyncClient, small_model_file: Path
+) -> None:
+    reply = await _register(stub, "sealed")
+    held = 1_000_000  # what another replica, or this central before a restart, had reached
+    stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="sealed", since_generation=held))
+    first = await stream.read()
+    assert isinstance(first, registry_pb2.DesiredState) and first.generation == held + 1
+    seal = open_seal(first, "sealed", central.central.signer.public_key)
+    assert seal.generation == first.generation and seal.issued_at_ms > 0
+    with pytest.raises(SealError):
+        open_seal(first, "another-node", central.central.signer.public_key)
+    assert (await push(api, "tiny", small_model_file)).status_code == 201
+    update = await asyncio.wait_for(stream.read(), timeout=10)
+    assert isinstance(update, registry_pb2.DesiredState) and update.generation == held + 2
+    assert [(v.name, v.version, v.serve) for v in open_seal(update, "sealed", reply.manifest_public_key).versions] == [
+        ("tiny", "1", True)
+    ]
+    stream.cancel()
