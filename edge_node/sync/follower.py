@@ -27,6 +27,7 @@ from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.backoff import retrying
 from fleetwire.convert import endorsements_from_pb
+from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,12 @@ class DesiredStateFollower:
         trust: ManifestTrust | None = None,
         credential: NodeCredential | None = None,
         on_partition: Callable[[int | None], None] | None = None,
+        on_limits: Callable[[TransferCaps], None] | None = None,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
-        unpartitioned), on the event loop; it must not block."""
+        unpartitioned), on the event loop; it must not block. ``on_limits``: called with
+        every desired state's transfer caps (unset ones: the node's own settings)."""
+        self._on_limits = on_limits
         self._node = node
         self.centrals = central if isinstance(central, CentralRotation) else CentralRotation([central])
         """The central addresses and the one this link is on."""
@@ -155,4 +159,6 @@ class DesiredStateFollower:
         self.state = state
         self._view.update(state.owners(), state.peers, state.placement_enabled, state.chunk_sizes())
         self._materializer.apply(state)
+        if self._on_limits is not None:
+            self._on_limits(state.limits)
         log.debug("desired state generation %d: %d versions", state.generation, len(state.versions))
