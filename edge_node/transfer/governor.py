@@ -37,6 +37,7 @@ class TransferGovernor:
         """``caps``: the caps to start with (unset: no cap); ``busy()``: whether inference
         requests are in flight here now."""
         self._busy = busy
+        self._was_busy = False
         self.caps = _in_force(caps)
         self._fetch = TokenBucket(self.caps.fetch_bytes_per_s or 0)
         self._fetch_window = ByteWindow(self.caps.fetch_bytes_per_s or 0)
@@ -45,7 +46,6 @@ class TransferGovernor:
         self.served = RateMeter()
         #: Times serving switched to or from the busy cap.
         self.busy_switches = 0
-        self._was_busy = False
 
     def apply(self, caps: TransferCaps) -> None:
         """Put ``caps`` in force now (unset ones: no cap), for waiting pieces too."""
