@@ -12,6 +12,9 @@ than the burst is paid over time rather than refused. A rate change refills at t
 rate up to now and wakes every waiter, which re-reads how long it still has to wait at
 the new rate; rate 0 means no cap and releases every waiter at once.
 
+A cancelled acquisition keeps its bytes taken (the debt stays): a stream that dies while
+waiting costs the cap what it asked for, which errs on the side of the cap.
+
 Time is the event loop's clock (``loop.time()``), so virtual-time tests drive it."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from central.auth import Role, TokenStore
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
+from conftest import EdgeFactory, central_settings, metric_samples, sample, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.transfer import TransferCaps
 
@@ -116,6 +116,8 @@ async def test_a_change_reaches_connected_edges_node_over_site_over_fleet(
     await wait_for(lambda: all(in_force(e) == caps for e, caps in want.items()), timeout=10, what="caps in force")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{a.http_port}") as client:
         status = (await client.get("/api/v1/status")).json()
+        samples = metric_samples((await client.get("/metrics")).text)
+    assert sample(samples, "modelfleet_transfer_cap_bytes_per_second", direction="fetch") == 3_000_000
     assert status["transfer"]["caps"] == {
         "serve_bytes_per_s": 0,
         "fetch_bytes_per_s": 3_000_000,
