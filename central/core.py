@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
+from central.distribution.transfer_policy import TransferPolicy
 from central.gateway import Candidate, create_gateway
 from central.ha.view import SharedNodeSource
 from central.membership import NodeDirectory
@@ -133,6 +134,8 @@ class Central:
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed_here)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
+        #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
+        self.transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
         self.desired = DesiredStateService(
             self.placement,
             self.rollouts.active_versions,
@@ -142,6 +145,7 @@ class Central:
             verdicts=self.verdicts,
             hardware_class=self.nodes.hardware_class,
             peer_sites=self.nodes.sites,
+            limits=self.transfer.caps_for,
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin
@@ -265,6 +269,10 @@ class Central:
         self._rollout_controller = controller
         self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())
         return RolloutService(book, controller, self.store, fleet)
+
+    def _site_of(self, node_id: str) -> str | None:
+        node = self.nodes.get(node_id)
+        return node.site if node is not None else None
 
     def _latest_versions(self) -> dict[str, str | None]:
         return {m.name: m.latest for m in self.store.list_models()}

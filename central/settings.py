@@ -19,6 +19,7 @@ from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES
 from fleetwire.names import is_name
 from fleetwire.tls import TlsSettings
+from fleetwire.transfer import TransferCaps, check_site
 
 #: Where the token store lives when ``auth.tokens_file`` is not set, relative to ``data_dir``.
 DEFAULT_TOKENS_FILENAME = "tokens.json"
@@ -103,6 +104,65 @@ class OriginSettings(BaseModel):
             " central replaced still counts this long (a node fetching for it until the new one arrives)."
         ),
     )
+
+
+#: Highest cap accepted (bytes/s): exact in JSON numbers, far above any link.
+MAX_CAP_BYTES_PER_S = 2**53
+
+
+class TransferCapSettings(BaseModel):
+    """Chunk byte-rate caps for edges; unset (null): the edge's own setting, 0: no cap."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    serve_bytes_per_s: int | None = Field(
+        None, ge=0, le=MAX_CAP_BYTES_PER_S, description="Chunk bytes/s an edge serves to peers."
+    )
+    fetch_bytes_per_s: int | None = Field(
+        None, ge=0, le=MAX_CAP_BYTES_PER_S, description="Chunk bytes/s an edge fetches (peers and central together)."
+    )
+    busy_serve_bytes_per_s: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_CAP_BYTES_PER_S,
+        description="Chunk bytes/s an edge serves to peers while it has inference requests in flight.",
+    )
+
+    def caps(self) -> TransferCaps:
+        """These caps for the desired state."""
+        return TransferCaps(self.serve_bytes_per_s, self.fetch_bytes_per_s, self.busy_serve_bytes_per_s)
+
+
+class TransferSettings(BaseModel):
+    """Edges' chunk byte-rate caps, sent in every desired state; changeable live with
+    ``PUT /api/v1/transfer`` (this section is where central starts). Per cap, a node's own
+    entry wins over its site's, which wins over ``fleet``; a cap none of them sets is left
+    to the edge's ``transfer`` settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: TransferCapSettings = Field(default_factory=TransferCapSettings, description="Caps of every edge.")
+    sites: dict[str, TransferCapSettings] = Field(
+        default_factory=dict, description="Caps of the edges of one site (site name → caps)."
+    )
+    nodes: dict[str, TransferCapSettings] = Field(
+        default_factory=dict, description="Caps of one edge (node id → caps)."
+    )
+
+    @field_validator("sites")
+    @classmethod
+    def _valid_sites(cls, value: dict[str, TransferCapSettings]) -> dict[str, TransferCapSettings]:
+        for site in value:
+            check_site(site)
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _valid_nodes(cls, value: dict[str, TransferCapSettings]) -> dict[str, TransferCapSettings]:
+        for node_id in value:
+            if not is_name(node_id):
+                raise ValueError(f"node id {node_id[:80]!r}: use 1-128 letters, digits, '.', '_' or '-'")
+        return value
 
 
 class QuantizeSettings(BaseModel):
@@ -479,6 +539,9 @@ class CentralSettings(BaseSettings):
     )
     blobs: BlobSettings = Field(default_factory=BlobSettings, description="Where chunk blobs live (directory or S3).")
     ha: HaSettings = Field(default_factory=HaSettings, description="Replicated mode (replica id, partitions).")
+    transfer: TransferSettings = Field(
+        default_factory=TransferSettings, description="Edges' chunk byte-rate caps (fleet, per site, per node)."
+    )
     log_level: str = Field("info", description="Python logging level name.")
 
     @model_validator(mode="before")

@@ -23,8 +23,10 @@ from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.sync.centrals import CentralRotation
 from edge_node.sync.guard import StateGuard
 from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
+from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
+from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2
 
 
@@ -40,12 +42,17 @@ class Edge:
         #: The TLS files, read and checked once here for the channels and both listeners.
         self.tls_material = settings.tls.material() if settings.tls.enabled else None
         self.pool = ChannelPool(grpc_channel_credentials(self.tls_material) if self.tls_material is not None else None)
-        peers = PeerClient(self.pool, self.node_id)
+        self.load = LoadTracker()
+        #: Chunk byte-rate caps: this node's settings, overridden live by central's desired state.
+        self.transfer = TransferGovernor(settings.transfer.caps(), busy=lambda: self.load.inflight > 0)
+        peers = PeerClient(self.pool, self.node_id, self.transfer)
         token = settings.node_token.get_secret_value() if settings.node_token is not None else None
         self.credential = NodeCredential(token, settings.node_token_file)
         #: The configured centrals and the one in use; the follower moves it, the origin reads it.
         self.centrals = CentralRotation(settings.central_addresses)
-        origin = OriginClient(self.pool, lambda: self.centrals.current, self.node_id, self.credential)
+        origin = OriginClient(
+            self.pool, lambda: self.centrals.current, self.node_id, self.credential, pacer=self.transfer
+        )
         self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
         factory = self._session_factory(settings)
         inference = settings.inference
@@ -66,6 +73,7 @@ class Edge:
             self.fetcher,
             StreamLimiter(limits.max_peer_streams_per_node, limits.max_peer_streams),
             view_wait_s=settings.fetch.relay_view_wait_s,
+            pace=self.transfer.pace_serve,
         )
         self.follower = DesiredStateFollower(
             self.node_info,
@@ -78,12 +86,12 @@ class Edge:
             credential=self.credential,
             on_partition=lambda partition: self.heartbeat.use_partition(partition),
             guard=StateGuard(self.node_id, settings.data_dir, self.trust),
+            on_limits=self._apply_limits,
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self._leaving = False
-        self.load = LoadTracker()
         self.heartbeat = HeartbeatPublisher(
             self.node_id,
             settings.heartbeat,
@@ -101,8 +109,13 @@ class Edge:
                 follower=self.follower,
                 materializer=self.materializer,
                 repository=self.repository,
+                transfer=self.transfer,
             )
         )
+
+    def _apply_limits(self, limits: TransferCaps) -> None:
+        """Central's caps for this node where it sets them, this node's settings elsewhere."""
+        self.transfer.apply(limits.merged_over(self.settings.transfer.caps()))
 
     @staticmethod
     def _session_factory(settings: EdgeSettings) -> SessionFactory:
@@ -181,6 +194,7 @@ class Edge:
                 "chunks_served": self.peer_servicer.chunks_served,
                 "bytes_served": self.peer_servicer.bytes_served,
             },
+            "transfer": self.transfer.as_dict(),
         }
 
     async def start(self) -> None:

@@ -28,6 +28,7 @@ from central.transport.limits import JsonBodyLimit, UploadLimit
 from central.transport.push_options import push_options
 from central.transport.push_stream import progress_stream
 from central.transport.rollout_routes import create_rollout_router
+from central.transport.transfer_routes import create_transfer_router
 from central.transport.uploads import parse_flag, receive_push
 from fleetwire.manifest import Manifest
 
@@ -339,6 +340,7 @@ def create_app(central: Central) -> FastAPI:
     app.include_router(create_metrics_router(central.metrics))
     app.include_router(create_dashboard_router(central.dashboard))
     app.include_router(create_rollout_router(central.rollouts))
+    app.include_router(create_transfer_router(central.transfer, central.membership.record_event))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway, central.registry.describe))
     return app

@@ -2,11 +2,16 @@
 
 Both read a whole chunk into memory (chunks are ~1 MiB) and stop early when more
 bytes arrive than the manifest says, so a misbehaving sender cannot make us buffer
-without bound."""
+without bound. Both take an optional ``pacer`` (the fetch cap, ``edge_node.transfer``):
+a chunk's bytes are reserved before its call starts and each piece is paced as it
+arrives, so a big chunk is paced as it streams in (gRPC flow control slows the sender)
+and a call under a low cap still ends before its deadline."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Protocol
 
 import grpc
 
@@ -28,16 +33,32 @@ CHANNEL_OPTIONS = [
 ]
 
 
+class FetchPacer(Protocol):
+    """A byte-rate cap on fetched chunks (``edge_node.transfer.TransferGovernor``)."""
+
+    def reserve_fetch(self, size: int) -> AbstractAsyncContextManager[None]:
+        """Held around one chunk's call: waits, before it starts, for room for ``size`` bytes."""
+
+    async def pace_fetch(self, n: int) -> None:
+        """``n`` bytes arrived: return when the cap allows more."""
+
+
+def _reserved(pacer: FetchPacer | None, size: int) -> AbstractAsyncContextManager[None]:
+    return pacer.reserve_fetch(size) if pacer is not None else nullcontext()
+
+
 class OversizedChunk(Exception):
     """A sender streamed more bytes than the chunk has."""
 
 
-async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int) -> bytes:
+async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int, pacer: FetchPacer | None = None) -> bytes:
     buf = bytearray()
     async for piece in stream:
         buf += piece.data
         if size and len(buf) > size:
             raise OversizedChunk(f"sender streamed more than {size} bytes")
+        if pacer is not None:
+            await pacer.pace_fetch(len(piece.data))
     return bytes(buf)
 
 
@@ -70,9 +91,10 @@ class ChannelPool:
 class PeerClient:
     """Fetches chunks from other edges' Peer services."""
 
-    def __init__(self, pool: ChannelPool, node_id: str) -> None:
+    def __init__(self, pool: ChannelPool, node_id: str, pacer: FetchPacer | None = None) -> None:
         self._pool = pool
         self._node_id = node_id
+        self._pacer = pacer
 
     async def fetch(
         self, address: str, digest: str, size: int, owners: list[str], timeout: float, held_only: bool = False
@@ -82,7 +104,8 @@ class PeerClient:
         request = peer_pb2.PeerFetchRequest(
             digest=digest, size=size, requester=self._node_id, owners=owners, held_only=held_only
         )
-        return await _collect(stub.FetchChunk(request, timeout=timeout), size)
+        async with _reserved(self._pacer, size):
+            return await _collect(stub.FetchChunk(request, timeout=timeout), size, self._pacer)
 
     async def has_chunks(self, address: str, digests: list[str], timeout: float = 5.0) -> set[str]:
         """Which of ``digests`` the peer holds."""
@@ -101,9 +124,11 @@ class OriginClient:
         central: str | Callable[[], str],
         node_id: str,
         credential: NodeCredential | None = None,
+        pacer: FetchPacer | None = None,
     ) -> None:
         """``central``: its address, or a function giving the one in use now (an edge with
         several centrals fetches from the one its desired-state link is on)."""
+        self._pacer = pacer
         self._pool = pool
         self._central = central if callable(central) else lambda: central
         self._node_id = node_id
@@ -113,5 +138,6 @@ class OriginClient:
         """One chunk from the origin."""
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(self._central()))
         request = registry_pb2.OriginFetchRequest(digest=digest, node_id=self._node_id, failed_owners=failed_owners)
-        stream = stub.FetchChunk(request, timeout=timeout, metadata=self._credential.metadata())
-        return await _collect(stream, size)
+        async with _reserved(self._pacer, size):
+            stream = stub.FetchChunk(request, timeout=timeout, metadata=self._credential.metadata())
+            return await _collect(stream, size, self._pacer)

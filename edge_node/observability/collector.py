@@ -16,6 +16,7 @@ from edge_node.heartbeat import HeartbeatPublisher
 from edge_node.inference import ModelRepository
 from edge_node.peer import PeerServicer
 from edge_node.sync import DesiredStateFollower, Materializer
+from edge_node.transfer import TransferGovernor
 
 __all__ = ["EdgeStateCollector"]
 
@@ -54,6 +55,7 @@ class EdgeStateCollector(Collector):
         follower: DesiredStateFollower,
         materializer: Materializer,
         repository: ModelRepository,
+        transfer: TransferGovernor | None = None,
     ) -> None:
         self._store = store
         self._fetcher = fetcher
@@ -62,12 +64,14 @@ class EdgeStateCollector(Collector):
         self._follower = follower
         self._materializer = materializer
         self._repository = repository
+        self._transfer = transfer
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
         yield from self._cache()
         yield from self._fetch()
         yield from self._peer()
+        yield from self._transfer_caps()
         yield from self._heartbeat()
         yield from self._versions()
 
@@ -121,6 +125,32 @@ class EdgeStateCollector(Collector):
         peer = self._peer_servicer
         yield _counter("modelfleet_peer_served_chunks", "Chunks this node served to peers.", peer.chunks_served)
         yield _counter("modelfleet_peer_served_bytes", "Chunk bytes this node served to peers.", peer.bytes_served)
+
+    def _transfer_caps(self) -> Iterator[Metric]:
+        t = self._transfer
+        if t is None:
+            return
+        caps = GaugeMetricFamily(
+            "modelfleet_transfer_cap_bytes_per_second",
+            "Chunk byte-rate caps in force (0: no cap); serve_now: the serve cap applied now (busy or not).",
+            labels=("direction",),
+        )
+        yield _by_label(
+            caps,
+            {
+                "fetch": t.caps.fetch_bytes_per_s or 0,
+                "serve": t.caps.serve_bytes_per_s or 0,
+                "busy_serve": t.caps.busy_serve_bytes_per_s or 0,
+                "serve_now": t.serve_cap_now(),
+            },
+        )
+        rates = GaugeMetricFamily(
+            "modelfleet_transfer_rate_bytes_per_second",
+            "Chunk bytes/s over the last 5 s, fetched and served to peers.",
+            labels=("direction",),
+        )
+        yield _by_label(rates, {"fetch": round(t.fetched.rate()), "serve": round(t.served.rate())})
+        yield _gauge("modelfleet_transfer_serving_busy", "1 while serving runs at the busy cap.", int(t.serving_busy))
 
     def _heartbeat(self) -> Iterator[Metric]:
         hb = self._publisher

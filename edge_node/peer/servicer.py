@@ -13,12 +13,14 @@ its current desired state. The cache keeps chunks of versions long gone (deleted
 superseded) until it evicts them, and central refuses those to a node that asks for them;
 an edge must not hand them out instead. Requesters are not tied to node ids (mutual TLS
 proves fleet membership, not which node), so within the current desired state any fleet
-member may still read any chunk — see docs/security.md."""
+member may still read any chunk — see docs/security.md.
+
+Every piece sent waits for the serve cap (``pace``, ``edge_node.transfer``) first."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -39,11 +41,16 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     """Chunks for other edges."""
 
     def __init__(
-        self, fetcher: ChunkFetcher, limiter: StreamLimiter | None = None, view_wait_s: float = VIEW_WAIT_S
+        self,
+        fetcher: ChunkFetcher,
+        limiter: StreamLimiter | None = None,
+        view_wait_s: float = VIEW_WAIT_S,
+        pace: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         """``limiter`` caps concurrent FetchChunk streams per requesting node and in total
-        (default: 8 per node, 64 in all)."""
+        (default: 8 per node, 64 in all); ``pace(n)`` returns when ``n`` more bytes may go."""
         self._fetcher = fetcher
+        self._pace = pace
         self._view_wait_s = view_wait_s
         self.limiter = limiter or StreamLimiter(per_requester=8, total=64)
         self.chunks_served = 0
@@ -102,7 +109,10 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"chunk {digest[:12]} was evicted")
         assert data is not None
         for start in range(0, len(data), PEER_PIECE_BYTES):
-            yield common_pb2.ChunkData(data=data[start : start + PEER_PIECE_BYTES])
+            piece = data[start : start + PEER_PIECE_BYTES]
+            if self._pace is not None:
+                await self._pace(len(piece))
+            yield common_pb2.ChunkData(data=piece)
         self.chunks_served += 1
         self.bytes_served += len(data)
 

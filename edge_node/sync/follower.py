@@ -39,6 +39,7 @@ from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.backoff import retrying
 from fleetwire.convert import endorsements_from_pb
+from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,15 @@ class DesiredStateFollower:
         on_partition: Callable[[int | None], None] | None = None,
         guard: StateGuard | None = None,
         wake_spread_s: float = 1.0,
+        on_limits: Callable[[TransferCaps], None] | None = None,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
         unpartitioned), on the event loop; it must not block. ``guard``: checks and keeps every
         state (None: states are taken unchecked and not kept). ``wake_spread_s``: a wake-up
-        retries after a random wait up to this, so a fleet woken at once spreads its reconnects."""
+        retries after a random wait up to this, so a fleet woken at once spreads its reconnects.
+        ``on_limits``: called with every desired state's transfer caps (unset ones: the node's
+        own settings)."""
+        self._on_limits = on_limits
         self._guard = guard
         self._wake_spread_s = wake_spread_s
         self._woken: asyncio.Event | None = None
@@ -232,4 +237,6 @@ class DesiredStateFollower:
         self.state = state
         self._view.update(state.owners(), state.peers, state.placement_enabled, state.chunk_sizes(), state.peer_sites)
         self._materializer.apply(state)
+        if self._on_limits is not None:
+            self._on_limits(state.limits)
         log.debug("desired state generation %d: %d versions", state.generation, len(state.versions))
