@@ -216,7 +216,11 @@ async def test_an_edge_cannot_publish_as_another_node_or_as_central(secured: Mos
         assert tracker.get("edge-b") is None
         assert tracker.counters.heartbeats_processed == 1 and tracker.counters.statuses_processed == 0
         assert tracker.counters.malformed_dropped == 0
-        assert edge_reader.messages == []  # an edge reads nothing, not even the others' heartbeats
+        # An edge reads central's status (to retry as soon as central is back) and nothing else,
+        # not the others' heartbeats, statuses or the events; and only the real central's.
+        assert {m.topic for m in edge_reader.messages} == {TOPICS.central_status}
+        read = [CentralStatus.model_validate_json(m.payload) for m in edge_reader.messages]
+        assert [s.central_id for s in read] == ["acl-central"]
 
 
 async def test_a_heartbeat_whose_payload_names_another_node_is_dropped_and_counted(secured: MosquittoBroker) -> None:
