@@ -153,7 +153,7 @@ def _claim_octet() -> tuple[int, IO[str]]:
     for octet in _OCTETS:
         if octet in used:
             continue
-        lock = Path(tempfile.gettempdir(), f"modelfleet-netns-{octet}.lock").open("w")
+        lock = Path(tempfile.gettempdir(), f"modelfleet-netns-{octet}.lock").open("w")  # noqa: SIM115 (held)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
