@@ -13,9 +13,11 @@
   LAN bridge connects one namespace per host by veth; hosts route by default through it, and
   each router has a route to every other site's LAN through that site's router, so site↔site
   traffic crosses both sites' WAN links and traffic inside a site never leaves its LAN;
-* shaping on both directions of every WAN link and every LAN link (``tc``: ``netem`` with rate,
-  delay, loss and a queue above the bandwidth-delay product; on a kernel without ``netem``,
-  ``tbf`` with the rate only, and ``delay_emulated`` is False, so a report can say so);
+* shaping on both directions of every WAN link and every LAN link: ``tc netem`` with rate,
+  delay, loss and a queue above the bandwidth-delay product. On a kernel without ``netem``
+  (``shaping == "tbf+wire"``), ``tbf`` sets the rates and a WAN link with delay or loss is a
+  pair of TAP devices joined by ``bench._wire``, a small process that holds each frame for the
+  delay (LAN links get rates only); without TUN either, rates only (``delay_emulated`` False);
 * a management veth from the caller's namespace into each site's LAN bridge, unshaped, so the
   benchmark's own HTTP calls (pushes, status polls) reach every host without crossing, or
   being counted on, a WAN link.
@@ -37,12 +39,15 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+from bench._wire import open_tap
 
 __all__ = ["FAMILY", "Link", "NetnsError", "Site", "SiteTopology", "available", "delay_unavailable"]
 
@@ -92,34 +97,38 @@ def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProc
 @dataclass(frozen=True)
 class _Probe:
     reason: str | None  # why no topology can be built here; None when it can
-    no_netem: str | None  # why links get no delay or loss (tbf fallback); None with netem
+    shaping: str  # "netem", "tbf+wire" (no netem: delay in userspace) or "tbf" (rates only)
+    no_delay: str | None = None  # why links get no delay or loss; None when they do
 
 
 @functools.cache
 def _probe() -> _Probe:
     if os.geteuid() != 0:
-        return _Probe("network namespaces need root (run the benchmark as root)", "not root")
+        return _Probe("network namespaces need root (run the benchmark as root)", "")
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
-        return _Probe(f"iproute2 tools not found: {', '.join(missing)}", "no tc")
+        return _Probe(f"iproute2 tools not found: {', '.join(missing)}", "")
     ns = f"{FAMILY}{os.getpid()}-probe"
     made = _run(["ip", "netns", "add", ns], check=False)
     if made.returncode != 0:
-        return _Probe(f"ip netns add refused: {made.stderr.strip()}", "no netns")
+        return _Probe(f"ip netns add refused: {made.stderr.strip()}", "")
     try:
         veth = _run(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"], check=False)
         if veth.returncode != 0:
-            return _Probe(f"no veth pairs: {veth.stderr.strip()}", "no veth")
+            return _Probe(f"no veth pairs: {veth.stderr.strip()}", "")
         netem = _run(["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "rate", "1mbit", "delay", "1ms"],
                      check=False)  # fmt: skip
         if netem.returncode == 0:
-            return _Probe(None, None)
-        no_netem = f"no netem qdisc in this kernel ({netem.stderr.strip()}): rates only, no delay or loss"
+            return _Probe(None, "netem")
         tbf = _run(["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "tbf", "rate", "1mbit", "burst", "64kb",
                     "limit", "1mb"], check=False)  # fmt: skip
         if tbf.returncode != 0:
-            return _Probe(f"tc can shape no link: netem and tbf refused ({tbf.stderr.strip()})", no_netem)
-        return _Probe(None, no_netem)
+            return _Probe(f"tc can shape no link: netem and tbf refused ({tbf.stderr.strip()})", "")
+        try:
+            os.close(open_tap(f"mfprobe{os.getpid() % 100000}"))
+        except OSError as exc:
+            return _Probe(None, "tbf", f"no netem qdisc in this kernel and no TUN ({exc}): rates only")
+        return _Probe(None, "tbf+wire")
     finally:
         _run(["ip", "netns", "del", ns], check=False)
 
@@ -131,8 +140,14 @@ def available() -> str | None:
 
 
 def delay_unavailable() -> str | None:
-    """None when links get delay and loss too (``netem``), else why not (rates still apply)."""
-    return _probe().no_netem
+    """None when WAN links get delay and loss too (``netem``, or ``tbf`` and the userspace
+    wire), else why not (rates still apply)."""
+    return _probe().no_delay
+
+
+def shaping() -> str:
+    """How links are shaped here: ``netem``, ``tbf+wire`` or ``tbf`` (see the module doc)."""
+    return _probe().shaping
 
 
 def sweep_stale() -> list[str]:
@@ -197,10 +212,13 @@ class SiteTopology:
         self._lock: IO[str] | None = None
         self._namespaces: list[str] = []
         self._site_of = {h: i for i, s in enumerate(sites) for h in s.hosts}
-        reason = delay_unavailable()
-        #: Whether links carry delay and loss (netem); without, rates only (tbf).
-        self.delay_emulated = reason is None
-        self.qdisc = "netem" if reason is None else "tbf"
+        #: ``netem``, ``tbf+wire`` or ``tbf``: how links are shaped here.
+        self.shaping = shaping()
+        #: Whether WAN links carry their delay and loss (else rates only).
+        self.delay_emulated = delay_unavailable() is None
+        self._wire: subprocess.Popen[bytes] | None = None
+        self._wire_links: list[tuple[int, int, float, float]] = []
+        self._wire_fds: list[int] = []
 
     # -- names ---------------------------------------------------------------
 
@@ -264,6 +282,11 @@ class SiteTopology:
     def close(self) -> None:
         """Delete every namespace (their veths go with them) and our ends of the management links
         (the kernel would remove them with their peers, but only later, asynchronously); idempotent."""
+        if self._wire is not None:
+            self._wire.terminate()
+            self._wire.wait()
+            self._wire = None
+        self._close_wire_fds()
         if self._namespaces:
             for i in range(len(self.sites)):
                 _run(["ip", "link", "del", self._dev(f"m{i}")], check=False)
@@ -292,7 +315,40 @@ class SiteTopology:
         _run(["ip", "-n", ns_b, "link", "set", b, "up"])
 
     def _shape(self, ns: str, dev: str, link: Link) -> None:
-        _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *_qdisc(link, self.qdisc == "netem")])
+        _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *_qdisc(link, self.shaping == "netem")])
+
+    def _wan(self, i: int, link: Link, router: str, core: str) -> None:
+        """Site i's WAN link: router's w<i> ↔ core's c<i>, a veth pair or, for a delay without
+        netem, two TAPs the wire joins."""
+        w, c = self._dev(f"w{i}"), self._dev(f"c{i}")
+        if self.shaping != "tbf+wire" or (link.delay_s <= 0 and link.loss_pct <= 0):
+            self._veth(w, router, c, core)
+            return
+        a = open_tap(w)
+        self._wire_fds.append(a)
+        b = open_tap(c)
+        self._wire_fds.append(b)
+        self._wire_links.append((a, b, link.delay_s, link.loss_pct))
+        for dev, ns in ((w, router), (c, core)):
+            _run(["ip", "link", "set", dev, "netns", ns])
+            _run(["ip", "-n", ns, "link", "set", dev, "up"])
+
+    def _start_wire(self) -> None:
+        """The process holding the TAPs' frames for their delay; our copies of the fds then close."""
+        if not self._wire_links:
+            return
+        argv = [sys.executable, "-m", "bench._wire", *(f"{a}:{b}:{d!r}:{p!r}" for a, b, d, p in self._wire_links)]
+        fds = list(self._wire_fds)
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        self._wire = subprocess.Popen(argv, pass_fds=fds, env=env)
+        self._close_wire_fds()
+
+    def _close_wire_fds(self) -> None:
+        for fd in self._wire_fds:
+            os.close(fd)
+        self._wire_fds.clear()
+        self._wire_links.clear()
 
     def _build(self) -> None:
         n = self.octet
@@ -303,7 +359,7 @@ class SiteTopology:
             router, lan_bridge = self._add_ns(f"r{i}"), self._dev(f"b{i}")
             _run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
             # WAN: router's w<i> ↔ core bridge port c<i>, shaped both ways.
-            self._veth(self._dev(f"w{i}"), router, self._dev(f"c{i}"), core)
+            self._wan(i, site.wan, router, core)
             _run(["ip", "-n", core, "link", "set", self._dev(f"c{i}"), "master", bridge])
             _run(["ip", "-n", router, "addr", "add", f"10.{n}.{_WAN_NET}.{i + 1}/24", "dev", self._dev(f"w{i}")])
             self._shape(router, self._dev(f"w{i}"), site.wan)
@@ -328,3 +384,4 @@ class SiteTopology:
                 if t != i:
                     via = f"10.{n}.{_WAN_NET}.{t + 1}"
                     _run(["ip", "-n", self._ns(f"r{i}"), "route", "add", f"10.{n}.{t}.0/24", "via", via])
+        self._start_wire()
