@@ -2,9 +2,10 @@
 
 Real processes on real shaped links (``bench._netns.SiteTopology``, root only): central in
 its own site ``hq`` behind a WAN link, ``--sites`` sites of ``--edges-per-site`` edges, each
-site behind a WAN link of ``--wan-mb-s`` with ``--wan-delay-ms`` per direction (netem; where
-the kernel has no netem, rates only, and the JSON says ``delay_emulated: false``), edges of
-a site on a LAN of ``--lan-mb-s``. Every process runs in its host's namespace and listens on
+site behind a WAN link of ``--wan-mb-s`` with ``--wan-delay-ms`` per direction (``netem``; on
+a kernel without it, ``tbf`` for the rate and ``bench._wire`` for the delay: ``settings.shaping``
+says which, ``delay_emulated`` whether the delay is there), edges of a site on a LAN of
+``--lan-mb-s``. Every process runs in its host's namespace and listens on
 its address; edges announce their site (``MODELFLEET_SITE``). Fleets, each fresh, each pushed
 the same generated model:
 
@@ -58,7 +59,7 @@ from bench._fleet import (
     sigterm_raises,
     write_result,
 )
-from bench._netns import Link, NetnsError, Site, SiteTopology, available, delay_unavailable
+from bench._netns import Link, NetnsError, Site, SiteTopology, available, delay_unavailable, shaping
 from bench.report import machine
 from bench.zoo import cpu_flags
 from modelfleet.up.services import EDGE_READY
@@ -68,6 +69,8 @@ MODEL_NAME = "bench-mlp"
 VERSION = "v1"
 CENTRAL_SITE = "hq"
 CENTRAL_HOST = "central"
+_FETCH_KEYS = ("bytes_from_origin", "bytes_from_peers", "chunks_from_origin", "chunks_from_peers", "peer_errors",
+               "origin_refusals", "failures")  # fmt: skip
 
 
 class SiteFleet(Fleet):
@@ -144,6 +147,7 @@ def run_fleet(plan: Plan, args: argparse.Namespace, model: Path, common_env: dic
         stats = fleet.stats()
         manifest = fleet.manifest(MODEL_NAME, VERSION)
         verified = fleet.verify_files(MODEL_NAME, VERSION, pushed.sha256)
+        fetch = {node_id: status["fetch"] for node_id, status in fleet.statuses().items()}
     model_bytes = model_bytes_of(manifest)
     cpu = {k: round(v - cpu_before.get(k, 0.0), 3) for k, v in cpu_after.items()}
     wan_in = {s: after[s][0] - before[s][0] for s in plan.sites}
@@ -164,6 +168,7 @@ def run_fleet(plan: Plan, args: argparse.Namespace, model: Path, common_env: dic
         "origin_bytes": origin,
         "origin_ratio": origin / model_bytes,
         "files_verified": verified,
+        "per_edge_fetch": {n: {k: f.get(k) for k in _FETCH_KEYS} for n, f in sorted(fetch.items())},
         "all_files_verified": all(verified.values()) and len(verified) == len(done),
         "central_cpu_s": cpu.get("central"),
         "edges_cpu_s": round(sum(v for k, v in cpu.items() if k != "central"), 3),
@@ -243,6 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wan_delay_s": args.wan_delay_ms / 1e3,
         "wan_loss_pct": args.wan_loss_pct,
         "lan_bytes_s": args.lan_mb_s * 1e6,
+        "shaping": shaping(),
         "delay_emulated": delay_unavailable() is None,
         "link_note": delay_unavailable(),
         "chunk_avg_kb": args.chunk_avg_kb,
