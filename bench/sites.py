@@ -69,8 +69,9 @@ MODEL_NAME = "bench-mlp"
 VERSION = "v1"
 CENTRAL_SITE = "hq"
 CENTRAL_HOST = "central"
-_FETCH_KEYS = ("bytes_from_origin", "bytes_from_peers", "chunks_from_origin", "chunks_from_peers", "peer_errors",
-               "origin_refusals", "failures")  # fmt: skip
+#: An edge's fetch counters worth keeping (``bytes_from_other_sites`` where the edge has it, else None).
+_FETCH_KEYS = ("bytes_from_origin", "bytes_from_peers", "bytes_from_other_sites", "chunks_from_origin",
+               "chunks_from_peers", "peer_errors", "origin_refusals", "failures")  # fmt: skip
 
 
 class SiteFleet(Fleet):
@@ -147,7 +148,7 @@ def run_fleet(plan: Plan, args: argparse.Namespace, model: Path, common_env: dic
         stats = fleet.stats()
         manifest = fleet.manifest(MODEL_NAME, VERSION)
         verified = fleet.verify_files(MODEL_NAME, VERSION, pushed.sha256)
-        fetch = {node_id: status["fetch"] for node_id, status in fleet.statuses().items()}
+        statuses = fleet.statuses()
     model_bytes = model_bytes_of(manifest)
     cpu = {k: round(v - cpu_before.get(k, 0.0), 3) for k, v in cpu_after.items()}
     wan_in = {s: after[s][0] - before[s][0] for s in plan.sites}
@@ -168,7 +169,10 @@ def run_fleet(plan: Plan, args: argparse.Namespace, model: Path, common_env: dic
         "origin_bytes": origin,
         "origin_ratio": origin / model_bytes,
         "files_verified": verified,
-        "per_edge_fetch": {n: {k: f.get(k) for k in _FETCH_KEYS} for n, f in sorted(fetch.items())},
+        "per_edge": {
+            n: {"site": s.get("site"), **{k: s["fetch"].get(k) for k in _FETCH_KEYS}}
+            for n, s in sorted(statuses.items())
+        },
         "all_files_verified": all(verified.values()) and len(verified) == len(done),
         "central_cpu_s": cpu.get("central"),
         "edges_cpu_s": round(sum(v for k, v in cpu.items() if k != "central"), 3),
