@@ -72,9 +72,9 @@ class Link:
     rate_bytes_s: float
     """Cap per direction in bytes/s (1e6 = 8 mbit)."""
     delay_s: float = 0.0
-    """One-way delay added per direction (netem only)."""
+    """One-way delay added per direction (netem; without it, WAN links only, by ``bench._wire``)."""
     loss_pct: float = 0.0
-    """Random loss per direction in percent (netem only)."""
+    """Random loss per direction in percent (as the delay; the wire drops whole TSO segments)."""
 
 
 @dataclass(frozen=True)
