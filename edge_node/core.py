@@ -45,7 +45,7 @@ class Edge:
         self.load = LoadTracker()
         #: Chunk byte-rate caps: this node's settings, overridden live by central's desired state.
         self.transfer = TransferGovernor(settings.transfer.caps(), busy=lambda: self.load.inflight > 0)
-        peers = PeerClient(self.pool, self.node_id, self.transfer)
+        peers = PeerClient(self.pool, self.node_id, self.transfer, settings.fetch.max_streams_per_peer)
         token = settings.node_token.get_secret_value() if settings.node_token is not None else None
         self.credential = NodeCredential(token, settings.node_token_file)
         #: The configured centrals and the one in use; the follower moves it, the origin reads it.

@@ -123,6 +123,15 @@ class FetchSettings(BaseModel):
             " a first-owner fetch never waits behind fetches that wait on other owners."
         ),
     )
+    max_streams_per_peer: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description=(
+            "Chunk streams to one peer at once (the rest wait for a free one); keep it at or below the"
+            " peers' limits.max_peer_streams_per_node, or they refuse the rest as busy."
+        ),
+    )
     peer_timeout_s: float = Field(
         30.0, gt=0, description="Deadline for one chunk from a peer (it may be fetching it itself)."
     )
