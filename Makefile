@@ -32,7 +32,7 @@ lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
 	$(VENV)/bin/mypy
 
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
-	bash scripts/ensure_apt.sh mosquitto chromium postgresql:pg_ctlcluster --optional wrk
+	bash scripts/ensure_apt.sh mosquitto chromium postgresql:pg_ctlcluster iproute2:tc --optional wrk
 	$(PY) -m fleetwire.mqtt.schemas --check
 	$(PY) -m pytest
 
@@ -51,6 +51,10 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	bash scripts/ensure_apt.sh postgresql:pg_ctlcluster
 	$(PY) -m bench.central_ha --nodes 10000 --json bench/out/central_ha.json
+	$(PY) -m bench.autonomy --json bench/out/autonomy.json
+	bash scripts/ensure_apt.sh iproute2:tc
+	# Needs root and network namespaces: without them it writes its reason to the JSON and fails.
+	-$(PY) -m bench.sites --json bench/out/sites.json
 	$(PY) -m bench.report --results bench/out --output docs/benchmarks.md
 
 up: $(UP_STAMP)  ## a local fleet (broker, central, 3 edges) serving the digits model; Ctrl-C stops it. UP_ARGS="--once", "--ha" etc.

@@ -27,7 +27,7 @@ __all__ = ["BENCHES", "FIGURES", "Figure", "machine", "main", "render", "rows"]
 #: The benchmarks in report order: each writes ``bench/out/<name>.json``.
 BENCHES = (
     "placement", "distribution", "delta", "quantization", "zoo", "serving", "warm_start", "failover", "heartbeat_scale",
-    "central_ha",
+    "central_ha", "placement_sites", "sites", "autonomy",
 )  # fmt: skip
 
 
@@ -145,6 +145,28 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ),
     ("central_ha", "heartbeat_share_max_over_mean"): Figure(
         "heartbeat_share_max_over_mean", "<=", "heartbeats per replica, max / mean", "{partitions} partitions"
+    ),
+    ("sites", "wan_ratio_max"): Figure(
+        "wan_ratio_max", "<=", "worst site's WAN bytes in / model size",
+        "sites ignored (one ring): {baseline_wan_ratio_max:.2f}",
+    ),
+    ("sites", "origin_ratio"): Figure(
+        "origin_ratio", "<=", "bytes out of central / model size, over WAN links",
+        "{sites} sites × {edges_per_site} edges; sites ignored: {baseline_origin_ratio:.2f}",
+    ),
+    ("sites", "rollout_over_single"): Figure(
+        "rollout_over_single", "<=", "fleet rollout / one edge's over the same links",
+        "{rollout_s:.2f} s vs {single_edge_rollout_s:.2f} s; sites ignored: {baseline_rollout_s:.2f} s",
+    ),
+    ("autonomy", "all_ready"): Figure(
+        "all_ready", "", "every edge ready after a power cycle, central and broker down",
+        "cold boot p99 {cold_boot_ready_s_p99} s over {edges} edges",
+    ),
+    ("autonomy", "errors"): Figure(
+        "errors", "<=", "failed requests to edges through the outage", "{requests} requests sent",
+    ),
+    ("autonomy", "resync_s"): Figure(
+        "resync_s", "<=", "central back to every edge synced (s)", "outage {outage_s} s",
     ),
 }  # fmt: skip
 
