@@ -27,7 +27,13 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
     nodes = NodeDirectory(placement, on_change=lambda: None)
     nodes.register(
         NodeRecord(
-            "edge-registered", "127.0.0.1:1", "127.0.0.1:2", capacity=3, labels={"zone": "a"}, hardware_class="arm"
+            "edge-registered",
+            "127.0.0.1:1",
+            "127.0.0.1:2",
+            capacity=3,
+            labels={"zone": "a"},
+            hardware_class="arm",
+            site="depot-7",
         )
     )
     choice = ArtifactChoiceInfo(artifact="int8-x", source="measured", reason="fastest of 2 on this node", speedup_b1=2)
@@ -41,6 +47,8 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
         models=[ModelInfo(name="m", version="1", state="ready", choice=choice)],
         http_address="127.0.0.1:9",
         hardware_class="x86_64/avx2/2c/cpu",
+        mode="autonomous",
+        autonomous_since=1_765_000_000_000,
     )
     tracker.on_heartbeat("edge-heard", heartbeat)
     blobs = BlobStore(tmp_path / "blobs")
@@ -69,6 +77,8 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
     assert heard["http_address"] == "127.0.0.1:9" and heard["models"][0]["name"] == "m"
     # the Artifact column: what each version is served as, its speed-up and why
     assert heard["hardware_class"] == "x86_64/avx2/2c/cpu" and heard["models"][0]["choice"]["artifact"] == "int8-x"
+    # a node serving its last desired state without central says so, and since when
+    assert (heard["mode"], heard["autonomous_since_ms"]) == ("autonomous", 1_765_000_000_000)
     # registered over gRPC, never heard over MQTT: no liveness, but its registration shows
     assert (registered["node_id"], registered["state"], registered["registered"]) == (
         "edge-registered",
@@ -76,7 +86,7 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
         True,
     )
     assert registered["capacity"] == 3 and registered["labels"] == {"zone": "a"}
-    assert registered["hardware_class"] == "arm"
+    assert registered["hardware_class"] == "arm" and registered["site"] == "depot-7"
     assert registered["http_address"] == "127.0.0.1:2" and registered["last_heartbeat_age_s"] is None
     assert snap["central"]["mqtt_enabled"] is False and snap["central"]["broker_link_up"] is None
     assert snap["central"]["counts"]["alive"] == 1
