@@ -17,7 +17,7 @@ from central.settings import CentralSettings
 from central.transport.grpc_servicer import RegistryServicer
 from central.transport.rest import create_app
 from fleetwire.exposure import warn_if_wide_open
-from fleetwire.tls import grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
+from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import registry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class CentralServer:
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
+            timeout_graceful_shutdown=HTTP_DRAIN_S,
             # operators authenticate with bearer tokens, not certificates
             **(uvicorn_ssl_kwargs(material, require_client_cert=False) if material is not None else {}),
         )

@@ -17,7 +17,7 @@ from edge_node.fetch.sources import CHANNEL_OPTIONS
 from edge_node.http.app import create_app
 from edge_node.settings import EdgeSettings
 from fleetwire.exposure import warn_if_wide_open
-from fleetwire.tls import grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
+from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import peer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class EdgeServer:
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
+            timeout_graceful_shutdown=HTTP_DRAIN_S,
             **(
                 uvicorn_ssl_kwargs(edge.tls_material, require_client_cert=tls.require_client_cert)
                 if edge.tls_material is not None

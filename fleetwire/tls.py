@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from pydantic import BaseModel, Field, model_validator
 
 __all__ = [
+    "HTTP_DRAIN_S",
     "TlsError",
     "TlsMaterial",
     "TlsSettings",
@@ -45,6 +46,10 @@ __all__ = [
 #: every connection, while an idle pooled client (central's gateway: httpx) does not read
 #: its socket to answer: an edge behind a gateway took 30 s to stop.
 TLS_CLOSE_GRACE_S = 0.5
+#: How long requests in flight may still run once an HTTP server is told to stop; then uvicorn
+#: cancels them (its ``timeout_graceful_shutdown``), so a request that never ends (a stream
+#: whose client went quiet) cannot hold a stop, and the process, for ever.
+HTTP_DRAIN_S = 10
 
 
 class TlsError(ValueError):

@@ -25,6 +25,8 @@ __all__ = ["GenerationWatcher"]
 
 #: First wait after a failed reconnect; doubles up to the cap, so a PostgreSQL that is down
 #: for minutes is tried every few seconds rather than hammered.
+#: The longest ``stop`` waits for the listening task once cancelled.
+_STOP_TIMEOUT_S = 5.0
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
 #: What the watcher's session is called in pg_stat_activity.
@@ -84,8 +86,10 @@ class GenerationWatcher:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Bounded: a session stuck in the driver must not hold the replica's stop for ever.
+            done, _ = await asyncio.wait({task}, timeout=_STOP_TIMEOUT_S)
+            if not done:
+                _log.warning("generation watcher: the listening session did not stop in %.0f s", _STOP_TIMEOUT_S)
         self.connected = False
         self.backend_pid = None
 
