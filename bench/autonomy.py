@@ -35,7 +35,8 @@ from typing import Any
 import httpx
 
 from bench._fleet import Fleet, parse_env_pairs, sigterm_raises
-from bench.failover import CHUNKING_ENV, Result, StreamClient, oip_bodies
+from bench.failover import CHUNKING_ENV, Result, StreamClient, _fmt, _round, oip_bodies
+from bench.heartbeat_scale import percentile
 from bench.zoo import cpu_flags
 from modelfleet.up.children import ChildError
 from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
@@ -72,14 +73,6 @@ def wait_all(predicate: Callable[[str], bool], names: list[str], timeout_s: floa
                 seen[name] = time.monotonic()
         time.sleep(_POLL_S)
     return seen
-
-
-def p99(values: list[float]) -> float | None:
-    """The 99th percentile (nearest rank) of ``values``; None for none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered)) - 1))]
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -183,7 +176,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "edges": len(names),
         "model": {"name": MODEL, "artifact": pushed.manifest.get("artifact"), "bytes": pushed.manifest.get("size")},
         "cold_boot_ready_s": {n: _round(v) for n, v in boot.items()},
-        "cold_boot_ready_s_p99": _round(p99(boot_values)),
+        "cold_boot_ready_s_p99": _round(percentile(boot_values, 99)),
         "requests": requests,
         "errors": len(failed),
         "excused_while_down": sum(1 for n, rs in results.items() for r in rs if r.status != 200 and excused(n, r)),
@@ -208,14 +201,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             "platform": platform.platform(),
         },
     }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def print_table(result: dict[str, Any]) -> None:

@@ -59,13 +59,14 @@ class StateGuard:
 
     def admit(self, pb: registry_pb2.DesiredState) -> EdgeDesiredState:
         """``pb`` as the node's new desired state, written to disk; StateRefused when it must not be."""
-        self._check(pb, "central")
+        seal = self._check(pb, "central")
         state = state_from_pb(pb)
-        try:
-            write_atomic(self._path, pb.SerializeToString(), 0o600)
-        except OSError as exc:  # a full disk: act on it anyway; a restart falls back to the older file
-            log.error("cannot keep desired state %d in %s: %s", pb.generation, self._path, exc)
-        self._hold(pb)
+        if pb.seal != self._held:  # the state held again (a reconnect) is on disk already
+            try:
+                write_atomic(self._path, pb.SerializeToString(), 0o600)
+            except OSError as exc:  # a full disk: act on it anyway; a restart falls back to the older file
+                log.error("cannot keep desired state %d in %s: %s", pb.generation, self._path, exc)
+        self._hold(pb, seal)
         return state
 
     def restore(self) -> EdgeDesiredState | None:
@@ -74,10 +75,10 @@ class StateGuard:
             pb = self._read()
             if pb is None:
                 return None
-            self._check(pb, str(self._path))
+            seal = self._check(pb, str(self._path))
         except StateRefused:
             return None
-        self._hold(pb)
+        self._hold(pb, seal)
         return state_from_pb(pb)
 
     def _read(self) -> registry_pb2.DesiredState | None:
@@ -92,12 +93,13 @@ class StateGuard:
         except DecodeError:
             self._refuse("unreadable", f"{self._path} does not hold a desired state")
 
-    def _check(self, pb: registry_pb2.DesiredState, source: str) -> None:
+    def _check(self, pb: registry_pb2.DesiredState, source: str) -> registry_pb2.DesiredSeal:
+        """The opened seal of ``pb``; StateRefused (counted) when ``pb`` must not be acted on."""
         key = self._trust.pinned
         if key is None:
             self._refuse("signature", f"desired state {pb.generation} from {source}: no manifest key pinned yet")
         try:
-            open_seal(pb, self._node_id, key)
+            seal = open_seal(pb, self._node_id, key)
         except SealError as exc:
             self._refuse(exc.reason, f"desired state from {source}: {exc}")
         if pb.generation < self.generation:
@@ -107,14 +109,14 @@ class StateGuard:
             )
         if pb.generation == self.generation and pb.seal != self._held:
             self._refuse("generation", f"desired state {pb.generation} from {source} differs from the one held")
+        return seal
 
     def _refuse(self, reason: str, message: str) -> NoReturn:
         self.refusals[reason] += 1
         log.error("refusing %s", message)
         raise StateRefused(reason, message)
 
-    def _hold(self, pb: registry_pb2.DesiredState) -> None:
+    def _hold(self, pb: registry_pb2.DesiredState, seal: registry_pb2.DesiredSeal) -> None:
         self.generation = pb.generation
         self._held = pb.seal
-        seal = registry_pb2.DesiredSeal.FromString(pb.seal)
         self.issued_at = seal.issued_at_ms / 1000 if seal.issued_at_ms else time.time()
