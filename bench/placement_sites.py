@@ -16,12 +16,12 @@ Usage: ``python -m bench.placement_sites --json out.json [--layouts 4x2,8x3,25x4
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.placement import _digests
 from central.placement import (
     Placement,
     RingMember,
@@ -87,7 +87,7 @@ def _moved_over_share(digests: Sequence[str], members: Sequence[RingMember], can
 def run_case(sizes: Sequence[int], chunks_per_node: int, replicas: int) -> dict[str, Any]:
     """Measure one layout."""
     members = _members(sizes)
-    digests = [hashlib.sha256(f"chunk-{i}".encode()).hexdigest() for i in range(len(members) * chunks_per_node)]
+    digests = _digests(len(members) * chunks_per_node)
     site_of = {m.node_id: m.site for m in members}
     site_sizes = {f"s{k}": n for k, n in enumerate(sizes)}
     aware = place_by_site(digests, members, replicas=replicas, load_factor=LOAD_FACTOR)

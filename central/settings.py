@@ -17,7 +17,7 @@ from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import Listener
 from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES
-from fleetwire.names import is_name
+from fleetwire.names import check_name, is_name
 from fleetwire.tls import TlsSettings
 from fleetwire.transfer import TransferCaps, check_site
 
@@ -160,8 +160,7 @@ class TransferSettings(BaseModel):
     @classmethod
     def _valid_nodes(cls, value: dict[str, TransferCapSettings]) -> dict[str, TransferCapSettings]:
         for node_id in value:
-            if not is_name(node_id):
-                raise ValueError(f"node id {node_id[:80]!r}: use 1-128 letters, digits, '.', '_' or '-'")
+            check_name("node id", node_id)
         return value
 
 

@@ -204,7 +204,9 @@ class ChunkFetcher:
             timeout = self._settings.peer_timeout_s
             data = await self._peers.fetch(address, digest, size, owners, timeout, held_only=held_only)
         except (grpc.aio.AioRpcError, OversizedChunk) as exc:
-            self.stats.peer_errors[peer] += 1
+            not_held = held_only and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
+            if not not_held:  # "not held here" is an answer to a held-only ask, not a peer failing
+                self.stats.peer_errors[peer] += 1
             log.debug("peer %s failed for %s: %s", peer, digest[:12], exc)
             return False
         return await self._accept(digest, size, data, source=peer)

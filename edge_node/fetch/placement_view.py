@@ -66,8 +66,7 @@ class PlacementView:
     def same_site_first(self, nodes: Sequence[str]) -> list[str]:
         """``nodes`` in this node's site, then the others, each group in the given order:
         a chunk crosses the link between sites only when no peer inside has it."""
-        here = [n for n in nodes if self.site_of(n) == self.site]
-        return here + [n for n in nodes if self.site_of(n) != self.site]
+        return sorted(nodes, key=lambda n: self.site_of(n) != self.site)  # stable: order kept within each
 
     def owned_by(self, node_id: str) -> set[str]:
         """Digests ``node_id`` owns."""

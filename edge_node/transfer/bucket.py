@@ -63,10 +63,10 @@ class TokenBucket:
         if rate == self._rate:
             return
         self._refill()
-        if self._rate == 0:  # from no cap: start full, with no debt
-            self._tokens = float(max(1, int(rate * self._burst_s)))
+        was_uncapped = self._rate == 0
         self._rate = rate
-        self._tokens = min(self._tokens, float(self.burst))
+        # From no cap: start full, with no debt; else keep what was saved up, to the new burst.
+        self._tokens = float(self.burst) if was_uncapped else min(self._tokens, float(self.burst))
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)

@@ -34,6 +34,8 @@ class ByteWindow:
 
     def set_rate(self, rate: int) -> None:
         """Change the window's rate; waiting reservations re-check."""
+        if rate == self._rate:
+            return
         self._rate = rate
         self._wake()
 
