@@ -320,7 +320,7 @@ class Central:
 
     def readiness(self) -> dict[str, Any]:
         """``/readyz``: whether this central can take traffic now, and why not."""
-        checks: dict[str, bool] = {}
+        checks: dict[str, bool] = {"store": self.store.reachable()}
         if self.mqtt is not None:
             checks["broker"] = self.mqtt.connected
         body: dict[str, Any] = {}

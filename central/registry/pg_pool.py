@@ -5,8 +5,11 @@ here, so every store is migrated the same way whichever of them opens first."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from central.registry.pg_migrations import apply_migrations
@@ -28,13 +31,79 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+#: The longest an event-loop thread waits for a pooled connection. Most of central's store calls
+#: are quick and made on the loop; while PostgreSQL is away each would otherwise wait the full
+#: pool timeout (seconds) and freeze every request of the process, ``/readyz`` included.
+ON_LOOP_WAIT_S = 0.25
+#: What an event-loop thread waits once the pool's last connection attempt failed: only for a
+#: connection that is ready now (a zero timeout would refuse even that).
+_REFUSED_WAIT_S = 0.01
+_RECONNECT_SERIES_S = 2.0
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class LoopSafePool(ConnectionPool[Any]):
+    """A pool whose waits are short on an event-loop thread: there it gives up after
+    :data:`ON_LOOP_WAIT_S`, or at once when its last attempt to connect failed (PostgreSQL is
+    down or restarting), so an outage costs the loop milliseconds per call, not the pool
+    timeout. Worker threads (``asyncio.to_thread``, the push pipeline) wait the full timeout as
+    before, so a request that can afford to wait still rides out a restart."""
+
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+        self.last_connect_failed = False
+        pool = self
+
+        class _Connection(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, *args: Any, **kw: Any) -> Any:
+                try:
+                    conn = super().connect(*args, **kw)
+                except psycopg.OperationalError:
+                    pool.last_connect_failed = True
+                    raise
+                pool.last_connect_failed = False
+                return conn
+
+        super().__init__(conninfo, connection_class=_Connection, **kwargs)
+
+    def reachable(self) -> bool:
+        """Whether a connection can be had now. While the last attempt failed, asking queues
+        a request for a connection, which makes the pool try again at once: probes (``/readyz``)
+        drive the reconnect instead of the pool's own backoff, which doubles without bound."""
+        if not self.last_connect_failed:
+            return True
+        try:
+            with self.connection(timeout=_REFUSED_WAIT_S):
+                return True
+        except PoolTimeout:
+            return False
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        """A connection; on an event-loop thread, within a short wait (see the class)."""
+        if not _on_event_loop():
+            return super().getconn(timeout)
+        wait = _REFUSED_WAIT_S if self.last_connect_failed else ON_LOOP_WAIT_S
+        try:
+            return super().getconn(min(self.timeout if timeout is None else timeout, wait))
+        except PoolTimeout:
+            why = "its last connection attempt failed" if self.last_connect_failed else "no connection was free"
+            raise PoolTimeout(f"PostgreSQL pool {self.name!r}: {why}") from None
+
+
 def open_pool(
     url: str, *, name: str, pool_size: int = 4, connect_timeout_s: float = 10.0
-) -> tuple[ConnectionPool, list[str]]:
+) -> tuple[LoopSafePool, list[str]]:
     """An open pool on ``url`` with the migrations applied; returns it and the versions this call applied."""
     # ``check``: a connection that PostgreSQL closed meanwhile (a restart, a failover) is
     # replaced before it is handed out, so the first request after a restart does not fail.
-    pool = ConnectionPool(
+    pool = LoopSafePool(
         url,
         min_size=1,
         max_size=pool_size,
@@ -42,10 +111,14 @@ def open_pool(
         open=False,
         name=name,
         check=ConnectionPool.check_connection,
+        # Each failed attempt series holds a slot while it backs off (1 s, 2 s, 4 s ... without
+        # bound): end a series after 2 s, so requests and ``/readyz`` start fresh attempts and a
+        # restarted server is found within a second, not after a minute of backoff.
+        reconnect_timeout=_RECONNECT_SERIES_S,
     )
     try:
         pool.open(wait=True, timeout=connect_timeout_s)
-        with pool.connection() as conn:
+        with pool.connection(timeout=connect_timeout_s) as conn:
             applied = apply_migrations(conn)
     except PoolTimeout as exc:
         pool.close()

@@ -39,6 +39,11 @@ class PostgresMetadataStore:
         """Close every pooled connection."""
         self._pool.close()
 
+    def reachable(self) -> bool:
+        """False while the pool's last attempt to connect failed; asking starts a new attempt
+        (see :meth:`LoopSafePool.reachable`)."""
+        return self._pool.reachable()
+
     def list_models(self) -> list[ModelRecord]:
         """Every model with at least one version, by name."""
         rows = self._query(

@@ -66,6 +66,10 @@ class SQLiteMetadataStore:
         with self._lock:
             self._db.close()
 
+    def reachable(self) -> bool:
+        """A local file: always."""
+        return True
+
     def list_models(self) -> list[ModelRecord]:
         """Every model with at least one version, by name."""
         rows = self._query(

@@ -40,6 +40,9 @@ class MetadataStore(Protocol):
     def close(self) -> None:
         """Release connections."""
 
+    def reachable(self) -> bool:
+        """Whether the database answers now (quick: it is asked on every ``/readyz``)."""
+
     def list_models(self) -> list[ModelRecord]:
         """Every model with at least one version, by name."""
 

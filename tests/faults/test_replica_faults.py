@@ -167,7 +167,16 @@ def test_postgresql_restarted_writes_are_refused_with_retry_after_then_resume(
         assert r.status_code == 503, r.text
         assert int(r.headers["Retry-After"]) >= 1
         assert "unavailable" in r.json()["error"]
-        wait_until(lambda: all((fleet.readiness(p) or {}).get("ready") is False for p in fleet.live()), 10, "not ready")
+        seen: dict[str, Any] = {}
+
+        def none_ready() -> bool:
+            seen.update({p.name: fleet.readiness(p) for p in fleet.live()})
+            return all((body or {}).get("ready") is False for body in seen.values())
+
+        try:
+            wait_until(none_ready, 10, "no replica ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last /readyz bodies: {seen}") from None
     finally:
         postgres.start_again()
     wait_until(lambda: all((fleet.readiness(p) or {}).get("ready") for p in fleet.live()), 30, "ready again")
