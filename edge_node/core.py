@@ -16,6 +16,7 @@ from edge_node.inference import ModelRepository, SessionFactory, available_provi
 from edge_node.inference.chooser import ArtifactChooser
 from edge_node.inference.hardware import detect_hardware
 from edge_node.observability import EdgeStateCollector
+from edge_node.oip.dataplane import DataPlane, OipLimits
 from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
@@ -28,6 +29,9 @@ from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
 from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2
+
+#: The version the edge reports in OIP server metadata.
+EDGE_VERSION = "0.1.0"
 
 
 class Edge:
@@ -57,6 +61,18 @@ class Edge:
         factory = self._session_factory(settings)
         inference = settings.inference
         self.repository = ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+        caps = settings.limits
+        #: The inference service every transport (REST, KServe v2 gRPC) serves.
+        self.plane = DataPlane(
+            self.repository,
+            version=EDGE_VERSION,
+            load=self.load,
+            limits=OipLimits(
+                max_body_bytes=caps.max_infer_body_bytes,
+                max_tensor_elements=caps.max_tensor_elements,
+                max_inflight_requests=caps.max_inflight_infer_requests,
+            ),
+        )
         #: ISA flags, cores and provider: nodes of one class share which artifact runs fastest.
         self.hardware_class = str(detect_hardware(factory.providers, inference.cpu_flags, inference.intra_op_threads))
         self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)

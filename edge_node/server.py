@@ -75,13 +75,7 @@ class EdgeServer:
     async def _start_http(self) -> int:
         """Serve the HTTP API; returns the bound port."""
         edge, tls = self.edge, self.settings.tls
-        app = create_app(
-            edge.repository,
-            edge.load,
-            edge.status,
-            self.settings.limits,
-            bench_endpoints=self.settings.inference.bench_endpoints,
-        )
+        app = create_app(edge.plane, edge.status, bench_endpoints=self.settings.inference.bench_endpoints)
         config = uvicorn.Config(
             app,
             host=self.settings.http_host,

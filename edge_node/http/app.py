@@ -10,33 +10,25 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from edge_node.heartbeat import LoadTracker
-from edge_node.inference import CONTENT_TYPE_LATEST, ModelRepository
-from edge_node.oip import OipLimits, create_oip_router
-from edge_node.settings import LimitSettings
+from edge_node.inference import CONTENT_TYPE_LATEST
+from edge_node.oip import DataPlane, create_oip_routes
 
 
 def create_app(
-    repository: ModelRepository,
-    load: LoadTracker,
+    plane: DataPlane,
     status_document: Callable[[], dict[str, Any]],
-    caps: LimitSettings,
     *,
     bench_endpoints: bool = False,
 ) -> FastAPI:
-    """The FastAPI application of one edge: inference on ``repository`` (its requests
-    counted by ``load``), ``status_document()`` on ``/api/v1/status``, request caps ``caps``."""
+    """The FastAPI application of one edge: OIP v2 over ``plane`` (the inference service the
+    gRPC transport shares), ``status_document()`` on ``/api/v1/status``."""
+    repository = plane.repository
     # FastAPI's built-in OpenTelemetry costs microseconds per request on the inference
     # hot path; an edge exports Prometheus metrics instead.
     app = FastAPI(
         title="modelfleet edge", version="0.1.0", telemetry={"tracing": False, "metrics": False, "logs": False}
     )
-    limits = OipLimits(
-        max_body_bytes=caps.max_infer_body_bytes,
-        max_tensor_elements=caps.max_tensor_elements,
-        max_inflight_requests=caps.max_inflight_infer_requests,
-    )
-    app.include_router(create_oip_router(repository, version="0.1.0", load=load, limits=limits))
+    app.include_router(create_oip_routes(plane))
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:

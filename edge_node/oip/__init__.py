@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from edge_node.oip.codec import InferRequest, OipError, decode_request, encode_response
-from edge_node.oip.routes import OipLimits, create_oip_router
+from edge_node.oip.dataplane import DataPlane, OipLimits, PlaneError
+from edge_node.oip.routes import create_oip_router, create_oip_routes
 
-__all__ = ["InferRequest", "OipError", "OipLimits", "create_oip_router", "decode_request", "encode_response"]
+__all__ = [
+    "DataPlane",
+    "InferRequest",
+    "OipError",
+    "OipLimits",
+    "PlaneError",
+    "create_oip_router",
+    "create_oip_routes",
+    "decode_request",
+    "encode_response",
+]

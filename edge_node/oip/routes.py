@@ -1,11 +1,11 @@
-"""OIP v2 HTTP routes. Each translates HTTP to one call on the model repository and
-back; bodies are parsed and written with orjson, never through pydantic models, since
-this is the hot path."""
+"""OIP v2 over HTTP: a thin transport over the edge's :class:`DataPlane`. Each route
+translates HTTP to one call on the plane and back; bodies are parsed and written with
+orjson, never through pydantic models, since this is the hot path."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -15,27 +15,12 @@ from pydantic import BaseModel
 from starlette.requests import ClientDisconnect
 
 from edge_node.heartbeat.load import LoadTracker
-from edge_node.inference.errors import (
-    InferenceFailed,
-    InvalidInputs,
-    ModelNotFound,
-    ModelNotReady,
-    ModelUnavailable,
-    QueueFull,
-)
 from edge_node.inference.repository import LoadedModel, ModelRepository
-from edge_node.oip.body import DEFAULT_MAX_BODY_BYTES, read_body
-from edge_node.oip.codec import HEADER_LENGTH, OipError, decode_request, encode_response
-from edge_node.oip.config import triton_config
-from edge_node.oip.datatypes import oip_datatype
-from edge_node.oip.validate import check_request
-from fleetwire.manifest import TensorSpec
-from fleetwire.names import InvalidName, check_name
+from edge_node.oip.body import read_body
+from edge_node.oip.codec import HEADER_LENGTH, InferRequest, OipError, decode_request, encode_response
+from edge_node.oip.dataplane import DataPlane, OipLimits, PlaneError
 
 log = logging.getLogger(__name__)
-
-SERVER_NAME = "modelfleet-edge"
-EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 
 
 class ErrorBody(BaseModel):
@@ -123,10 +108,6 @@ def error_response(message: str, status: int, headers: dict[str, str] | None = N
     return json_response({"error": message}, status, headers)
 
 
-def _tensor_meta(specs: list[TensorSpec]) -> list[dict[str, Any]]:
-    return [{"name": s.name, "datatype": oip_datatype(s.dtype), "shape": s.shape} for s in specs]
-
-
 def _header_length(request: Request) -> int | None:
     raw = request.headers.get(HEADER_LENGTH)
     if raw is None:
@@ -136,172 +117,96 @@ def _header_length(request: Request) -> int | None:
     return int(raw)
 
 
-def _name_error(name: str, version: str | None) -> Response | None:
-    """422 naming the rule when ``name`` or ``version`` is no valid name (a trailing newline,
-    a slash…): central never stores such a model, so "not found" would hide the real mistake."""
-    try:
-        check_name("model name", name)
-        if version is not None:
-            check_name("version", version)
-    except InvalidName as exc:
-        return error_response(str(exc), 422)
-    return None
+def plane_error_response(exc: PlaneError) -> Response:
+    """The OIP error shape with the plane's status (and ``Retry-After`` on an overload)."""
+    return error_response(str(exc), exc.status, exc.retry_after_header)
 
 
-def _lookup_error(exc: Exception) -> Response:
-    if isinstance(exc, ModelNotFound):
-        return error_response(str(exc), 404)
-    if isinstance(exc, QueueFull):
-        return error_response(str(exc), 503, {"Retry-After": str(max(1, round(exc.retry_after_s)))})
-    return error_response(str(exc), 503)
+async def _infer(plane: DataPlane, name: str, version: str | None, request: Request) -> Response:
+    with plane.admitted(name, version):
+        # The body before the lookup: no version swap between lookup and run.
+        body = await read_body(request, plane.limits.max_body_bytes)
+        header_length = _header_length(request)
+        decoded: list[InferRequest] = []
 
+        def decode(_: LoadedModel) -> InferRequest:
+            decoded.append(decode_request(body, header_length, plane.limits.max_tensor_elements))
+            return decoded[0]
 
-@dataclass(frozen=True)
-class OipLimits:
-    """Caps on one inference request (the edge's ``limits`` settings)."""
-
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_tensor_elements: int = 16 * 1024 * 1024
-    max_inflight_requests: int = 128
-
-
-async def _infer(
-    repository: ModelRepository, name: str, version: str | None, request: Request, limits: OipLimits
-) -> Response:
-    try:
-        body = await read_body(request, limits.max_body_bytes)  # before get(): no swap between lookup and infer
-        model = repository.get(name, version)
-        decoded = decode_request(body, _header_length(request), limits.max_tensor_elements)
-        check_request(decoded, model.manifest.inputs, model.manifest.outputs)
-        priority = decoded.parameters.get("priority", 0)
-        outputs = await model.infer(decoded.inputs, priority=int(priority) if isinstance(priority, int) else 0)
-    except (OipError, InvalidInputs) as exc:
-        return error_response(str(exc), exc.status if isinstance(exc, OipError) else 400)
-    except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
-        return _lookup_error(exc)
-    except InferenceFailed as exc:
-        log.warning("%s: %s", name, exc)
-        return error_response(str(exc), 500)
-    wanted = decoded.requested_outputs
-    selected = {k: v for k, v in outputs.items() if wanted is None or k in wanted}
-    payload, header_length = encode_response(model.name, model.version, decoded, selected)
-    if header_length is None:
+        result = await plane.infer(name, version, decode)
+    payload, length = encode_response(result.model.name, result.model.version, decoded[0], result.outputs)
+    if length is None:
         return Response(payload, media_type="application/json")
     return Response(
-        payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(header_length)}
+        payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(length)}
     )
-
-
-def _model_metadata(model: LoadedModel, versions: list[str]) -> dict[str, Any]:
-    return {
-        "name": model.name,
-        "versions": versions,
-        "platform": "onnxruntime_onnx",
-        "inputs": _tensor_meta(model.manifest.inputs),
-        "outputs": _tensor_meta(model.manifest.outputs),
-    }
 
 
 def create_oip_router(
     repository: ModelRepository, version: str, load: LoadTracker | None = None, limits: OipLimits | None = None
 ) -> APIRouter:
-    """The ``/v2`` routes over one repository; ``load`` (if given) sees every inference;
-    ``limits`` caps request bodies and tensor sizes (413 beyond)."""
-    router = APIRouter()
-    caps = limits or OipLimits()
+    """The ``/v2`` routes over a new :class:`DataPlane` on ``repository``."""
+    return create_oip_routes(DataPlane(repository, version, load=load, limits=limits))
 
-    inflight = 0
+
+def create_oip_routes(plane: DataPlane) -> APIRouter:
+    """The ``/v2`` routes: each translates HTTP to one call on ``plane`` and back."""
+    router = APIRouter()
 
     async def tracked(name: str, model_version: str | None, request: Request) -> Response:
-        # Every request in progress may hold a whole body; each model's batcher bounds its
-        # queue in rows, this bounds the requests in front of (and inside) all of them.
-        nonlocal inflight
-        if (invalid := _name_error(name, model_version)) is not None:
-            return invalid
-        if inflight >= caps.max_inflight_requests:
-            message = (
-                f"{inflight} inference requests are in progress here (limits.max_inflight_infer_requests);"
-                " retry shortly"
-            )
-            return error_response(message, 503, {"Retry-After": "1"})
-        inflight += 1
         try:
-            if load is None:
-                return await _infer(repository, name, model_version, request, caps)
-            started = load.begin()
-            try:
-                return await _infer(repository, name, model_version, request, caps)
-            finally:
-                load.end(started)
+            return await _infer(plane, name, model_version, request)
+        except PlaneError as exc:
+            return plane_error_response(exc)
+        except OipError as exc:  # the body or its header, before the plane saw them
+            return error_response(str(exc), exc.status)
         except ClientDisconnect:
             raise  # nobody to answer
         except Exception as exc:  # a bug here must still answer in the OIP error shape
             log.exception("inference request for %s failed", name)
             return error_response(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
-        finally:
-            inflight -= 1
+
+    def answer(call: Callable[[], dict[str, Any]]) -> Response:
+        try:
+            return json_response(call())
+        except PlaneError as exc:
+            return plane_error_response(exc)
 
     @router.get("/v2/health/live")
     async def live() -> Response:
-        return json_response({"live": True})
+        return json_response({"live": plane.live()})
 
     @router.get("/v2/health/ready", responses=_NOT_READY)
     async def ready() -> Response:
-        is_ready = repository.ready()
+        is_ready = plane.ready()
         return json_response({"ready": is_ready}, 200 if is_ready else 400)
 
     @router.get("/v2", responses={200: {"model": ServerMetadata}})
     async def server_metadata() -> Response:
-        return json_response({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
-
-    def ready_model(name: str, model_version: str | None) -> LoadedModel | Response:
-        """The served model, or the error response a bad name or a missing model gets."""
-        if (invalid := _name_error(name, model_version)) is not None:
-            return invalid
-        try:
-            return repository.get(name, model_version)
-        except (ModelNotFound, ModelNotReady) as exc:
-            return _lookup_error(exc)
-
-    async def metadata(name: str, model_version: str | None) -> Response:
-        model = ready_model(name, model_version)
-        if isinstance(model, Response):
-            return model
-        versions = sorted({m.version for m in repository.models() if m.name == name and m.state == "ready"})
-        return json_response(_model_metadata(model, versions))
+        return json_response(plane.server_metadata())
 
     async def model_ready(name: str, model_version: str | None) -> Response:
-        if (invalid := _name_error(name, model_version)) is not None:
-            return invalid
         try:
-            repository.get(name, model_version)
-        except ModelNotFound as exc:
-            return error_response(str(exc), 404)
-        except ModelNotReady:
-            return json_response({"name": name, "ready": False}, 400)
-        return json_response({"name": name, "ready": True})
-
-    async def config(name: str, model_version: str | None) -> Response:
-        model = ready_model(name, model_version)
-        if isinstance(model, Response):
-            return model
-        return json_response(triton_config(model, repository))
+            is_ready = plane.model_ready(name, model_version)
+        except PlaneError as exc:
+            return plane_error_response(exc)
+        return json_response({"name": name, "ready": is_ready}, 200 if is_ready else 400)
 
     @router.get("/v2/models/{name}/config", responses=_LOOKUP)
     async def model_config(name: str) -> Response:
-        return await config(name, None)
+        return answer(lambda: plane.model_config(name, None))
 
     @router.get("/v2/models/{name}/versions/{v}/config", responses=_LOOKUP)
     async def version_config(name: str, v: str) -> Response:
-        return await config(name, v)
+        return answer(lambda: plane.model_config(name, v))
 
     @router.get("/v2/models/{name}", responses=_METADATA)
     async def model_metadata(name: str) -> Response:
-        return await metadata(name, None)
+        return answer(lambda: plane.model_metadata(name, None))
 
     @router.get("/v2/models/{name}/versions/{v}", responses=_METADATA)
     async def version_metadata(name: str, v: str) -> Response:
-        return await metadata(name, v)
+        return answer(lambda: plane.model_metadata(name, v))
 
     @router.get("/v2/models/{name}/ready", responses={**_LOOKUP, **_NOT_READY})
     async def is_model_ready(name: str) -> Response:
