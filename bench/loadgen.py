@@ -67,7 +67,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
-def _result(
+def load_result(
     tool: str, requests: int, errors: int, seconds: float, p50_ms: float, p90_ms: float, p99_ms: float, max_ms: float
 ) -> dict[str, Any]:
     return {
@@ -143,7 +143,7 @@ def parse_wrk_output(text: str) -> dict[str, Any]:
             # so take the larger rather than the sum. Socket errors come on top.
             errors = max(doc["bad_status"], doc["status"]) + doc["connect"] + doc["read"] + doc["write"]
             errors += doc["timeout"]
-            result = _result(
+            result = load_result(
                 "wrk", doc["requests"], errors, seconds,
                 doc["p50_us"] / 1e3, doc["p90_us"] / 1e3, doc["p99_us"] / 1e3, doc["max_us"] / 1e3,
             )  # fmt: skip
@@ -158,7 +158,7 @@ def parse_wrk_output(text: str) -> dict[str, Any]:
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     errors = (int(non2xx[1]) if non2xx else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
-    return _result(
+    return load_result(
         "wrk", int(requests[1]), errors, float(requests[2]) * unit, pct.get(50, 0.0), pct.get(90, 0.0),
         pct.get(99, 0.0), 0.0,
     )  # fmt: skip
@@ -285,7 +285,7 @@ async def run_python_client(
     seconds = time.perf_counter() - started
     latencies.sort()
     ms = [x * 1e3 for x in (percentile(latencies, 50), percentile(latencies, 90), percentile(latencies, 99))]
-    result = _result(
+    result = load_result(
         "python", sum(d for d, _ in outcomes), sum(e for _, e in outcomes), seconds, ms[0], ms[1], ms[2],
         latencies[-1] * 1e3 if latencies else 0.0,
     )  # fmt: skip
@@ -323,7 +323,7 @@ def _run_python_process(
 # -- entry points ------------------------------------------------------------------------
 
 
-def _children_cpu_s() -> float:
+def children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -354,7 +354,7 @@ def run_load(
         raise ValueError(f"unknown load generator {tool!r}")
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     wrk_threads = threads if threads is not None else max(1, (os.cpu_count() or 1) // 4)
-    cpu_before = _children_cpu_s()
+    cpu_before = children_cpu_s()
     with tempfile.NamedTemporaryFile(prefix="loadgen-body-", suffix=".bin", delete=False) as f:
         f.write(body)
         body_path = Path(f.name)
@@ -365,7 +365,7 @@ def run_load(
             result = _run_python_process(url, body_path, all_headers, connections, requests_per_connection, duration_s)
     finally:
         body_path.unlink(missing_ok=True)
-    result["cpu_s"] = round(_children_cpu_s() - cpu_before, 3)
+    result["cpu_s"] = round(children_cpu_s() - cpu_before, 3)
     return result
 
 
