@@ -13,7 +13,8 @@ Then, per repeat:
 Each start is timed from just before the process is spawned to the first
 ``GET /v2/models/{m}/ready`` answering 200 (polled every few ms). The breakdown of
 each: ``healthz_s`` (the HTTP server answers ``/healthz``: interpreter start plus
-imports plus start-up, the floor no model work can go under), ``ready_line_s`` (the
+imports plus start-up; a warm edge checks and loads its models meanwhile, so
+``complete_s`` may come first), ``ready_line_s`` (the
 edge printed its ready line), ``complete_s`` (the version's ``completed_at`` in
 ``/api/v1/status``: fetch and assembly done, or found complete on disk) and
 ``load_s`` (from there to serving: session creation and warm-up). ``cold_ready_s`` and
