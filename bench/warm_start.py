@@ -13,11 +13,20 @@ Then, per repeat:
 Each start is timed from just before the process is spawned to the first
 ``GET /v2/models/{m}/ready`` answering 200 (polled every few ms). The breakdown of
 each: ``healthz_s`` (the HTTP server answers ``/healthz``: interpreter start plus
-imports plus start-up, the floor no model work can go under), ``ready_line_s`` (the
+imports plus start-up; a warm edge checks and loads its models meanwhile, so
+``complete_s`` may come first), ``ready_line_s`` (the
 edge printed its ready line), ``complete_s`` (the version's ``completed_at`` in
 ``/api/v1/status``: fetch and assembly done, or found complete on disk) and
 ``load_s`` (from there to serving: session creation and warm-up). ``cold_ready_s`` and
 ``warm_ready_s`` are medians over repeats; ``ratio`` = warm / cold (target <= 0.2).
+
+``floor_s`` is what no edge can start under on this machine: a fresh interpreter that
+imports onnxruntime and numpy and exits (``python -c "import onnxruntime, numpy"``),
+timed the same way (spawn to exit) a few times beside each warm restart, median over
+the run, so both see the same load. ``overhead_ratio`` = ``warm_ready_s`` / ``floor_s``
+(target <= 1.5): what the edge adds on top of the inference runtime itself (its own
+imports, HTTP server, settings, disk checks, session creation). ``cpu_flags`` and
+``machine`` say where it ran.
 
 Usage: ``python -m bench.warm_start --json out.json [--model bench|digits]
 [--width 2048 --layers 7] [--repeats 3] [--timeout-s 120] [--require-int8]``
@@ -29,6 +38,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,12 +49,18 @@ from typing import Any
 import httpx
 
 from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, Proc, parse_env_pairs, sigterm_raises, write_result
+from bench.report import machine
+from bench.zoo import cpu_flags
 from modelfleet.up.ports import free_port
 from modelfleet.zoo import build_bench_model, build_digits
 
-TARGETS = {"ratio": 0.2}
+TARGETS = {"ratio": 0.2, "overhead_ratio": 1.5}
 VERSION = "v1"
 _POLL_S = 0.005
+#: The floor: the inference runtime's own start, which no edge can go under.
+FLOOR_CODE = "import onnxruntime, numpy"
+#: Floor processes timed beside each warm restart.
+FLOOR_RUNS = 3
 
 
 def _get_ok(client: httpx.Client, url: str) -> bool:
@@ -97,6 +113,16 @@ def time_start(fleet: Fleet, node_id: str, model: str, timeout_s: float) -> dict
     return result
 
 
+def time_floor(runs: int = FLOOR_RUNS) -> list[float]:
+    """Seconds from spawn to exit of ``runs`` fresh interpreters running ``FLOOR_CODE``."""
+    times = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", FLOOR_CODE], check=True, stdin=subprocess.DEVNULL)
+        times.append(time.monotonic() - t0)
+    return times
+
+
 def _ort_cache_files(fleet: Fleet, node_id: str) -> list[str]:
     cache = fleet.edges[node_id].data_dir / "ort-cache"
     return sorted(p.name for p in cache.glob("*.onnx")) if cache.is_dir() else []
@@ -121,6 +147,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     edge_env, central_env = parse_env_pairs(args.edge_env), parse_env_pairs(args.central_env)
     cold: list[dict[str, Any]] = []
     warm: list[dict[str, Any]] = []
+    floors: list[float] = []
     log(f"model {name}: {model_path.stat().st_size / 1e6:.1f} MB FP32; {args.repeats} repeat(s); {os.cpu_count()} CPUs")
     with Fleet(root=work, central_env=central_env, edge_env=edge_env, keep=args.keep) as fleet:
         fleet.start_central()
@@ -138,10 +165,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             w = time_start(fleet, node, name, args.timeout_s)
             w["stop_rc"] = fleet.stop_edge(node)
             warm.append(w)
+            floors += time_floor()
             log(f"  repeat {i}: cold {_fmt(c['ready_s'])} s, warm {_fmt(w['ready_s'])} s" + _note(c, w))
     cold_s, warm_s = _median([c["ready_s"] for c in cold]), _median([w["ready_s"] for w in warm])
     failed = [r["error"] for r in (*cold, *warm) if r["error"]]
     ratio = warm_s / cold_s if cold_s and warm_s is not None and len(failed) == 0 else None
+    floor_s = statistics.median(floors)
+    overhead = warm_s / floor_s if warm_s is not None and len(failed) == 0 else None
     breakdown = {
         phase: {
             key: _median([r[key] for r in runs])
@@ -157,11 +187,18 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "cold_ready_s": cold_s,
         "warm_ready_s": warm_s,
         "ratio": ratio,
+        "floor_s": floor_s,
+        "overhead_ratio": overhead,
         "healthz_floor_s": _median([r["healthz_s"] for r in (*cold, *warm)]),
         "breakdown": breakdown,
         "errors": failed,
         "targets": dict(TARGETS),
-        "met": {"ratio": ratio is not None and ratio <= TARGETS["ratio"]},
+        "met": {
+            "ratio": ratio is not None and ratio <= TARGETS["ratio"],
+            "overhead_ratio": overhead is not None and overhead <= TARGETS["overhead_ratio"],
+        },
+        "cpu_flags": cpu_flags(),
+        "machine": machine(),
         "settings": {
             "width": args.width if name == "bench-mlp" else None,
             "layers": args.layers if name == "bench-mlp" else None,
@@ -171,8 +208,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "platform": platform.platform(),
+            "floor_code": FLOOR_CODE,
         },
-        "runs": {"cold": cold, "warm": warm},
+        "runs": {"cold": cold, "warm": warm, "floor_s": floors},
     }
 
 
@@ -199,11 +237,15 @@ def print_table(result: dict[str, Any]) -> None:
             f"{phase:<6} {_fmt(b['healthz_s']):>9} {_fmt(b['ready_line_s']):>12} {_fmt(b['complete_s']):>10} "
             f"{_fmt(b['load_s']):>7} {_fmt(b['ready_s']):>8}"
         )
-    ratio = result["ratio"]
+    ratio, overhead, targets, met = result["ratio"], result["overhead_ratio"], result["targets"], result["met"]
     print(
         f"model {result['model']} ({result['artifact']}); healthz floor {_fmt(result['healthz_floor_s'])} s\n"
-        f"ratio (warm/cold) {'-' if ratio is None else f'{ratio:.3f}'} (target <= {result['targets']['ratio']}) "
-        f"{'met' if result['met']['ratio'] else 'MISSED'}"
+        f"ratio (warm/cold) {'-' if ratio is None else f'{ratio:.3f}'} (target <= {targets['ratio']}) "
+        f"{'met' if met['ratio'] else 'MISSED'}\n"
+        f"floor ({FLOOR_CODE}) {_fmt(result['floor_s'])} s; overhead (warm/floor) "
+        f"{'-' if overhead is None else f'{overhead:.2f}'} (target <= {targets['overhead_ratio']}) "
+        f"{'met' if met['overhead_ratio'] else 'MISSED'}\n"
+        f"cpu flags: {' '.join(result['cpu_flags'])}; {result['machine']}"
         + (f"\nerrors: {result['errors']}" if result["errors"] else "")
     )
 

@@ -108,6 +108,7 @@ class Edge:
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self._leaving = False
+        self._restored = False
         self.heartbeat = HeartbeatPublisher(
             self.node_id,
             settings.heartbeat,
@@ -213,10 +214,19 @@ class Edge:
             "transfer": self.transfer.as_dict(),
         }
 
+    def restore(self) -> None:
+        """Serve again what the disk holds: the desired state kept there, its versions checked
+        and loaded from local files in the background. Needs neither central nor the broker
+        nor the listeners, so the server calls it first (a restarted edge loads its models
+        while its listeners come up); ``start`` calls it if the server did not. Once only."""
+        if not self._restored:
+            self._restored = True
+            self.follower.restore()
+
     async def start(self) -> None:
         """Announce this node over MQTT and follow central (the listeners are up by now:
         heartbeats and the registration carry their ports)."""
-        self.follower.restore()
+        self.restore()
         await self.heartbeat.start()
         await self.follower.start()
 

@@ -8,19 +8,30 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import grpc
-import uvicorn
 
 from edge_node.core import Edge
 from edge_node.fetch.sources import CHANNEL_OPTIONS
-from edge_node.http.app import create_app
 from edge_node.settings import EdgeSettings
 from fleetwire.exposure import warn_if_wide_open
 from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import peer_pb2_grpc
 
+if TYPE_CHECKING:
+    import uvicorn
+
 log = logging.getLogger(__name__)
+
+
+def _import_http_stack() -> None:
+    """Import the HTTP API's modules (FastAPI, uvicorn): about a fifth of an edge's start.
+    ``EdgeServer._start_http`` runs this in a worker thread after ``Edge.restore``, so a
+    restarted edge checks and loads its models (hashing and ORT release the GIL) meanwhile."""
+    import uvicorn  # noqa: F401
+
+    import edge_node.http.app  # noqa: F401
 
 
 class EdgeServer:
@@ -56,24 +67,44 @@ class EdgeServer:
         return f"{scheme}://{self.settings.http_host}:{self.http_port}"
 
     async def start(self) -> None:
-        """Listen first (so peers can reach us once central lists us), then follow central."""
+        """Load the models kept on disk first (central may be down; the checks and session
+        creation run in threads while the listeners come up), then listen: HTTP, so local
+        inference answers as soon as a model is loaded, then peers. Then follow central:
+        heartbeats and the registration carry both ports, so peers reach us once central
+        lists us."""
+        edge = self.edge
+        edge.restore()
+        try:
+            edge.http_port = await self._start_http()
+            edge.grpc_port = await self._start_grpc()
+        except Exception:
+            await edge.stop_work()  # the loads restore() started: no task outlives a failed start
+            raise
+        await edge.start()
+        log.info("edge %s up: peer %s, http %d", edge.node_id, edge.grpc_address, edge.http_port)
+        warn_if_wide_open(log, self.settings.listeners(http_port=edge.http_port, grpc_port=edge.grpc_port))
+
+    async def _start_grpc(self) -> int:
+        """Serve the Peer service; returns the bound port."""
         edge = self.edge
         self._grpc = grpc.aio.server(options=CHANNEL_OPTIONS)
         peer_pb2_grpc.add_PeerServicer_to_server(edge.peer_servicer, self._grpc)
         address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
         if edge.tls_material is not None:  # peers are mutual: a caller without a fleet certificate is refused
             creds = grpc_server_credentials(edge.tls_material, require_client_cert=True)
-            edge.grpc_port = self._grpc.add_secure_port(address, creds)
+            port = self._grpc.add_secure_port(address, creds)
         else:
-            edge.grpc_port = self._grpc.add_insecure_port(address)
+            port = self._grpc.add_insecure_port(address)
         await self._grpc.start()
-        edge.http_port = await self._start_http()
-        await edge.start()  # after the listeners: heartbeats and the registration carry their ports
-        log.info("edge %s up: peer %s, http %d", edge.node_id, edge.grpc_address, edge.http_port)
-        warn_if_wide_open(log, self.settings.listeners(http_port=edge.http_port, grpc_port=edge.grpc_port))
+        return port
 
     async def _start_http(self) -> int:
         """Serve the HTTP API; returns the bound port."""
+        await asyncio.to_thread(_import_http_stack)  # off the loop: restored models load meanwhile
+        import uvicorn
+
+        from edge_node.http.app import create_app
+
         edge, tls = self.edge, self.settings.tls
         app = create_app(edge.plane, edge.status, bench_endpoints=self.settings.inference.bench_endpoints)
         config = uvicorn.Config(
@@ -82,6 +113,7 @@ class EdgeServer:
             port=self.settings.http_port,
             log_level="warning",
             lifespan="off",
+            ws="none",  # no WebSocket routes: skips importing the websockets stack at start-up
             timeout_graceful_shutdown=HTTP_DRAIN_S,
             **(
                 uvicorn_ssl_kwargs(edge.tls_material, require_client_cert=tls.require_client_cert)

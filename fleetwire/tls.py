@@ -20,14 +20,15 @@ import datetime as dt
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from pydantic import BaseModel, Field, model_validator
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 __all__ = [
     "HTTP_DRAIN_S",
@@ -120,6 +121,10 @@ def _read(path: Path, field: str) -> bytes:
 
 
 def _certificates(data: bytes, path: Path, field: str) -> list[x509.Certificate]:
+    # x509 is imported here, not at module level: it is most of cryptography's import
+    # time, and every edge imports this module whether TLS is on or not.
+    from cryptography import x509
+
     try:
         certs = x509.load_pem_x509_certificates(data)
     except ValueError:
@@ -128,6 +133,8 @@ def _certificates(data: bytes, path: Path, field: str) -> list[x509.Certificate]
 
 
 def _private_key(data: bytes, path: Path) -> PrivateKeyTypes:
+    from cryptography.hazmat.primitives import serialization
+
     try:
         return serialization.load_pem_private_key(data, password=None)
     except TypeError:  # cryptography: "Password was not given but private key is encrypted"
@@ -137,6 +144,8 @@ def _private_key(data: bytes, path: Path) -> PrivateKeyTypes:
 
 
 def _public_der(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return bytes(key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 

@@ -63,10 +63,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from typing import TYPE_CHECKING, Any, Literal
 
 from edge_node.heartbeat.bdseq import BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody
@@ -75,6 +72,9 @@ from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Heartbeat, NodeStatus
 from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.topics import Topics
+
+if TYPE_CHECKING:
+    import paho.mqtt.client as mqtt
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,11 @@ class HeartbeatPublisher:
             return
         if self._client is not None:
             return
+        # paho is imported here, after the edge serves: a restarted edge answers local
+        # inference before it heartbeats, and paho is a noticeable share of its imports.
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
         s, b = self.settings, self.broker
         keepalive_s = b.effective_keepalive_s(s.default_keepalive_s)
         self._loop = asyncio.get_running_loop()
@@ -473,6 +478,8 @@ class HeartbeatPublisher:
         if client is None or not self.connected:
             self.heartbeats_dropped += 1
             return False
+        from paho.mqtt.enums import MQTTErrorCode  # loaded by start(), which made the client
+
         try:
             body = self._snapshot()
         except Exception:

@@ -11,10 +11,12 @@ birth is published from ``on_connect``, so it lands there too."""
 from __future__ import annotations
 
 import threading
-
-import paho.mqtt.client as mqtt
+from typing import TYPE_CHECKING
 
 from fleetwire.mqtt.broker import BrokerSettings
+
+if TYPE_CHECKING:  # the owner imports paho when it connects (an edge only after it serves)
+    import paho.mqtt.client as mqtt
 
 __all__ = ["BrokerRotation"]
 

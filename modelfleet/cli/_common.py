@@ -10,9 +10,14 @@ from typing import Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
-err = Console(stderr=True)
+
+def print_error(markup: str) -> None:
+    """One line of rich markup on stderr. rich is imported here, on an error only: the
+    service commands start every edge and central, and rich is a share of their start."""
+    from rich.console import Console
+
+    Console(stderr=True).print(markup)
 
 
 def overrides(**options: Any) -> dict[str, Any]:
@@ -40,7 +45,7 @@ def parse_broker(value: str | None) -> tuple[str, int] | None:
         return None
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit():
-        err.print(f"[red]--broker must be host:port, got {value!r}[/red]")
+        print_error(f"[red]--broker must be host:port, got {value!r}[/red]")
         raise typer.Exit(2)
     return host, int(port)
 
@@ -50,5 +55,5 @@ def build_settings(cls: Any, overrides: dict[str, Any]) -> Any:
         return cls(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
-        err.print(f"[red]invalid setting {'.'.join(str(p) for p in first['loc'])}: {first['msg']}[/red]")
+        print_error(f"[red]invalid setting {'.'.join(str(p) for p in first['loc'])}: {first['msg']}[/red]")
         raise typer.Exit(2) from None

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from modelfleet.cli._common import build_settings, err, overrides, parse_broker, run_server, setup_logging
+from modelfleet.cli._common import build_settings, overrides, parse_broker, print_error, run_server, setup_logging
 
 
 def register(app: typer.Typer) -> None:
@@ -85,7 +85,7 @@ def parse_labels(values: list[str]) -> dict[str, str]:
     for value in values:
         key, sep, item = value.partition("=")
         if not sep or not key.strip():
-            err.print(f"[red]--label must be key=value, got {value!r}[/red]")
+            print_error(f"[red]--label must be key=value, got {value!r}[/red]")
             raise typer.Exit(2)
         labels[key.strip()] = item.strip()
     return labels
