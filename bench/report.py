@@ -102,8 +102,20 @@ FIGURES: dict[tuple[str, str], Figure] = {
         "no-op endpoint: {noop_rps:.0f} req/s; digits {digits_rps:.0f} req/s",
     ),
     ("serving", "errors"): Figure("errors", "<=", "failed requests under load", "{clients} clients"),
+    ("serving", "compute_ratio"): Figure(
+        "compute_ratio", ">=", "batched req/s / ONNX Runtime in-process rows/s (batch 32)",
+        "ONNX Runtime alone: {compute_limit_rps:.0f} rows/s; edge {batched_rps:.0f} req/s",
+    ),
+    ("serving", "grpc_over_rest"): Figure(
+        "grpc_over_rest", ">=", "gRPC req/s / REST req/s (batched model)",
+        "REST {batched_rps:.0f} req/s; gRPC {grpc_batched_rps:.0f} req/s",
+    ),
     ("warm_start", "ratio"): Figure(
         "ratio", "<=", "warm restart to ready / cold start", "cold: {cold_ready_s:.2f} s; warm {warm_ready_s:.2f} s"
+    ),
+    ("warm_start", "overhead_ratio"): Figure(
+        "overhead_ratio", "<=", "warm restart to ready / bare interpreter importing onnxruntime and numpy",
+        "floor: {floor_s:.3f} s; warm {warm_ready_s:.2f} s",
     ),
     ("failover", "kill_detect_s"): Figure(
         "kill_detect_s", "<=", "killed edge marked dead (s)", "heartbeat interval {heartbeat_interval_s} s"
