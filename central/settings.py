@@ -301,6 +301,12 @@ class GatewaySettings(BaseModel):
     """Read timeout in seconds per model name, instead of the learned one (and so that model's deadline
     is at least this long). E.g. {"resnet50": 30}."""
 
+    @field_validator("grpc_port", mode="before")
+    @classmethod
+    def _port_off(cls, value: Any) -> Any:
+        """``null``/``off`` (an environment variable cannot hold None) turn the port off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
+
 
 class RolloutSettings(BaseModel):
     """How often rollouts are evaluated and when a stalled one is reported stuck."""

@@ -375,6 +375,12 @@ class EdgeSettings(BaseSettings):
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
 
+    @field_validator("infer_grpc_port", mode="before")
+    @classmethod
+    def _port_off(cls, value: Any) -> Any:
+        """``null``/``off`` (an environment variable cannot hold None) turn the port off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
+
     @field_validator("site")
     @classmethod
     def _valid_site(cls, value: str) -> str:
