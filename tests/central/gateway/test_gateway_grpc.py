@@ -19,10 +19,13 @@ import pytest
 from gateway_harness import candidate, serve_gateway
 
 from central.gateway import Candidate, GatewayProxy, StaticNodeSource, create_gateway
+from central.gateway.grpc_convert import rest_request
 from central.gateway.grpc_servicer import GatewayInferenceServicer
 from central.server import CentralServer
 from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
+from edge_node.oip.codec import decode_request
+from edge_node.oip.grpc_convert import decode_infer_request
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc as pb_grpc
 from fleetwire.kserve.server import InferenceServer
@@ -172,3 +175,40 @@ async def test_refusals_carry_the_rest_gateways_status_as_grpc_codes(gateway: Ga
     release.set()
     assert (await held).status_code == 200
     assert len((await stub.ModelInfer(_request("tiny", {"input": (x, "FP32")}))).raw_output_contents) == 1
+
+
+def _mixed_request(typed: bool) -> pb.ModelInferRequest:
+    """INT8, BOOL and BYTES inputs (and FP16, which has no typed field, when raw)."""
+    words = [b"caf\xc3\xa9", b""]
+    if typed:
+        request = pb.ModelInferRequest(model_name="m", id="x")
+        request.inputs.add(name="small", datatype="INT8", shape=[1, 2]).contents.int_contents.extend([-128, 127])
+        request.inputs.add(name="flag", datatype="BOOL", shape=[1, 2]).contents.bool_contents.extend([True, False])
+        request.inputs.add(name="words", datatype="BYTES", shape=[1, 2]).contents.bytes_contents.extend(words)
+        return request
+    tensors = {
+        "half": (np.array([[1.5, -2.0]], np.float16), "FP16"),
+        "small": (np.array([[-128, 127]], np.int8), "INT8"),
+        "flag": (np.array([[True, False]]), "BOOL"),
+    }
+    request = _request("m", tensors, id="x")
+    request.inputs.add(name="words", datatype="BYTES", shape=[1, 2])
+    request.raw_input_contents.append(b"".join(len(w).to_bytes(4, "little") + w for w in words))
+    return request
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["raw", "typed"])
+def test_the_gateways_rest_body_decodes_on_the_edge_as_the_grpc_request_does(typed: bool) -> None:
+    """What the gateway forwards (one binary-extension body) is, to the edge's REST decoder,
+    the very request the edge's gRPC decoder reads from the message."""
+
+    request = _mixed_request(typed)
+    body, headers = rest_request(request)
+    over_rest = decode_request(body, int(headers["inference-header-content-length"]), 1000)
+    over_grpc = decode_infer_request(request, 1000)
+    assert over_rest.id == over_grpc.id == "x" and over_rest.datatypes == over_grpc.datatypes
+    assert list(over_rest.inputs) == list(over_grpc.inputs)
+    for name, array in over_grpc.inputs.items():
+        assert array.dtype == over_rest.inputs[name].dtype and array.shape == over_rest.inputs[name].shape
+        assert array.tolist() == over_rest.inputs[name].tolist(), name
+    assert over_grpc.inputs["words"].tolist() == [[b"caf\xc3\xa9", b""]]
