@@ -55,7 +55,7 @@ class EdgeServer:
     @property
     def infer_grpc_port(self) -> int | None:
         """Port of the KServe v2 gRPC inference service (the bound one once started; None: off)."""
-        return self._infer_grpc.port if self._infer_grpc is not None else self.settings.infer_grpc_port
+        return self.edge.infer_grpc_port
 
     @property
     def infer_grpc_address(self) -> str | None:
@@ -106,7 +106,7 @@ class EdgeServer:
             tls_material=self.edge.tls_material,
             require_client_cert=settings.tls.require_client_cert,
         )
-        await self._infer_grpc.start()
+        self.edge.infer_grpc_port = await self._infer_grpc.start()
 
     async def _start_http(self) -> int:
         """Serve the HTTP API; returns the bound port."""

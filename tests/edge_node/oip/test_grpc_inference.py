@@ -60,6 +60,8 @@ async def served(
 async def stub(served: tuple[EdgeServer, Files]) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
     edge, _ = served
     assert edge.infer_grpc_port and edge.infer_grpc_port not in (edge.http_port, edge.grpc_port)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}") as rest:  # the status names it
+        assert (await rest.get("/api/v1/status")).json()["ports"]["infer_grpc"] == edge.infer_grpc_port
     async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.infer_grpc_port}") as channel:
         yield pb_grpc.GRPCInferenceServiceStub(channel)
 
