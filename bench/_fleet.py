@@ -93,6 +93,8 @@ class Proc(Child):
         self.env = dict(env)
         self.http_url = ""
         self.grpc_address = ""
+        #: host:port of its KServe v2 gRPC inference service ("" when it is off).
+        self.infer_grpc_address = ""
 
     @property
     def stdout_path(self) -> Path:
@@ -253,6 +255,7 @@ class Fleet:
             raise self.fail(str(exc), [p for p in procs if p is exc.child] or procs) from None
         for p, line in zip(procs, lines, strict=True):
             p.http_url, p.grpc_address = line["http"], line["grpc"]
+            p.infer_grpc_address = line["infer_grpc"] or ""
 
     def start_central(self, *, http_port: int = 0, grpc_port: int = 0) -> Proc:
         """Start central (free ports unless given) with ``central_env``; returns once it printed

@@ -13,10 +13,12 @@ import grpc
 import uvicorn
 
 from central.core import Central
+from central.gateway.grpc_servicer import GatewayInferenceServicer
 from central.settings import CentralSettings
 from central.transport.grpc_servicer import RegistryServicer
 from central.transport.rest import create_app
 from fleetwire.exposure import warn_if_wide_open
+from fleetwire.kserve.server import InferenceServer
 from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import registry_pb2_grpc
 
@@ -42,6 +44,7 @@ class CentralServer:
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
+        self._infer_grpc: InferenceServer | None = None
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
 
@@ -49,6 +52,13 @@ class CentralServer:
     def grpc_address(self) -> str:
         """host:port of the Registry service."""
         return f"{self.settings.grpc_host}:{self.grpc_port}"
+
+    @property
+    def infer_grpc_address(self) -> str | None:
+        """host:port of the gateway's KServe v2 gRPC inference service; None when it is off."""
+        if self._infer_grpc is None:
+            return None
+        return f"{self.settings.http_host}:{self._infer_grpc.port}"
 
     @property
     def http_url(self) -> str:
@@ -89,10 +99,29 @@ class CentralServer:
                 raise RuntimeError("central's HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
         self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
+        await self._start_infer_grpc()
         if self.central.replica is not None:  # last: others route to it once it says it is up
             await self.central.replica.start(http_url=self.http_url, grpc_address=self.grpc_address)
         log.info("central up: REST %s, gRPC %s", self.http_url, self.grpc_address)
-        warn_if_wide_open(log, self.settings.listeners(http_port=self.http_port, grpc_port=self.grpc_port))
+        infer_port = self._infer_grpc.port if self._infer_grpc is not None else None
+        listeners = self.settings.listeners(self.http_port, self.grpc_port, infer_port)
+        warn_if_wide_open(log, listeners)
+
+    async def _start_infer_grpc(self) -> None:
+        """Serve the gateway over KServe v2 gRPC on its own port (``gateway.grpc_port``), with
+        the REST API's TLS: inference clients show no fleet certificate (the Registry's port
+        may demand one), and its messages are as large as the gateway's bodies may be."""
+        gateway = self.settings.gateway
+        if not gateway.enabled or gateway.grpc_port is None:
+            return
+        self._infer_grpc = InferenceServer(
+            GatewayInferenceServicer(self.central.gateway, self.central.registry.describe),
+            self.settings.http_host,
+            gateway.grpc_port,
+            max_message_bytes=gateway.max_body_bytes,
+            tls_material=self.central.tls_material,
+        )
+        await self._infer_grpc.start()
 
     async def stop(self) -> None:
         """Close streams and listeners, then the store."""
@@ -104,6 +133,8 @@ class CentralServer:
             self.central.dashboard.close()  # open event streams would hold uvicorn's shutdown
             self._http.should_exit = True
             await wait_http_stopped(self._http, self._http_task)
+        if self._infer_grpc is not None:
+            await self._infer_grpc.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         await self.central.gateway.close()
@@ -131,7 +162,8 @@ async def serve(settings: CentralSettings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # One write, so a log line from another thread cannot split the ready line (see the edge's).
-    sys.stdout.write(f"central ready http={server.http_url} grpc={server.grpc_address}\n")
+    infer = f" infer_grpc={server.infer_grpc_address}" if server.infer_grpc_address is not None else ""
+    sys.stdout.write(f"central ready http={server.http_url} grpc={server.grpc_address}{infer}\n")
     sys.stdout.flush()
     await stop.wait()
     await server.stop()

@@ -257,6 +257,10 @@ class GatewaySettings(BaseModel):
 
     enabled: bool = True
     """Mount the gateway's /v2 inference routes on central's HTTP server."""
+    grpc_port: int | None = Field(0, ge=0, le=65535)
+    """Port of the gateway's KServe v2 gRPC inference service (inference.GRPCInferenceService), bound on
+    http_host with the REST API's TLS (server-only: inference clients show no certificate); each call
+    goes the REST gateway's way (routing, failover, limits). 0 picks a free one; null turns it off."""
     policy: Policy = "least_outstanding"
     """Routing: "least_outstanding" sends to the node with the fewest requests in flight first, ties taken in turn.
     "affinity": every request is consistently hashed to an owner node by its X-Modelfleet-Affinity-Key
@@ -296,6 +300,12 @@ class GatewaySettings(BaseModel):
     model_timeouts: dict[str, PositiveFloat] = Field(default_factory=dict)
     """Read timeout in seconds per model name, instead of the learned one (and so that model's deadline
     is at least this long). E.g. {"resnet50": 30}."""
+
+    @field_validator("grpc_port", mode="before")
+    @classmethod
+    def _port_off(cls, value: Any) -> Any:
+        """``null``/``off`` (an environment variable cannot hold None) turn the port off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
 
 
 class RolloutSettings(BaseModel):
@@ -556,11 +566,26 @@ class CentralSettings(BaseSettings):
             raise ValueError("ha.replica_id needs store.url: replicas share PostgreSQL")
         return self
 
-    def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
-        """Central's two listeners and what guards each (ports: the bound ones, else the settings').
+    def listeners(
+        self, http_port: int | None = None, grpc_port: int | None = None, infer_grpc_port: int | None = None
+    ) -> list[Listener]:
+        """Central's listeners and what guards each (ports: the bound ones, else the settings').
         REST counts as authenticated with ``auth.enabled`` (writes; ``/v2`` and ``/healthz`` are
-        open by design); gRPC with node tokens, or with fleet client certificates under TLS."""
+        open by design), and so does the gateway's gRPC inference port (all of it is what REST's
+        ``/v2`` is); the Registry with node tokens, or with fleet client certificates under TLS."""
         tls, auth = self.tls, self.auth
+        gateway = []
+        if self.gateway.enabled and self.gateway.grpc_port is not None:
+            gateway.append(
+                Listener(
+                    "central gRPC inference gateway",
+                    self.http_host,
+                    self.gateway.grpc_port if infer_grpc_port is None else infer_grpc_port,
+                    authenticated=auth.enabled,
+                    encrypted=tls.enabled,
+                    auth_fix="MODELFLEET_AUTH__ENABLED=true (it is open by design, as REST /v2 is)",
+                )
+            )
         return [
             Listener(
                 "central REST API",
@@ -570,6 +595,7 @@ class CentralSettings(BaseSettings):
                 encrypted=tls.enabled,
                 auth_fix="MODELFLEET_AUTH__ENABLED=true and MODELFLEET_AUTH__PROTECT_READS=true",
             ),
+            *gateway,
             Listener(
                 "central gRPC Registry",
                 self.grpc_host,

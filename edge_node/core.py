@@ -107,6 +107,8 @@ class Edge:
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
+        #: The KServe v2 gRPC inference port (None: off); the server sets the bound one too.
+        self.infer_grpc_port = settings.infer_grpc_port
         self._leaving = False
         self._restored = False
         self.heartbeat = HeartbeatPublisher(
@@ -199,6 +201,7 @@ class Edge:
             "connected": self.follower.connected.is_set(),
             **self.follower.mode(),
             "site": self.settings.site,
+            "ports": {"http": self.http_port, "grpc": self.grpc_port, "infer_grpc": self.infer_grpc_port},
             "generation": state.generation if state else None,
             "desired_state_refusals": dict(self.follower.refusals),
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},

@@ -14,8 +14,10 @@ import grpc
 
 from edge_node.core import Edge
 from edge_node.fetch.sources import CHANNEL_OPTIONS
+from edge_node.oip.grpc_servicer import InferenceServicer
 from edge_node.settings import EdgeSettings
 from fleetwire.exposure import warn_if_wide_open
+from fleetwire.kserve.server import InferenceServer
 from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
 from fleetwire.v1 import peer_pb2_grpc
 
@@ -43,6 +45,7 @@ class EdgeServer:
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
+        self._infer_grpc: InferenceServer | None = None
         self._stopped = False
 
     @property
@@ -61,6 +64,17 @@ class EdgeServer:
         return self.edge.http_port
 
     @property
+    def infer_grpc_port(self) -> int | None:
+        """Port of the KServe v2 gRPC inference service (the bound one once started; None: off)."""
+        return self.edge.infer_grpc_port
+
+    @property
+    def infer_grpc_address(self) -> str | None:
+        """host:port of the KServe v2 gRPC inference service, None when it is off."""
+        port = self.infer_grpc_port
+        return None if port is None else f"{self.settings.http_host}:{port}"
+
+    @property
     def http_url(self) -> str:
         """Base URL of the HTTP API (``https`` with ``tls.enabled``)."""
         scheme = "https" if self.settings.tls.enabled else "http"
@@ -76,13 +90,19 @@ class EdgeServer:
         edge.restore()
         try:
             edge.http_port = await self._start_http()
+            await self._start_infer_grpc()
             edge.grpc_port = await self._start_grpc()
         except Exception:
             await edge.stop_work()  # the loads restore() started: no task outlives a failed start
             raise
         await edge.start()
         log.info("edge %s up: peer %s, http %d", edge.node_id, edge.grpc_address, edge.http_port)
-        warn_if_wide_open(log, self.settings.listeners(http_port=edge.http_port, grpc_port=edge.grpc_port))
+        warn_if_wide_open(
+            log,
+            self.settings.listeners(
+                http_port=edge.http_port, grpc_port=edge.grpc_port, infer_grpc_port=self.infer_grpc_port
+            ),
+        )
 
     async def _start_grpc(self) -> int:
         """Serve the Peer service; returns the bound port."""
@@ -97,6 +117,22 @@ class EdgeServer:
             port = self._grpc.add_insecure_port(address)
         await self._grpc.start()
         return port
+
+    async def _start_infer_grpc(self) -> None:
+        """Serve KServe v2 gRPC inference over the HTTP API's plane, on its own port with the
+        HTTP API's TLS (inference clients are local devices, not fleet members), unless off."""
+        settings = self.settings
+        if settings.infer_grpc_port is None:
+            return
+        self._infer_grpc = InferenceServer(
+            InferenceServicer(self.edge.plane),
+            settings.http_host,
+            settings.infer_grpc_port,
+            max_message_bytes=settings.limits.max_infer_body_bytes,
+            tls_material=self.edge.tls_material,
+            require_client_cert=settings.tls.require_client_cert,
+        )
+        self.edge.infer_grpc_port = await self._infer_grpc.start()
 
     async def _start_http(self) -> int:
         """Serve the HTTP API; returns the bound port."""
@@ -139,6 +175,8 @@ class EdgeServer:
         await self.edge.leave(unregister=unregister)
         if self._grpc is not None:  # first, so no peer request starts a fetch after this
             await self._grpc.stop(grace=0.5)
+        if self._infer_grpc is not None:  # before the sessions it runs on are released
+            await self._infer_grpc.stop()
         await self.edge.stop_work()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
@@ -156,7 +194,8 @@ async def serve(settings: EdgeSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     # One write: print() writes the text and its newline separately, and a log line from
     # another thread (stderr, often the same file) landing between them hid the ready line.
-    sys.stdout.write(f"edge {server.node_id} ready http={server.http_url} grpc={server.edge.grpc_address}\n")
+    infer = f" infer_grpc={server.infer_grpc_address}" if server.infer_grpc_address is not None else ""
+    sys.stdout.write(f"edge {server.node_id} ready http={server.http_url} grpc={server.edge.grpc_address}{infer}\n")
     sys.stdout.flush()
     await stop.wait()
     await server.stop()

@@ -295,6 +295,16 @@ class EdgeSettings(BaseSettings):
     grpc_port: int = Field(0, ge=0, le=65535, description="Peer service port; 0 picks a free one.")
     http_host: str = Field("127.0.0.1", description="Bind address of the HTTP API.")
     http_port: int = Field(0, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    infer_grpc_port: int | None = Field(
+        0,
+        ge=0,
+        le=65535,
+        description=(
+            "Port of the KServe v2 gRPC inference service (inference.GRPCInferenceService, what Triton's and"
+            " KServe's gRPC clients speak), bound on http_host with the HTTP API's TLS; 0 picks a free one,"
+            " null turns it off. Not the Peer port: that one is for fleet members only."
+        ),
+    )
     advertise_host: str | None = Field(
         None, description="Host other nodes use to reach this one; default: the bind address."
     )
@@ -365,6 +375,12 @@ class EdgeSettings(BaseSettings):
         except InvalidName as exc:
             raise ValueError(str(exc)) from exc
 
+    @field_validator("infer_grpc_port", mode="before")
+    @classmethod
+    def _port_off(cls, value: Any) -> Any:
+        """``null``/``off`` (an environment variable cannot hold None) turn the port off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none", "off") else value
+
     @field_validator("site")
     @classmethod
     def _valid_site(cls, value: str) -> str:
@@ -389,11 +405,27 @@ class EdgeSettings(BaseSettings):
             raise ValueError(str(exc)) from exc
         return value
 
-    def listeners(self, http_port: int | None = None, grpc_port: int | None = None) -> list[Listener]:
-        """The edge's two listeners and what guards each (ports: the bound ones, else the
-        settings'). The HTTP API authenticates only by client certificate; the Peer service is
-        mutual TLS whenever TLS is on, so one setting closes both of its gaps."""
+    def listeners(
+        self, http_port: int | None = None, grpc_port: int | None = None, infer_grpc_port: int | None = None
+    ) -> list[Listener]:
+        """The edge's listeners and what guards each (ports: the bound ones, else the
+        settings'). The HTTP API and the gRPC inference service authenticate only by client
+        certificate; the Peer service is mutual TLS whenever TLS is on, so one setting closes
+        both of its gaps."""
         tls = self.tls
+        client_cert = "MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true (clients show a fleet certificate)"
+        inference = []
+        if self.infer_grpc_port is not None:
+            inference.append(
+                Listener(
+                    f"edge {self.node_id} gRPC inference",
+                    self.http_host,
+                    self.infer_grpc_port if infer_grpc_port is None else infer_grpc_port,
+                    authenticated=tls.enabled and tls.require_client_cert,
+                    encrypted=tls.enabled,
+                    auth_fix=client_cert,
+                )
+            )
         return [
             Listener(
                 f"edge {self.node_id} HTTP API",
@@ -401,8 +433,9 @@ class EdgeSettings(BaseSettings):
                 self.http_port if http_port is None else http_port,
                 authenticated=tls.enabled and tls.require_client_cert,
                 encrypted=tls.enabled,
-                auth_fix="MODELFLEET_TLS__REQUIRE_CLIENT_CERT=true (clients show a fleet certificate)",
+                auth_fix=client_cert,
             ),
+            *inference,
             Listener(
                 f"edge {self.node_id} Peer gRPC",
                 self.grpc_host,

@@ -132,6 +132,11 @@ async def node_document(
     return _json({"error": f"no node answered for {_what(model, version)}: {reason}"}, 503, {"Retry-After": "1"})
 
 
+def gateway_server_metadata() -> dict[str, Any]:
+    """The gateway's OIP server metadata document: name, version, extensions."""
+    return {"name": SERVER_NAME, "version": _version(), "extensions": EXTENSIONS}
+
+
 def model_ready(proxy: GatewayProxy, model: str, version: str | None) -> Response:
     """Ready when a node that can take requests reports ``model`` (``version``) ready."""
     if (invalid := _invalid(model, version)) is not None:
@@ -181,7 +186,7 @@ def create_metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = N
     """Health, server metadata, model readiness, metadata and configuration over ``proxy``;
     ``catalog`` describes models no node serves yet."""
     router = APIRouter()
-    version = _version()
+    document = gateway_server_metadata()
 
     @router.get("/v2/health/live", responses={200: {"model": LiveBody}})
     async def live() -> Response:
@@ -193,7 +198,7 @@ def create_metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = N
 
     @router.get("/v2", responses={200: {"model": ServerMetadataBody}})
     async def server_metadata() -> Response:
-        return _json({"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS})
+        return _json(document)
 
     @router.get("/v2/models/{name}", responses=_DOCUMENT)
     async def metadata(name: str) -> Response:

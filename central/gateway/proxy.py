@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -258,6 +259,24 @@ class GatewayProxy:
         rows = request_rows(request_body, _header_length(lowered))
         request = _Request(model, infer_path(model, version), request_body, sent_headers, rows)
         return await self._try_nodes(request, version, candidates)
+
+    async def forward_recorded(
+        self,
+        model: str,
+        version: str | None,
+        request_body: bytes,
+        headers: Mapping[str, str],
+        key: str | None = None,
+    ) -> GatewayResponse:
+        """``forward``, timed into the rolling stats and the observer: what each transport
+        (REST, KServe v2 gRPC) calls, inside ``holding()``."""
+        started = time.perf_counter()
+        answer = await self.forward(model, version, request_body, headers, key)
+        elapsed = time.perf_counter() - started
+        self.rolling.record(elapsed, ok=answer.status < 500)
+        if self.observer is not None:
+            self.observer(model, answer.status, elapsed)
+        return answer
 
     async def _try_nodes(self, request: _Request, version: str | None, candidates: list[Candidate]) -> GatewayResponse:
         loop = asyncio.get_running_loop()

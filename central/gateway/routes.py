@@ -14,7 +14,6 @@ states, and counters."""
 from __future__ import annotations
 
 import ssl
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -121,12 +120,7 @@ def create_gateway_router(proxy: GatewayProxy, catalog: ModelCatalog | None = No
                 proxy.stats.too_large += 1
                 return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
             key = request.headers.get(AFFINITY_HEADER) or None
-            started = time.perf_counter()
-            answer = await proxy.forward(name, version, body, request.headers, key)
-            proxy.rolling.record(time.perf_counter() - started, ok=answer.status < 500)
-            if proxy.observer is not None:
-                proxy.observer(name, answer.status, time.perf_counter() - started)
-            return _response(answer)
+            return _response(await proxy.forward_recorded(name, version, body, request.headers, key))
 
     @router.post("/v2/models/{name}/infer", responses=_INFER_RESPONSES)
     async def gateway_infer(name: str, request: Request) -> Response:

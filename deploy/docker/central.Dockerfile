@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# modelfleet central: registry REST API + gateway (:8080), gRPC Registry (:50051).
+# modelfleet central: registry REST API + gateway (:8080), gRPC Registry (:50051), gateway over KServe v2 gRPC (:8001).
 # Build from the repository root:  docker build -f deploy/docker/central.Dockerfile -t modelfleet-central .
 
 # --- build: install modelfleet and its dependencies into a virtualenv ---------------
@@ -35,6 +35,7 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
     MODELFLEET_HTTP_PORT=8080 \
     MODELFLEET_GRPC_HOST=0.0.0.0 \
     MODELFLEET_GRPC_PORT=50051 \
+    MODELFLEET_GATEWAY__GRPC_PORT=8001 \
     MODELFLEET_AUTH__ENABLED=true \
     MODELFLEET_AUTH__PROTECT_READS=true \
     MODELFLEET_AUTH__NODES_REQUIRED=true \
@@ -51,7 +52,7 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/modelfleet
 VOLUME ["/var/lib/modelfleet"]
-EXPOSE 8080 50051
+EXPOSE 8080 50051 8001
 # /healthz over HTTPS, trusting the fleet CA (or plain HTTP when TLS is turned off)
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-m", "modelfleet.healthcheck"]

@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# modelfleet edge: OIP v2 inference + /metrics (:8081), gRPC Peer service (:50052).
+# modelfleet edge: OIP v2 inference + /metrics (:8081), gRPC Peer service (:50052), KServe v2 gRPC inference (:8001).
 # Build from the repository root:  docker build -f deploy/docker/edge.Dockerfile -t modelfleet-edge .
 
 # --- build: install modelfleet and its dependencies into a virtualenv ---------------
@@ -39,6 +39,7 @@ ENV PATH=/opt/modelfleet/bin:$PATH \
     MODELFLEET_HTTP_PORT=8081 \
     MODELFLEET_GRPC_HOST=0.0.0.0 \
     MODELFLEET_GRPC_PORT=50052 \
+    MODELFLEET_INFER_GRPC_PORT=8001 \
     MODELFLEET_NODE_TOKEN_FILE=/run/modelfleet/secrets/node/node-token \
     MODELFLEET_TLS__ENABLED=true \
     MODELFLEET_TLS__CERT_FILE=/run/modelfleet/secrets/tls/cert.pem \
@@ -54,7 +55,7 @@ RUN mkdir -p /var/cache/modelfleet && chown 10001:10001 /var/cache/modelfleet
 USER 10001:10001
 WORKDIR /var/lib/modelfleet
 VOLUME ["/var/lib/modelfleet", "/var/cache/modelfleet"]
-EXPOSE 8081 50052
+EXPOSE 8081 50052 8001
 # /healthz over HTTPS with the edge's own certificate (its API requires one); plain HTTP when TLS is off
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-m", "modelfleet.healthcheck"]

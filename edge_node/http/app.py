@@ -11,7 +11,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from edge_node.inference import CONTENT_TYPE_LATEST
-from edge_node.oip import DataPlane, create_oip_routes
+from edge_node.oip.dataplane import DataPlane
+from edge_node.oip.routes import create_oip_routes
 
 
 def create_app(

@@ -1,19 +1,5 @@
-"""The Open Inference Protocol v2 (KServe / Triton / MLServer) over HTTP."""
+"""The Open Inference Protocol v2 (KServe / Triton / MLServer): one inference service
+(``dataplane``) behind REST (``routes``) and KServe v2 gRPC (``grpc_servicer``).
 
-from __future__ import annotations
-
-from edge_node.oip.codec import InferRequest, OipError, decode_request, encode_response
-from edge_node.oip.dataplane import DataPlane, OipLimits, PlaneError
-from edge_node.oip.routes import create_oip_router, create_oip_routes
-
-__all__ = [
-    "DataPlane",
-    "InferRequest",
-    "OipError",
-    "OipLimits",
-    "PlaneError",
-    "create_oip_router",
-    "create_oip_routes",
-    "decode_request",
-    "encode_response",
-]
+Nothing is imported here: the REST routes import FastAPI, which an edge loads off its event
+loop while its models load (see ``edge_node.server``); import the module you need."""

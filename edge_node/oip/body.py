@@ -5,9 +5,12 @@ edge buffer more than the cap."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import TYPE_CHECKING
 
 from edge_node.oip.codec import OipError
+
+if TYPE_CHECKING:  # the DataPlane imports this module's cap; FastAPI loads later (edge_node.server)
+    from fastapi import Request
 
 #: Default cap on one inference request body (the edge's ``limits.max_infer_body_bytes``).
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -32,7 +32,7 @@ class TensorTooLarge(OipError):
     status = 413
 
 
-def _check_elements(shape: list[int], name: str, limit: int | None) -> None:
+def check_elements(shape: list[int], name: str, limit: int | None) -> None:
     """Refuse a shape over ``limit`` elements before any array of it is built. Counted in
     Python ints, stopping once over (numpy's product would wrap; a full product of a long
     shape would cost time); a dimension over the limit beside a 0 is refused too."""
@@ -79,7 +79,7 @@ def _json_part(body: bytes, header_length: int | None) -> tuple[dict[str, Any], 
     return doc, memoryview(rest)
 
 
-def _decode_bytes_elements(raw: memoryview, count: int, name: str) -> np.ndarray:
+def decode_bytes_elements(raw: memoryview, count: int, name: str) -> np.ndarray:
     out, offset = [], 0
     for _ in range(count):
         if offset + 4 > len(raw):
@@ -139,10 +139,10 @@ def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> 
         raise OipError(f"input {name!r}: a value is outside the range of {oip_datatype(dtype.name)}") from exc
     except (TypeError, ValueError, OverflowError) as exc:
         raise OipError(f"input {name!r}: data does not match datatype {dtype.name}: {exc}") from exc
-    return _reshape(flat, shape, name)
+    return reshape_flat(flat, shape, name)
 
 
-def _reshape(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
+def reshape_flat(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
     expected = int(np.prod(shape)) if shape else 1
     if flat.size != expected:
         raise OipError(f"input {name!r}: shape {shape} needs {expected} elements, data has {flat.size}")
@@ -161,7 +161,7 @@ def _decode_input(
         raise OipError(f"input {name!r}: unknown datatype {raw_datatype!r}")
     datatype = str(raw_datatype)
     shape = _shape(tensor, name)
-    _check_elements(shape, name, max_elements)
+    check_elements(shape, name, max_elements)
     params = tensor.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if size is None:
@@ -170,11 +170,11 @@ def _decode_input(
         raise OipError(f"input {name!r}: binary_data_size {size} does not fit the binary part of the body")
     raw = binary[offset : offset + size]
     if dtype == np.object_:
-        array = _decode_bytes_elements(raw, int(np.prod(shape)) if shape else 1, name).reshape(shape)
+        array = decode_bytes_elements(raw, int(np.prod(shape)) if shape else 1, name).reshape(shape)
     else:
         if size % dtype.itemsize:
             raise OipError(f"input {name!r}: {size} bytes is not a whole number of {datatype} elements")
-        array = _reshape(np.frombuffer(raw, dtype=dtype), shape, name)
+        array = reshape_flat(np.frombuffer(raw, dtype=dtype), shape, name)
     return name, datatype, array, offset + size
 
 
@@ -228,7 +228,7 @@ def decode_request(body: bytes, header_length: int | None, max_elements: int | N
     )
 
 
-def _encode_bytes_elements(array: np.ndarray) -> bytes:
+def encode_bytes_elements(array: np.ndarray) -> bytes:
     parts = []
     for item in array.ravel():
         b = item if isinstance(item, bytes) else str(item).encode()
@@ -254,7 +254,7 @@ def encode_response(
         dtype_name = "object" if array.dtype == np.object_ else array.dtype.name
         entry: dict[str, Any] = {"name": name, "datatype": oip_datatype(dtype_name), "shape": list(array.shape)}
         if request.binary_default or name in request.binary_outputs:
-            raw = _encode_bytes_elements(array) if array.dtype == np.object_ else np.ascontiguousarray(array).tobytes()
+            raw = encode_bytes_elements(array) if array.dtype == np.object_ else np.ascontiguousarray(array).tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:

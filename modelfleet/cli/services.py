@@ -20,6 +20,9 @@ def central(
     data_dir: Annotated[Path | None, typer.Option(help="Registry data directory.")] = None,
     http_port: Annotated[int | None, typer.Option(help="REST port (0: any free).")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0: any free).")] = None,
+    infer_grpc_port: Annotated[
+        int | None, typer.Option(help="Gateway's KServe v2 gRPC inference port (0: any free).")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address for both servers.")] = None,
     broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
     replica_id: Annotated[
@@ -35,6 +38,8 @@ def central(
         o["broker"] = {"host": b[0], "port": b[1]}
     if replica_id is not None:
         o["ha"] = {"replica_id": replica_id}
+    if infer_grpc_port is not None:
+        o["gateway"] = {"grpc_port": infer_grpc_port}
     settings = build_settings(CentralSettings, o)
     setup_logging(settings.log_level)
     run_server(serve(settings))
@@ -50,6 +55,7 @@ def edge(
     cache_dir: Annotated[Path | None, typer.Option(help="Shared chunk cache directory.")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="Peer gRPC port (0: any free).")] = None,
     http_port: Annotated[int | None, typer.Option(help="HTTP port (0: any free).")] = None,
+    infer_grpc_port: Annotated[int | None, typer.Option(help="KServe v2 gRPC inference port (0: any free).")] = None,
     capacity: Annotated[int | None, typer.Option(help="Relative share of chunks to own.")] = None,
     broker: Annotated[str | None, typer.Option(help="MQTT broker host:port for heartbeats.")] = None,
     label: Annotated[
@@ -67,6 +73,7 @@ def edge(
         cache_dir=cache_dir,
         grpc_port=grpc_port,
         http_port=http_port,
+        infer_grpc_port=infer_grpc_port,
         capacity=capacity,
     )
     if (b := parse_broker(broker)) is not None:

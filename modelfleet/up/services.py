@@ -32,9 +32,14 @@ __all__ = [
 ]
 
 #: The line central prints once it listens, naming the ports it bound.
-CENTRAL_READY = re.compile(r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+#: ``infer_grpc``: the KServe v2 gRPC inference port, when it is on.
+CENTRAL_READY = re.compile(
+    r"^central ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)(?: infer_grpc=(?P<infer_grpc>\S+))?\s*$", re.M
+)
 #: The same for an edge.
-EDGE_READY = re.compile(r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)\s*$", re.M)
+EDGE_READY = re.compile(
+    r"^edge (?P<node>\S+) ready http=(?P<http>\S+) grpc=(?P<grpc>\S+)(?: infer_grpc=(?P<infer_grpc>\S+))?\s*$", re.M
+)
 #: Defaults for a fleet on one machine, unless the environment says otherwise: heartbeats
 #: every second, so membership (and the dashboard) sees a killed edge within seconds.
 _EDGE_ENV_DEFAULTS = {"MODELFLEET_HEARTBEAT__INTERVAL_S": "1", "MODELFLEET_RECONNECT_BACKOFF_MAX_S": "1"}

@@ -77,7 +77,7 @@ def test_compose_runs_a_broker_a_central_and_three_edges_with_healthchecks() -> 
     conf = services["mosquitto"]["volumes"][0].split(":")[0]
     assert (DEPLOY / conf).is_file()
     assert services["central"]["build"]["dockerfile"] == "deploy/docker/central.Dockerfile"
-    assert _published(services["central"]) == {8080: 8080, 50051: 50051}
+    assert _published(services["central"]) == {8080: 8080, 50051: 50051, 8001: 8001}  # 8001: gateway over gRPC
     host_ports = set()
     for name in ("mosquitto", "central", *EDGES):
         service = services[name]

@@ -98,7 +98,7 @@ def test_central_is_one_deployment_on_its_claim_behind_a_service() -> None:
     claim = _volume_of(pod, "/var/lib/modelfleet")["persistentVolumeClaim"]["claimName"]
     assert _find("PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
     ports = {p["name"]: p["port"] for p in _find("Service", "central")["spec"]["ports"]}
-    assert ports == {"http": 8080, "grpc": 50051}
+    assert ports == {"http": 8080, "grpc": 50051, "infer-grpc": 8001}  # infer-grpc: the gateway over KServe v2 gRPC
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
     assert _find("ConfigMap", "central-settings")["data"]["MODELFLEET_BROKER__HOST"] == "mosquitto"
 

@@ -20,6 +20,7 @@ from brokers import MosquittoBroker
 from central.server import CentralServer
 from certs import CertAuthority, LeafFiles
 from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from fleetwire.kserve import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
 
 
@@ -62,6 +63,18 @@ async def _has_chunks(address: str, creds: grpc.ChannelCredentials) -> grpc.Stat
     async with grpc.aio.secure_channel(address, creds) as channel:
         try:
             await peer_pb2_grpc.PeerStub(channel).HasChunks(peer_pb2.HasChunksRequest(digests=[]), timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def _server_live(address: str, creds: grpc.ChannelCredentials | None) -> grpc.StatusCode:
+    """ServerLive on a KServe v2 gRPC inference port (plaintext without ``creds``)."""
+    channel = grpc.aio.secure_channel(address, creds) if creds is not None else grpc.aio.insecure_channel(address)
+    async with channel:
+        try:
+            stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+            await stub.ServerLive(grpc_predict_v2_pb2.ServerLiveRequest(), timeout=5)
         except grpc.aio.AioRpcError as exc:
             return exc.code()
     return grpc.StatusCode.OK
@@ -130,6 +143,17 @@ async def test_tls_servers_refuse_clients_without_the_ca_or_a_fleet_certificate(
     assert await _has_chunks(peer, _grpc_creds(pki)) == grpc.StatusCode.UNAVAILABLE
     assert await _has_chunks(peer, _grpc_creds(pki, stranger)) == grpc.StatusCode.UNAVAILABLE
     assert await _has_chunks(peer, _grpc_creds(pki, fleet_member)) == grpc.StatusCode.OK
+
+    # gRPC inference: the edge's as its HTTP API (a fleet certificate with require_client_cert);
+    # central's gateway as its REST API (server TLS only: inference clients show no certificate)
+    infer = edge.infer_grpc_address
+    assert infer is not None and tls_central.infer_grpc_address is not None
+    assert await _server_live(infer, None) == grpc.StatusCode.UNAVAILABLE
+    assert await _server_live(infer, _grpc_creds(pki)) == grpc.StatusCode.UNAVAILABLE
+    assert await _server_live(infer, _grpc_creds(pki, stranger)) == grpc.StatusCode.UNAVAILABLE
+    assert await _server_live(infer, _grpc_creds(pki, fleet_member)) == grpc.StatusCode.OK
+    assert await _server_live(tls_central.infer_grpc_address, None) == grpc.StatusCode.UNAVAILABLE
+    assert await _server_live(tls_central.infer_grpc_address, _grpc_creds(pki)) == grpc.StatusCode.OK
 
     # HTTPS: a client that does not trust the fleet CA fails verification
     async with httpx.AsyncClient(trust_env=False) as client:

@@ -65,8 +65,16 @@ async def test_doctor_warns_when_this_environment_would_open_central_or_an_edge_
     port = free_port()
     result = await cli("doctor", "--broker", f"127.0.0.1:{port}", "--central", f"http://127.0.0.1:{port}", "--json")
     exposure = [c for c in json.loads(result.stdout) if c["check"].endswith("exposure")]
-    assert [(c["check"], c["status"]) for c in exposure] == [("central exposure", "warn"), ("edge exposure", "warn")]
-    central, edge = exposure
+    # the REST API and the gRPC inference port beside it, of each
+    assert [(c["check"], c["status"]) for c in exposure] == [
+        ("central exposure", "warn"),
+        ("central exposure", "warn"),
+        ("edge exposure", "warn"),
+        ("edge exposure", "warn"),
+    ]
+    central, central_inference, edge, edge_inference = exposure
+    assert central_inference["detail"].startswith("WIDE OPEN: central gRPC inference gateway listens on 0.0.0.0")
+    assert edge_inference["detail"].startswith("WIDE OPEN: edge e1 gRPC inference listens on 0.0.0.0")
     assert central["detail"].startswith("WIDE OPEN: central REST API listens on 0.0.0.0:8080, beyond this host")
     assert "without TLS" in central["detail"] and "authentication" not in central["detail"]  # auth is on
     assert central["fix"].startswith("set MODELFLEET_TLS__ENABLED=true")

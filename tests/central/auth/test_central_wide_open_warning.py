@@ -28,10 +28,13 @@ async def _start_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture, **overri
 async def test_central_on_every_address_without_auth_or_tls_warns_once_per_listener(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rest, grpc_ = await _start_logs(tmp_path, caplog, http_host="0.0.0.0", grpc_host="0.0.0.0")
+    rest, inference, grpc_ = await _start_logs(tmp_path, caplog, http_host="0.0.0.0", grpc_host="0.0.0.0")
     assert rest.startswith("WIDE OPEN: central REST API listens on 0.0.0.0:") and "\n" not in rest
     assert "without authentication and without TLS" in rest
     assert "MODELFLEET_AUTH__ENABLED=true" in rest and "MODELFLEET_TLS__ENABLED=true" in rest
+    # the gateway's gRPC inference port beside REST, guarded as REST is (open by design, as /v2)
+    assert inference.startswith("WIDE OPEN: central gRPC inference gateway listens on 0.0.0.0:")
+    assert "MODELFLEET_TLS__ENABLED=true" in inference
     assert grpc_.startswith("WIDE OPEN: central gRPC Registry listens on 0.0.0.0:")
     assert "MODELFLEET_AUTH__NODES_REQUIRED=true" in grpc_ and "MODELFLEET_TLS__CERT_FILE" in grpc_
 
@@ -41,8 +44,10 @@ async def test_central_with_tokens_but_no_tls_warns_that_tokens_travel_in_clear(
 ) -> None:
     auth = {"enabled": True, "nodes_required": True}
     warnings = await _start_logs(tmp_path, caplog, http_host="0.0.0.0", grpc_host="127.0.0.1", auth=auth)
-    assert len(warnings) == 1 and "central REST API" in warnings[0], warnings
-    assert "without TLS (tokens travel in clear)" in warnings[0] and "MODELFLEET_AUTH__" not in warnings[0]
+    assert len(warnings) == 2 and "central REST API" in warnings[0], warnings
+    assert "central gRPC inference gateway" in warnings[1], warnings
+    for warning in warnings:
+        assert "without TLS" in warning and "MODELFLEET_AUTH__" not in warning
 
 
 @pytest.mark.parametrize("hardened", [False, True], ids=["loopback", "tokens and TLS on 0.0.0.0"])
