@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from central.auth import actor_of
 from central.registry.service import check_name
@@ -17,9 +17,15 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     router = APIRouter(prefix="/api/v1")
 
     @router.post("/models/{name}/rollouts", status_code=201)
-    async def start(name: str, body: RolloutRequest, request: Request) -> dict[str, Any]:
+    async def start(
+        name: str, body: RolloutRequest, request: Request, response: Response, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Start a rollout; ``?dry_run=true``: only preview its cost (200, nothing written)."""
         check_name("model name", name)
         check_name("version", body.version)
+        if dry_run:
+            response.status_code = 200
+            return rollouts.preview(name, body).as_dict()
         return rollouts.start(name, body, actor_of(request)).public()
 
     @router.get("/rollouts")

@@ -1,0 +1,152 @@
+"""The rollout cost preview on a real fleet (central, Mosquitto, four edges in two sites):
+``POST …/rollouts?dry_run=true`` says what each node will fetch, from peers and from
+central; the rollout then runs and each edge's own fetch counters must agree within 5 %.
+A first version is fetched whole; a delta version (a new head) only its new chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from brokers import MosquittoBroker
+from central.server import CentralServer
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from edge_node.server import EdgeServer
+from modelfleet.zoo import build_mlp
+
+SITES = {"east-1": "east", "east-2": "east", "west-1": "west", "west-2": "west"}
+#: Worst relative error per node the issue allows (bench.rollout's ``preview_error``).
+MAX_ERROR = 0.05
+
+
+@pytest.fixture
+async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    settings = central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
+    server = CentralServer(settings)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def _fetched(edges: dict[str, EdgeServer]) -> dict[str, dict[str, int]]:
+    """Each edge's fetch counters from its own ``/api/v1/status``."""
+    out = {}
+    for node, edge in edges.items():
+        async with httpx.AsyncClient(base_url=edge.http_url, timeout=10.0) as client:
+            fetch = (await client.get("/api/v1/status")).json()["fetch"]
+        out[node] = {k: int(fetch[k]) for k in ("bytes_fetched", "bytes_from_peers", "bytes_from_origin")}
+    return out
+
+
+async def _settled(edges: dict[str, EdgeServer], version: str) -> dict[str, dict[str, int]]:
+    """Counters once every edge serves ``version`` and nothing was fetched for 1 s (seeding done)."""
+    await wait_for(lambda: all(version_state(e, "mlp", version) == "complete" for e in edges.values()), 60, version)
+    last, since = await _fetched(edges), time.monotonic()
+    while time.monotonic() - since < 1.0:
+        await asyncio.sleep(0.1)
+        now = await _fetched(edges)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+def _error(predicted: int, measured: int) -> float:
+    """Relative error of a prediction (0 when both are 0)."""
+    return abs(predicted - measured) / max(measured, predicted, 1)
+
+
+async def _preview_then_roll_out(
+    api: httpx.AsyncClient, edges: dict[str, EdgeServer], version: str
+) -> tuple[dict[str, Any], dict[str, int], float]:
+    """Preview ``version``, roll it out to everyone, and compare: (preview, measured bytes per
+    node, worst relative error per node)."""
+    before = await _fetched(edges)
+    rollouts_before = (await api.get("/api/v1/rollouts")).json()
+    body = {"version": version, "canary": 1.0, "soak_s": 0}
+    response = await api.post("/api/v1/models/mlp/rollouts", params={"dry_run": "true"}, json=body)
+    assert response.status_code == 200, response.text
+    preview = response.json()
+    assert (await api.get("/api/v1/rollouts")).json() == rollouts_before  # a dry run writes nothing
+    assert preview["refused"] is None and preview["targets"] == sorted(SITES)
+
+    assert (await api.post("/api/v1/models/mlp/rollouts", json=body)).status_code == 201
+    after = await _settled(edges, version)
+    measured = {n: after[n]["bytes_fetched"] - before[n]["bytes_fetched"] for n in edges}
+    predicted = {n["node_id"]: n["bytes_total"] for n in preview["nodes"]}
+    worst = max(_error(predicted.get(n, 0), measured[n]) for n in edges)
+    egress = sum(after[n]["bytes_from_origin"] - before[n]["bytes_from_origin"] for n in edges)
+    print(
+        f"version {version}: predicted {predicted}, measured {measured}, worst error {worst:.4f},"
+        f" central egress predicted {preview['totals']['central_egress_bytes']} measured {egress}"
+    )
+    return preview, measured, worst
+
+
+async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fetch(
+    fleet_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    heartbeat = {"enabled": True, "interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    edges = {n: await make_edge(n, fleet_central, heartbeat=heartbeat, broker=broker, site=s) for n, s in SITES.items()}
+    await wait_for(lambda: len(fleet_central.central.nodes.nodes()) == 4, what="four registered edges")
+    v1 = build_mlp(tmp_path / "v1.onnx", width=384, hidden_layers=4)
+    v2 = build_mlp(tmp_path / "v2.onnx", width=384, hidden_layers=4, head_seed=1)  # a new head only
+    async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30.0) as api:
+        pushed = await push(api, "mlp", v1, version="1", activate="false")
+        assert pushed.status_code == 201, pushed.text
+        size_v1 = sum(c["size"] for c in pushed.json()["manifest"]["chunks"])
+
+        first, measured, worst = await _preview_then_roll_out(api, edges, "1")
+        assert first["previous_version"] is None
+        assert all(n["bytes_reused"] == 0 and n["bytes_total"] == size_v1 for n in first["nodes"])
+        assert first["totals"]["central_egress_bytes"] == size_v1  # each chunk leaves central once
+        assert {s["site"]: s["bytes_in"] for s in first["sites"]} == {"east": size_v1, "west": size_v1}
+        assert worst <= MAX_ERROR, (first["nodes"], measured)
+
+        await wait_for(
+            lambda: len(fleet_central.central.membership.ready_endpoints("mlp", "1")) == 4, 30, "v1 ready in heartbeats"
+        )
+        pushed = await push(api, "mlp", v2, version="2", activate="false")
+        assert pushed.status_code == 201, pushed.text
+        delta, measured, worst = await _preview_then_roll_out(api, edges, "2")
+        assert delta["previous_version"] == "1"
+        new = sum(n["bytes_total"] for n in delta["nodes"])
+        assert new > 0 and all(n["bytes_reused"] > 0 for n in delta["nodes"])
+        assert all(n["bytes_total"] < size_v1 / 4 for n in delta["nodes"])  # only the new head's chunks
+        assert worst <= MAX_ERROR, (delta["nodes"], measured)
+
+
+async def test_dry_run_errors_are_4xx_with_a_message(
+    fleet_central: CentralServer, make_edge: EdgeFactory, small_model_file: Path
+) -> None:
+    await make_edge("east-1", fleet_central, site="east")
+    async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30.0) as api:
+        assert (await push(api, "tiny", small_model_file, version="1", activate="false")).status_code == 201
+        url = "/api/v1/models/{}/rollouts"
+        cases = [
+            ("tiny", {"version": "9"}, 404),
+            ("nosuch", {"version": "1"}, 404),
+            ("tiny", {"version": "1", "selector": "zone"}, 422),
+            ("tiny", {"version": "1", "selector": {"zone": 3}}, 422),
+            ("tiny", {"version": "1", "canary": 0}, 422),
+            ("bad name!", {"version": "1"}, 422),
+        ]
+        for model, body, status in cases:
+            response = await api.post(url.format(model), params={"dry_run": "true"}, json=body)
+            assert response.status_code == status, (model, body, response.text)
+            assert response.json()["error"], response.text
+        response = await api.post(
+            url.format("tiny"), params={"dry_run": "true"}, json={"version": "1", "selector": {"zone": "x"}}
+        )
+        assert response.status_code == 200, response.text
+        nobody = response.json()
+        assert nobody["targets"] == [] and not any(n["targeted"] for n in nobody["nodes"])  # owners still seed
+        assert (await api.get("/api/v1/rollouts")).json() == []
