@@ -55,7 +55,8 @@ ASSUMPTIONS = (
     "membership and placement stay as they are now; nothing held is evicted from a cache",
     "a node holds the chunks of what it serves now (its last heartbeat, else the rollout plan)"
     " and of everything it owns of the active versions (seeding is taken as done)",
-    "a node with no verdict for its hardware class times (so fetches) every artifact",
+    "a node with no verdict for its hardware class fetches every artifact of a version that has several,"
+    " to time them (unless its heartbeat says timing is off: then the default only)",
 )
 
 
