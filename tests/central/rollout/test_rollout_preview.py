@@ -1,7 +1,8 @@
-"""The rollout cost preview on a real fleet (central, Mosquitto, four edges in two sites):
-``POST …/rollouts?dry_run=true`` says what each node will fetch, from peers and from
-central; the rollout then runs and each edge's own fetch counters must agree within 5 %.
-A first version is fetched whole; a delta version (a new head) only its new chunks."""
+"""The rollout cost preview on a real fleet (central, Mosquitto, five edges in two sites,
+site-aware placement): ``POST …/rollouts?dry_run=true`` says what each node will fetch, from
+peers and from central; the rollout then runs and each edge's own fetch counters must agree
+within 5 %. A first version is fetched whole by everyone; a delta version (a new head) rolled
+out to one site costs its nodes only the new chunks, and the other site's owners seed them."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from conftest import EdgeFactory, central_settings, push, version_state, wait_fo
 from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
 
-SITES = {"east-1": "east", "east-2": "east", "west-1": "west", "west-2": "west"}
+#: Three nodes in east (each chunk has two owners there, so one node is no owner), two in west.
+SITES = {"east-1": "east", "east-2": "east", "east-3": "east", "west-1": "west", "west-2": "west"}
 #: Worst relative error per node the issue allows (bench.rollout's ``preview_error``).
 MAX_ERROR = 0.05
 
@@ -43,12 +45,13 @@ async def _fetched(edges: dict[str, EdgeServer]) -> dict[str, dict[str, int]]:
         async with httpx.AsyncClient(base_url=edge.http_url, timeout=10.0) as client:
             fetch = (await client.get("/api/v1/status")).json()["fetch"]
         out[node] = {k: int(fetch[k]) for k in ("bytes_fetched", "bytes_from_peers", "bytes_from_origin")}
+        out[node]["detours"] = sum(fetch["peer_errors"].values()) + int(fetch["origin_refusals"])
     return out
 
 
-async def _settled(edges: dict[str, EdgeServer], version: str) -> dict[str, dict[str, int]]:
-    """Counters once every edge serves ``version`` and nothing was fetched for 1 s (seeding done)."""
-    await wait_for(lambda: all(version_state(e, "mlp", version) == "complete" for e in edges.values()), 60, version)
+async def _settled(edges: dict[str, EdgeServer], version: str, targets: list[str]) -> dict[str, dict[str, int]]:
+    """Counters once every target serves ``version`` and nothing was fetched for 1 s (seeding done)."""
+    await wait_for(lambda: all(version_state(edges[n], "mlp", version) == "complete" for n in targets), 60, version)
     last, since = await _fetched(edges), time.monotonic()
     while time.monotonic() - since < 1.0:
         await asyncio.sleep(0.1)
@@ -64,21 +67,23 @@ def _error(predicted: int, measured: int) -> float:
 
 
 async def _preview_then_roll_out(
-    api: httpx.AsyncClient, edges: dict[str, EdgeServer], version: str
+    api: httpx.AsyncClient, edges: dict[str, EdgeServer], version: str, site: str | None = None
 ) -> tuple[dict[str, Any], dict[str, int], float]:
-    """Preview ``version``, roll it out to everyone, and compare: (preview, measured bytes per
-    node, worst relative error per node)."""
+    """Preview ``version``, roll it out (to ``site``'s nodes, else everyone) and compare:
+    (preview, measured bytes per node, worst relative error per node)."""
     before = await _fetched(edges)
     rollouts_before = (await api.get("/api/v1/rollouts")).json()
-    body = {"version": version, "canary": 1.0, "soak_s": 0}
+    selector = {"zone": site} if site else {}
+    targets = sorted(n for n, s in SITES.items() if site in (None, s))
+    body = {"version": version, "canary": 1.0, "soak_s": 0, "selector": selector}
     response = await api.post("/api/v1/models/mlp/rollouts", params={"dry_run": "true"}, json=body)
     assert response.status_code == 200, response.text
     preview = response.json()
     assert (await api.get("/api/v1/rollouts")).json() == rollouts_before  # a dry run writes nothing
-    assert preview["refused"] is None and preview["targets"] == sorted(SITES)
+    assert preview["refused"] is None and preview["targets"] == targets
 
     assert (await api.post("/api/v1/models/mlp/rollouts", json=body)).status_code == 201
-    after = await _settled(edges, version)
+    after = await _settled(edges, version, targets)
     measured = {n: after[n]["bytes_fetched"] - before[n]["bytes_fetched"] for n in edges}
     predicted = {n["node_id"]: n["bytes_total"] for n in preview["nodes"]}
     worst = max(_error(predicted.get(n, 0), measured[n]) for n in edges)
@@ -87,6 +92,15 @@ async def _preview_then_roll_out(
         f"version {version}: predicted {predicted}, measured {measured}, worst error {worst:.4f},"
         f" central egress predicted {preview['totals']['central_egress_bytes']} measured {egress}"
     )
+    if not any(after[n]["detours"] - before[n]["detours"] for n in edges):
+        # No peer failed and central refused nothing: the split by source holds per node too.
+        by_node = {n["node_id"]: n for n in preview["nodes"]}
+        for node in edges:
+            cost = by_node.get(node, {"bytes_from_peers": 0, "bytes_from_central": 0})
+            peers = after[node]["bytes_from_peers"] - before[node]["bytes_from_peers"]
+            origin = after[node]["bytes_from_origin"] - before[node]["bytes_from_origin"]
+            assert _error(cost["bytes_from_peers"], peers) <= MAX_ERROR, (node, cost, peers)
+            assert _error(cost["bytes_from_central"], origin) <= MAX_ERROR, (node, cost, origin)
     return preview, measured, worst
 
 
@@ -95,8 +109,11 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
 ) -> None:
     heartbeat = {"enabled": True, "interval_s": 0.3}
     broker = {"host": mosquitto.host, "port": mosquitto.port}
-    edges = {n: await make_edge(n, fleet_central, heartbeat=heartbeat, broker=broker, site=s) for n, s in SITES.items()}
-    await wait_for(lambda: len(fleet_central.central.nodes.nodes()) == 4, what="four registered edges")
+    edges = {
+        n: await make_edge(n, fleet_central, heartbeat=heartbeat, broker=broker, site=s, labels={"zone": s})
+        for n, s in SITES.items()
+    }
+    await wait_for(lambda: len(fleet_central.central.nodes.nodes()) == len(SITES), what="registered edges")
     v1 = build_mlp(tmp_path / "v1.onnx", width=384, hidden_layers=4)
     v2 = build_mlp(tmp_path / "v2.onnx", width=384, hidden_layers=4, head_seed=1)  # a new head only
     async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30.0) as api:
@@ -112,15 +129,19 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
         assert worst <= MAX_ERROR, (first["nodes"], measured)
 
         await wait_for(
-            lambda: len(fleet_central.central.membership.ready_endpoints("mlp", "1")) == 4, 30, "v1 ready in heartbeats"
+            lambda: len(fleet_central.central.membership.ready_endpoints("mlp", "1")) == len(SITES),
+            30,
+            "v1 ready in heartbeats",
         )
         pushed = await push(api, "mlp", v2, version="2", activate="false")
         assert pushed.status_code == 201, pushed.text
-        delta, measured, worst = await _preview_then_roll_out(api, edges, "2")
+        delta, measured, worst = await _preview_then_roll_out(api, edges, "2", site="east")
         assert delta["previous_version"] == "1"
-        new = sum(n["bytes_total"] for n in delta["nodes"])
-        assert new > 0 and all(n["bytes_reused"] > 0 for n in delta["nodes"])
-        assert all(n["bytes_total"] < size_v1 / 4 for n in delta["nodes"])  # only the new head's chunks
+        nodes = {n["node_id"]: n for n in delta["nodes"]}
+        assert all(0 < n["bytes_total"] < size_v1 / 4 for n in nodes.values())  # only the new head's chunks
+        assert all(n["targeted"] == (SITES[name] == "east") for name, n in nodes.items())
+        assert all(nodes[n]["bytes_reused"] > 0 for n in delta["targets"])  # what v1 shares is not fetched again
+        assert set(nodes) >= {"west-1", "west-2"}  # west owns every chunk twice: it seeds the new ones
         assert worst <= MAX_ERROR, (delta["nodes"], measured)
 
 
