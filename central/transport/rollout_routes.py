@@ -11,12 +11,17 @@ from central.auth import actor_of
 from central.registry.service import check_name
 from central.rollout import RolloutRequest, RolloutService
 
+#: The dry run answers 200, not the start's 201.
+_DRY_RUN_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "With ?dry_run=true: what the rollout would fetch, per node and site; nothing started"}
+}
+
 
 def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     """``/api/v1`` routes that start, show, promote and roll back rollouts."""
     router = APIRouter(prefix="/api/v1")
 
-    @router.post("/models/{name}/rollouts", status_code=201)
+    @router.post("/models/{name}/rollouts", status_code=201, responses=_DRY_RUN_RESPONSE)
     async def start(
         name: str, body: RolloutRequest, request: Request, response: Response, dry_run: bool = False
     ) -> dict[str, Any]:
