@@ -9,8 +9,10 @@ The model follows the edge's fetch path (``edge_node.fetch.fetcher``) chunk by c
 - **What a node fetches.** A targeted node fetches the chunks of the artifact(s) it will
   serve (``artifacts_to_fetch``: a pinned artifact, the only one, the verdict of its
   hardware class, else every artifact, which it times); every node, targeted or not, also
-  seeds the chunks it owns of the version (its desired state lists every active version).
-  Minus what it holds already: chunks shared with a version it serves or seeds.
+  seeds the chunks it owns of the version (its desired state lists every active version);
+  an owner that serves the version fetches what it owns of other artifacts only when a
+  peer asks it for them (a relay). Minus what it holds already: chunks shared with a
+  version it serves or seeds.
 - **From where.** The owners of a chunk are those of the first active version holding it
   (models, then versions, sorted: what central and the edge both use). A node that is no
   owner, or owns the chunk at rank k > 0, asks the owners ahead of it, same site first,
@@ -196,14 +198,34 @@ def owner_map(
     return owners
 
 
-def _source(node: PreviewNode, owners: Sequence[str], site_of: Mapping[str, str]) -> str:
-    """Where ``node`` gets a chunk owned by ``owners``: central, own_site or other_sites."""
+def _source(node: PreviewNode, owners: Sequence[str], site_of: Mapping[str, str]) -> str | None:
+    """The peer ``node`` gets a chunk owned by ``owners`` from (the first owner ahead of it,
+    same site first), or None: from central."""
     ahead = list(owners[: owners.index(node.node_id)]) if node.node_id in owners else list(owners)
     ahead = [o for o in ahead if o in site_of]  # an owner the fleet lists no address for is skipped
-    if not ahead:
-        return "central"
     same = [o for o in ahead if site_of[o] == node.site]
-    return "own_site" if same else "other_sites"
+    chosen = same or ahead
+    return chosen[0] if chosen else None
+
+
+def _wanted(
+    target: Manifest, nodes: Sequence[PreviewNode], placement: Mapping[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """digest → the nodes that fetch it of their own accord: a target the chunks of the
+    artifacts it will serve, any other node the chunks it owns (it seeds them). A target
+    does not seed what it owns of artifacts it does not serve: it fetches those only when a
+    peer asks it for them (``preview_costs`` follows such relays)."""
+    wanted: dict[str, list[str]] = {}
+    serving = {a.artifact: chunks_of([a]) for a in target.artifacts()}
+    for node in nodes:
+        if node.targeted:
+            digests = set().union(*(serving.get(a, set()) for a in node.artifacts))
+            for digest in digests:
+                wanted.setdefault(digest, []).append(node.node_id)
+    seeders = {n.node_id for n in nodes if not n.targeted}
+    for digest, owners in placement.items():
+        wanted.setdefault(digest, []).extend(o for o in owners if o in seeders)
+    return wanted
 
 
 def preview_costs(
@@ -214,22 +236,32 @@ def preview_costs(
 ) -> list[NodeCost]:
     """Per node (those that fetch or are targeted), the bytes the rollout of ``target`` makes
     it fetch. ``target_placement``: the version's own placement (who seeds what);
-    ``owners``: digest → owners the fetch goes by (``owner_map`` over every active key)."""
+    ``owners``: digest → owners the fetch goes by (``owner_map`` over every active key).
+
+    Chunk by chunk: each node that wants it and lacks it fetches it once from its source;
+    a peer source that lacks it fetches it too (a relay), once, from its own source."""
     sizes = {c.digest: c.size for c in target.unique_chunks()}
+    by_id = {n.node_id: n for n in nodes}
     site_of = {n.node_id: n.site for n in nodes}
-    costs = []
-    for node in sorted(nodes, key=lambda n: n.node_id):
-        needed = chunks_of(a for a in target.artifacts() if a.artifact in node.artifacts) if node.targeted else set()
-        needed |= {d for d, listed in target_placement.items() if node.node_id in listed}
-        cost = NodeCost(node.node_id, node.site, node.targeted, list(node.artifacts))
-        for digest in sorted(needed):
+    costs = {n.node_id: NodeCost(n.node_id, n.site, n.targeted, list(n.artifacts)) for n in nodes}
+    for digest, wanting in sorted(_wanted(target, nodes, target_placement).items()):
+        size, fetching, done = sizes[digest], list(wanting), set()
+        while fetching:
+            node = by_id[fetching.pop()]
+            if node.node_id in done:
+                continue
+            done.add(node.node_id)
             if digest in node.holds:
-                cost.bytes_reused += sizes[digest]
-            else:
-                cost.add(sizes[digest], _source(node, owners.get(digest, ()), site_of))
-        if node.targeted or cost.chunks:
-            costs.append(cost)
-    return costs
+                costs[node.node_id].bytes_reused += size
+                continue
+            peer = _source(node, owners.get(digest, ()), site_of)
+            if peer is None:
+                costs[node.node_id].add(size, "central")
+                continue
+            costs[node.node_id].add(size, "own_site" if site_of[peer] == node.site else "other_sites")
+            if digest not in by_id[peer].holds:
+                fetching.append(peer)  # it relays: it fetches the chunk itself first
+    return [costs[n] for n in sorted(costs) if costs[n].targeted or costs[n].chunks]
 
 
 def site_totals(costs: Iterable[NodeCost]) -> list[SiteCost]:

@@ -67,7 +67,8 @@ class RolloutPreviewer:
         target_placement = placements.get(target.key) or self._place(target)
         placements[target.key] = target_placement
         records = sorted(self._nodes.nodes(), key=lambda r: r.node_id)
-        nodes = [self._node(r, target, request.selector, plan, active, placements) for r in records]
+        owned = _owned_by_node({key: placements[key] for key in active})
+        nodes = [self._node(r, target, request.selector, plan, owned.get(r.node_id, {})) for r in records]
         costs = preview_costs(target, nodes, target_placement, owner_map(placements, placements))
         return RolloutPreview(
             model=model,
@@ -104,17 +105,21 @@ class RolloutPreviewer:
         target: Manifest,
         selector: dict[str, str],
         plan: ServingPlan,
-        active: Mapping[VersionKey, Manifest],
-        placements: Mapping[VersionKey, Mapping[str, Sequence[str]]],
+        owned: Mapping[VersionKey, set[str]],
     ) -> PreviewNode:
+        """The node as the preview sees it. It holds the chunks of what it serves and what it
+        owns of the active versions it does not serve (seeded; a served version's owned chunks
+        of other artifacts it fetches only to relay them, so they are not counted)."""
         node_id, hardware_class = record.node_id, record.hardware_class
         reports = self._fleet.reported(node_id)
         timing = not _timing_off(reports)
         targeted = matches(selector, record.labels)
         artifacts = artifacts_to_fetch(target, self._verdict(target, hardware_class), timing) if targeted else []
         holds = self._served_chunks(record, plan, reports, timing)
-        for key in active:
-            holds |= {d for d, owners in placements.get(key, {}).items() if node_id in owners}
+        serves = plan.serving(node_id, record.labels)
+        for key, digests in owned.items():
+            if key not in serves:
+                holds |= digests
         return PreviewNode(node_id, record.site, targeted, tuple(a.artifact for a in artifacts), frozenset(holds))
 
     def _served_chunks(
@@ -144,6 +149,18 @@ class RolloutPreviewer:
         """The artifact the class's verdict names, used as the desired state does: only for a
         version with alternatives."""
         return self._verdict_of(manifest.key, hardware_class) if manifest.alternatives and hardware_class else None
+
+
+def _owned_by_node(
+    placements: Mapping[VersionKey, Mapping[str, Sequence[str]]],
+) -> dict[str, dict[VersionKey, set[str]]]:
+    """node id → version → the digests it owns there (one pass over every placement)."""
+    owned: dict[str, dict[VersionKey, set[str]]] = {}
+    for key, placement in placements.items():
+        for digest, owners in placement.items():
+            for owner in owners:
+                owned.setdefault(owner, {}).setdefault(key, set()).add(digest)
+    return owned
 
 
 def _timing_off(reports: list[ModelInfo] | None) -> bool:

@@ -71,3 +71,22 @@ def test_without_placement_every_node_fetches_from_central() -> None:
     nodes = [PreviewNode(n, "s", True, ("fp32",)) for n in ("n1", "n2")]
     costs = preview_costs(target, nodes, unowned, unowned)
     assert [(c.bytes_total, c.bytes_from_central) for c in costs] == [(300, 300), (300, 300)]
+
+
+def test_an_owner_serving_another_artifact_fetches_its_owned_chunks_only_to_relay() -> None:
+    target = _manifest("2", ["aa"], ["c"])  # fp32 is aa, int8 is c
+    placement = {"aa": ["t1", "s1"], "c": ["t1", "s1"]}
+    nodes = [
+        PreviewNode("t1", "x", True, ("int8",)),  # serves int8 (its class's verdict): seeds no fp32
+        PreviewNode("t2", "x", True, ("int8",)),
+        PreviewNode("s1", "x", False),  # not targeted, owns both: seeds both, asking t1 first
+    ]
+    costs = {c.node_id: c for c in preview_costs(target, nodes, placement, placement)}
+    # t1 fetches c to serve it and aa only because s1 asks it for aa (a relay): both from central.
+    assert (costs["t1"].bytes_total, costs["t1"].bytes_from_central) == (300, 300)
+    assert (costs["t2"].bytes_total, costs["t2"].bytes_from_own_site) == (100, 100)
+    assert (costs["s1"].bytes_total, costs["s1"].bytes_from_own_site) == (300, 300)
+    alone = preview_costs(
+        target, nodes[:2], {"aa": ["t1", "t2"], "c": ["t1", "t2"]}, {"aa": ["t1", "t2"], "c": ["t1", "t2"]}
+    )
+    assert sum(c.bytes_total for c in alone) == 200  # nobody serves or seeds fp32: aa is never fetched
