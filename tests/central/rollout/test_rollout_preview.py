@@ -6,25 +6,20 @@ out to one site costs its nodes only the new chunks, and the other site's owners
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from preview_harness import MAX_ERROR, preview_then_roll_out
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
-from edge_node.server import EdgeServer
+from conftest import EdgeFactory, central_settings, push, wait_for
 from modelfleet.zoo import build_mlp
 
 #: Three nodes in east (each chunk has two owners there, so one node is no owner), two in west.
 SITES = {"east-1": "east", "east-2": "east", "east-3": "east", "west-1": "west", "west-2": "west"}
-#: Worst relative error per node the issue allows (bench.rollout's ``preview_error``).
-MAX_ERROR = 0.05
 
 
 @pytest.fixture
@@ -36,72 +31,6 @@ async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIter
     await server.start()
     yield server
     await server.stop()
-
-
-async def _fetched(edges: dict[str, EdgeServer]) -> dict[str, dict[str, int]]:
-    """Each edge's fetch counters from its own ``/api/v1/status``."""
-    out = {}
-    for node, edge in edges.items():
-        async with httpx.AsyncClient(base_url=edge.http_url, timeout=10.0) as client:
-            fetch = (await client.get("/api/v1/status")).json()["fetch"]
-        out[node] = {k: int(fetch[k]) for k in ("bytes_fetched", "bytes_from_peers", "bytes_from_origin")}
-        out[node]["detours"] = sum(fetch["peer_errors"].values()) + int(fetch["origin_refusals"])
-    return out
-
-
-async def _settled(edges: dict[str, EdgeServer], version: str, targets: list[str]) -> dict[str, dict[str, int]]:
-    """Counters once every target serves ``version`` and nothing was fetched for 1 s (seeding done)."""
-    await wait_for(lambda: all(version_state(edges[n], "mlp", version) == "complete" for n in targets), 60, version)
-    last, since = await _fetched(edges), time.monotonic()
-    while time.monotonic() - since < 1.0:
-        await asyncio.sleep(0.1)
-        now = await _fetched(edges)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
-
-
-def _error(predicted: int, measured: int) -> float:
-    """Relative error of a prediction (0 when both are 0)."""
-    return abs(predicted - measured) / max(measured, predicted, 1)
-
-
-async def _preview_then_roll_out(
-    api: httpx.AsyncClient, edges: dict[str, EdgeServer], version: str, site: str | None = None
-) -> tuple[dict[str, Any], dict[str, int], float]:
-    """Preview ``version``, roll it out (to ``site``'s nodes, else everyone) and compare:
-    (preview, measured bytes per node, worst relative error per node)."""
-    before = await _fetched(edges)
-    rollouts_before = (await api.get("/api/v1/rollouts")).json()
-    selector = {"zone": site} if site else {}
-    targets = sorted(n for n, s in SITES.items() if site in (None, s))
-    body = {"version": version, "canary": 1.0, "soak_s": 0, "selector": selector}
-    response = await api.post("/api/v1/models/mlp/rollouts", params={"dry_run": "true"}, json=body)
-    assert response.status_code == 200, response.text
-    preview = response.json()
-    assert (await api.get("/api/v1/rollouts")).json() == rollouts_before  # a dry run writes nothing
-    assert preview["refused"] is None and preview["targets"] == targets
-
-    assert (await api.post("/api/v1/models/mlp/rollouts", json=body)).status_code == 201
-    after = await _settled(edges, version, targets)
-    measured = {n: after[n]["bytes_fetched"] - before[n]["bytes_fetched"] for n in edges}
-    predicted = {n["node_id"]: n["bytes_total"] for n in preview["nodes"]}
-    worst = max(_error(predicted.get(n, 0), measured[n]) for n in edges)
-    egress = sum(after[n]["bytes_from_origin"] - before[n]["bytes_from_origin"] for n in edges)
-    print(
-        f"version {version}: predicted {predicted}, measured {measured}, worst error {worst:.4f},"
-        f" central egress predicted {preview['totals']['central_egress_bytes']} measured {egress}"
-    )
-    if not any(after[n]["detours"] - before[n]["detours"] for n in edges):
-        # No peer failed and central refused nothing: the split by source holds per node too.
-        by_node = {n["node_id"]: n for n in preview["nodes"]}
-        for node in edges:
-            cost = by_node.get(node, {"bytes_from_peers": 0, "bytes_from_central": 0})
-            peers = after[node]["bytes_from_peers"] - before[node]["bytes_from_peers"]
-            origin = after[node]["bytes_from_origin"] - before[node]["bytes_from_origin"]
-            assert _error(cost["bytes_from_peers"], peers) <= MAX_ERROR, (node, cost, peers)
-            assert _error(cost["bytes_from_central"], origin) <= MAX_ERROR, (node, cost, origin)
-    return preview, measured, worst
 
 
 async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fetch(
@@ -121,7 +50,9 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
         assert pushed.status_code == 201, pushed.text
         size_v1 = sum(c["size"] for c in pushed.json()["manifest"]["chunks"])
 
-        first, measured, worst = await _preview_then_roll_out(api, edges, "1")
+        everyone = sorted(SITES)
+        run = await preview_then_roll_out(api, edges, "mlp", "1", everyone)
+        first, measured, worst = run.preview, run.measured, run.worst
         assert first["previous_version"] is None
         assert all(n["bytes_reused"] == 0 and n["bytes_total"] == size_v1 for n in first["nodes"])
         assert first["totals"]["central_egress_bytes"] == size_v1  # each chunk leaves central once
@@ -135,7 +66,9 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
         )
         pushed = await push(api, "mlp", v2, version="2", activate="false")
         assert pushed.status_code == 201, pushed.text
-        delta, measured, worst = await _preview_then_roll_out(api, edges, "2", site="east")
+        east = sorted(n for n, s in SITES.items() if s == "east")
+        run = await preview_then_roll_out(api, edges, "mlp", "2", east, selector={"zone": "east"})
+        delta, measured, worst = run.preview, run.measured, run.worst
         assert delta["previous_version"] == "1"
         nodes = {n["node_id"]: n for n in delta["nodes"]}
         assert all(0 < n["bytes_total"] < size_v1 / 4 for n in nodes.values())  # only the new head's chunks
