@@ -81,12 +81,13 @@ async def preview_then_roll_out(
     by_node = {n["node_id"]: n for n in preview["nodes"]}
     worst = max(error(by_node[n]["bytes_total"] if n in by_node else 0, measured[n]) for n in edges)
     egress = sum(after[n]["bytes_from_origin"] - before[n]["bytes_from_origin"] for n in edges)
+    detours = {n: after[n]["detours"] - before[n]["detours"] for n in edges}
     print(
         f"{model}:{version}: predicted { {n: c['bytes_total'] for n, c in by_node.items()} }, measured {measured},"
         f" worst error {worst:.4f}; central egress predicted {preview['totals']['central_egress_bytes']},"
-        f" measured {egress}"
+        f" measured {egress}; peer errors and origin refusals {detours}"
     )
-    if not any(after[n]["detours"] - before[n]["detours"] for n in edges):
+    if not any(detours.values()):
         for node in edges:
             cost = by_node.get(node, {"bytes_from_peers": 0, "bytes_from_central": 0})
             peers = after[node]["bytes_from_peers"] - before[node]["bytes_from_peers"]

@@ -95,3 +95,24 @@ async def test_preview_of_a_pinned_artifact_counts_seeding_but_not_unserved_owne
         seeder = nodes["b-1"]
         assert not seeder["targeted"] and seeder["bytes_total"] > 0  # a third of FP32, give or take
         assert run.worst <= MAX_ERROR, (run.preview["nodes"], run.measured)
+
+
+async def test_preview_of_artifacts_that_every_node_times(
+    artifact_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    options = {
+        "heartbeat": {"enabled": True, "interval_s": 0.3},
+        "broker": {"host": mosquitto.host, "port": mosquitto.port},
+        "inference": {"choice": {"budget_s": 1.0, "min_rounds": 3, "max_rounds": 6}},
+    }
+    edges = {n: await make_edge(n, artifact_central, labels={"zone": z}, **options) for n, z in ZONES.items()}
+    await wait_for(lambda: len(artifact_central.central.nodes.nodes()) == len(ZONES), what="registered edges")
+    fp32 = build_fp32(tmp_path / "fp32.onnx")
+    async with httpx.AsyncClient(base_url=artifact_central.http_url, timeout=30.0) as api:
+        pushed = await push(api, "m", fp32, version="1", activate="false")
+        assert pushed.status_code == 201, pushed.text
+        chunks = {c["digest"]: c["size"] for c in pushed.json()["manifest"]["chunks"]}
+        run = await preview_then_roll_out(api, edges, "m", "1", sorted(ZONES))
+        for node in run.preview["nodes"]:  # no verdict yet: every node times (so fetches) both
+            assert node["artifacts"] == ["fp32", "int8-fast"] and node["bytes_total"] > sum(chunks.values())
+        assert run.worst <= MAX_ERROR, (run.preview["nodes"], run.measured)
