@@ -32,6 +32,7 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.previewer import RolloutPreviewer
 from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
 from fleetwire.mqtt.payloads import Event
@@ -268,7 +269,13 @@ class Central:
         )
         self._rollout_controller = controller
         self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())
-        return RolloutService(book, controller, self.store, fleet)
+        previewer = RolloutPreviewer(book, self.store, fleet, self.placement, self.nodes, self._verdict_artifact)
+        return RolloutService(book, controller, self.store, fleet, previewer)
+
+    def _verdict_artifact(self, key: tuple[str, str], hardware_class: str) -> str | None:
+        """The artifact ``hardware_class`` serves of version ``key``, per its verdict (None: none)."""
+        verdict = self.verdicts.get(key, hardware_class)
+        return verdict.artifact if verdict is not None else None
 
     def _site_of(self, node_id: str) -> str | None:
         node = self.nodes.get(node_id)

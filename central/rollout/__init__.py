@@ -1,5 +1,6 @@
 """Staged rollouts: canary waves by label selector, soak and promote, and automatic
-rollback past a failure threshold, persisted beside the registry."""
+rollback past a failure threshold, persisted beside the registry; and the cost preview of
+one (a dry run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from central.rollout.controller import RolloutController
 from central.rollout.fleet import DirectoryFleet, FleetView
 from central.rollout.model import Rollout, RolloutRequest
 from central.rollout.plan import ServingPlan
+from central.rollout.preview import RolloutPreview
+from central.rollout.previewer import RolloutPreviewer
 from central.rollout.service import RolloutService
 from central.rollout.store import RolloutStore
 
@@ -17,6 +20,8 @@ __all__ = [
     "Rollout",
     "RolloutBook",
     "RolloutController",
+    "RolloutPreview",
+    "RolloutPreviewer",
     "RolloutRequest",
     "RolloutService",
     "RolloutStore",

@@ -13,6 +13,8 @@ from central.rollout.controller import RolloutController
 from central.rollout.fleet import FleetView
 from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, matches
 from central.rollout.plan import ServingPlan
+from central.rollout.preview import RolloutPreview
+from central.rollout.previewer import RolloutPreviewer
 from fleetwire.manifest import Manifest
 
 
@@ -20,8 +22,15 @@ class RolloutService:
     """Staged rollouts of stored versions, and the stable version of every model."""
 
     def __init__(
-        self, book: RolloutBook, controller: RolloutController, store: MetadataStore, fleet: FleetView
+        self,
+        book: RolloutBook,
+        controller: RolloutController,
+        store: MetadataStore,
+        fleet: FleetView,
+        previewer: RolloutPreviewer | None = None,
     ) -> None:
+        """``previewer``: answers ``preview`` (dry runs); None: they get a 404."""
+        self._previewer = previewer
         self._book = book
         self._controller = controller
         self._store = store
@@ -35,15 +44,32 @@ class RolloutService:
         (the operator's token name) goes into the events of this and the calls below."""
         if self._store.get_version(model, request.version) is None:
             raise NotFound(f"model {model!r} has no version {request.version!r}")
-        if running := self._book.in_progress(model):
-            r = running[-1]
-            raise Conflict(f"rollout {r.id} of {model} to version {r.version} is in progress ({r.state})")
         previous = self._previous_version(model, request.selector)
-        if previous == request.version:
-            raise Conflict(f"the selected nodes already serve {model} version {request.version}")
+        refusal = self._refusal(model, request, previous)
+        if refusal is not None:
+            raise Conflict(refusal)
         r = self._book.add(Rollout(model=model, previous_version=previous, **request.model_dump()))
         self._controller.transition(r, "canary", None, "rollout_started", actor)
         return self._controller.evaluate(self._book_get(r.id), time.time())
+
+    def preview(self, model: str, request: RolloutRequest) -> RolloutPreview:
+        """What ``start`` would make every node fetch, and from where; writes nothing. A start
+        that would be refused is previewed all the same, with the reason in ``refused``."""
+        if self._previewer is None:
+            raise NotFound("rollout previews are not available on this central")
+        if self._store.get_version(model, request.version) is None:
+            raise NotFound(f"model {model!r} has no version {request.version!r}")
+        previous = self._previous_version(model, request.selector)
+        return self._previewer.preview(model, request, previous, self._refusal(model, request, previous))
+
+    def _refusal(self, model: str, request: RolloutRequest, previous: str | None) -> str | None:
+        """Why a rollout of ``request`` cannot start now (a 409), or None."""
+        if running := self._book.in_progress(model):
+            r = running[-1]
+            return f"rollout {r.id} of {model} to version {r.version} is in progress ({r.state})"
+        if previous == request.version:
+            return f"the selected nodes already serve {model} version {request.version}"
+        return None
 
     def promote(self, model: str, actor: str | None = None) -> Rollout:
         """Send the canary rollout of ``model`` to every selected node; 409 unless in canary."""

@@ -5,21 +5,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from central.auth import actor_of
 from central.registry.service import check_name
 from central.rollout import RolloutRequest, RolloutService
+
+#: The dry run answers 200, not the start's 201.
+_DRY_RUN_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "With ?dry_run=true: what the rollout would fetch, per node and site; nothing started"}
+}
 
 
 def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     """``/api/v1`` routes that start, show, promote and roll back rollouts."""
     router = APIRouter(prefix="/api/v1")
 
-    @router.post("/models/{name}/rollouts", status_code=201)
-    async def start(name: str, body: RolloutRequest, request: Request) -> dict[str, Any]:
+    @router.post("/models/{name}/rollouts", status_code=201, responses=_DRY_RUN_RESPONSE)
+    async def start(
+        name: str, body: RolloutRequest, request: Request, response: Response, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Start a rollout; ``?dry_run=true``: only preview its cost (200, nothing written)."""
         check_name("model name", name)
         check_name("version", body.version)
+        if dry_run:
+            response.status_code = 200
+            return rollouts.preview(name, body).as_dict()
         return rollouts.start(name, body, actor_of(request)).public()
 
     @router.get("/rollouts")

@@ -1,4 +1,4 @@
-"""Staged rollouts: ``rollout N V``, ``rollouts``, ``promote N``, ``rollback N``.
+"""Staged rollouts: ``rollout N V`` (``--dry-run``: its cost), ``rollouts``, ``promote N``, ``rollback N``.
 
 A thin layer over central's rollout API (``/api/v1/models/{name}/rollouts`` …): the
 CLI parses the operator's shorthand (``--canary 10%``, ``--selector zone=a``) and shows
@@ -91,11 +91,16 @@ def rollout(
     ] = None,
     failure_threshold: Annotated[float, typer.Option(min=0, max=1, help="Roll back above this failed share.")] = 0.25,
     min_nodes: Annotated[int, typer.Option(min=1, help="Nodes that must report before the threshold counts.")] = 1,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Start nothing: show the bytes each node and site would fetch.")
+    ] = False,
     json: JsonOption = False,
     central: CentralOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Start a staged rollout: canary nodes first, the rest after promote (or the soak time)."""
+    """Start a staged rollout: canary nodes first, the rest after promote (or the soak time).
+    With --dry-run, show what it would cost instead: bytes per node and site, from peers and
+    from central, given what each node holds already."""
     body: JsonObject = {
         "version": version,
         "canary": parse_canary(canary),
@@ -105,7 +110,66 @@ def rollout(
         "min_nodes": min_nodes,
     }
     with connect(central, token) as client:
+        if dry_run:
+            preview = dict(
+                client.request("POST", f"/api/v1/models/{name}/rollouts", params={"dry_run": "true"}, json=body)
+            )
+            if json:
+                output.print_json(preview)
+            else:
+                show_preview(preview)
+            return
         _show(client.start_rollout(name, body), json)
+
+
+def show_preview(p: JsonObject) -> None:
+    """The dry run's tables: per node, per site, then the totals and the model's assumptions."""
+    b = output.human_bytes
+    console = output.console()
+    console.print(
+        Text(
+            f"dry run: {p.get('model')}:{p.get('version')} (from {p.get('previous_version') or 'nothing'})",
+            style="bold",
+        )
+    )
+    node_rows = [
+        (
+            str(n["node_id"]),
+            str(n["site"]),
+            "yes" if n["targeted"] else "seeds",
+            b(n["bytes_total"]),
+            b(n["bytes_from_own_site"]),
+            b(n["bytes_from_other_sites"]),
+            b(n["bytes_from_central"]),
+            b(n["bytes_reused"]),
+        )
+        for n in p.get("nodes", [])
+    ]
+    columns = ("NODE", "SITE", "TARGET", "FETCH", "PEERS IN SITE", "PEERS ELSEWHERE", "CENTRAL", "HELD ALREADY")
+    console.print(output.table(columns, node_rows) if node_rows else "no node would fetch anything")
+    site_rows = [
+        (
+            str(s["site"]),
+            str(s["nodes"]),
+            b(s["bytes_total"]),
+            b(s["bytes_from_own_site"]),
+            b(s["bytes_in"]),
+            b(s["bytes_from_central"]),
+        )
+        for s in p.get("sites", [])
+    ]
+    if site_rows:
+        console.print(output.table(("SITE", "NODES", "FETCH", "INSIDE", "INTO SITE (WAN)", "FROM CENTRAL"), site_rows))
+    t, targets = p.get("totals", {}), len(p.get("targets", []))
+    console.print(
+        f"total {b(t.get('bytes_total'))} on {t.get('nodes_fetching', 0)} node(s) of {targets} target(s):"
+        f" {b(t.get('bytes_from_peers'))} from peers ({b(t.get('bytes_cross_site'))} across sites),"
+        f" central egress {b(t.get('central_egress_bytes'))}"
+    )
+    if p.get("refused"):
+        console.print(Text(f"a start would be refused now: {p['refused']}", style="red"))
+    for line in p.get("assumptions", []):
+        console.print(Text(f"  assumes {line}", style="italic"))
 
 
 @output.reported
