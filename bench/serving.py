@@ -13,7 +13,14 @@ keep-alive connections sending requests back to back. Every request is one row
    stopped, so they never share the CPU): ``unbatched_rps``; ``speedup`` = their ratio.
 2. The digits classifier (INT8 likewise) on the first edge, batching on, against
    ``POST /bench/noop`` there with the same body (the HTTP stack's ceiling: it reads the
-   body and answers a fixed document): ``digits_rps``, ``noop_rps``, ``ceiling_ratio``.
+   body and answers a fixed document): ``digits_rps``, ``noop_rps``, ``ceiling_ratio``. The
+   edge answers both through the same raw ASGI fast path, so the ratio is like for like.
+3. The compute limit: ONNX Runtime in this process, on the very model file the first edge
+   served (bench-mlp, its INT8 artifact when central quantized it), with the edge's session
+   options (``SessionFactory``: all cores, no spinning), at the edge's largest batch (32
+   rows), for ~2 s once the first edge has stopped, so nothing else runs:
+   ``compute_limit_rps`` (rows/s) and ``compute_ratio`` = ``batched_rps`` / it, how much of
+   what the model could compute the served edge delivers over HTTP.
 
 Every run also records the edge's CPU time per request (all threads, and its event-loop
 thread alone, from /proc), the mean rows and ONNX Runtime seconds per executed batch
@@ -22,7 +29,7 @@ target can be attributed. Which artifact each model was served as (``fp32`` or a
 from central's manifest) is printed and stored; ``--require-int8`` makes a non-INT8
 artifact an error (exit 3) instead of a note.
 
-Targets: ``speedup >= 3.0``, ``ceiling_ratio >= 0.6``, ``errors == 0``.
+Targets: ``speedup >= 3.0``, ``ceiling_ratio >= 0.6``, ``compute_ratio >= 0.6``, ``errors == 0``.
 
 Usage: ``python -m bench.serving --clients 64 --json out.json [--duration-s 5]
 [--requests-per-client N] [--width 2048 --layers 7] [--load-generator auto|wrk|python]
@@ -47,14 +54,18 @@ import numpy as np
 
 from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, parse_env_pairs, sigterm_raises
 from bench.loadgen import run_load, wrk_path
+from edge_node.inference.session import SessionFactory, session_specs
 from modelfleet.zoo import build_bench_model, build_digits
 
-TARGETS = {"speedup": 3.0, "ceiling_ratio": 0.6, "errors": 0}
+TARGETS = {"speedup": 3.0, "ceiling_ratio": 0.6, "compute_ratio": 0.6, "errors": 0}
 BENCH_MODEL = "bench-mlp"
 DIGITS_MODEL = "digits"
 VERSION = "v1"
 BATCHED_NODE = "e0"
 UNBATCHED_NODE = "e1"
+#: The edge's default ``inference.batching.max_batch_size``: the compute limit's batch.
+EDGE_MAX_BATCH = 32
+COMPUTE_SECONDS = 2.0
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -98,6 +109,32 @@ def infer_body(input_name: str, row: np.ndarray) -> bytes:
     data = [round(float(x), 4) for x in row.ravel()]
     doc = {"inputs": [{"name": input_name, "datatype": "FP32", "shape": [1, int(row.size)], "data": data}]}
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def compute_limit(model_path: Path, batch: int = EDGE_MAX_BATCH, seconds: float = COMPUTE_SECONDS) -> dict[str, Any]:
+    """Rows/s ONNX Runtime gives on ``model_path`` in this process at ``batch`` rows per run,
+    with the session options an edge uses (``SessionFactory`` with its default threads), over
+    ``seconds`` after a warm-up: what no server of this model can beat on this machine."""
+    with tempfile.TemporaryDirectory() as cache:
+        session = SessionFactory(Path(cache), ["CPUExecutionProvider"]).create(model_path, "compute-limit")
+    rng = np.random.default_rng(0)
+    inputs = {
+        spec.name: rng.standard_normal([batch] + [d if d > 0 else 1 for d in spec.shape[1:]]).astype(spec.dtype)
+        for spec in session_specs(session)[0]
+    }
+    for _ in range(3):
+        session.run(None, inputs)
+    runs, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        session.run(None, inputs)
+        runs += 1
+    return {
+        "model_bytes": model_path.stat().st_size,
+        "batch": batch,
+        "runs": runs,
+        "ms_per_batch": 1e3 * elapsed / runs,
+        "rows_per_s": runs * batch / elapsed,
+    }
 
 
 # -- runs --------------------------------------------------------------------------------
@@ -211,7 +248,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             "digits", BATCHED_NODE, f"/v2/models/{DIGITS_MODEL}/infer", digits_body, DIGITS_MODEL
         )
         runs["noop"] = runner.measure("noop", BATCHED_NODE, "/bench/noop", digits_body, None)
+        served_file = fleet.model_file(BATCHED_NODE, BENCH_MODEL, VERSION)
         fleet.stop_edge(BATCHED_NODE)
+        compute = compute_limit(served_file)  # no edge runs now: ORT alone on the machine
+        log(f"  compute    {compute['rows_per_s']:>9.1f} rows/s  ONNX Runtime in-process, batch {compute['batch']}")
         fleet.start_edge(UNBATCHED_NODE, env={"MODELFLEET_INFERENCE__BATCHING__MAX_BATCH_SIZE": "1"})
         fleet.wait_model_ready(UNBATCHED_NODE, BENCH_MODEL, timeout_s=args.timeout_s)
         runs["unbatched"] = runner.measure("unbatched", UNBATCHED_NODE, path_bench, bench_body, BENCH_MODEL)
@@ -219,6 +259,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     b, u, d, n = runs["batched"], runs["unbatched"], runs["digits"], runs["noop"]
     speedup = b["rps"] / u["rps"] if u["rps"] else 0.0
     ceiling_ratio = d["rps"] / n["rps"] if n["rps"] else 0.0
+    compute_limit_rps = compute["rows_per_s"]
+    compute_ratio = b["rps"] / compute_limit_rps if compute_limit_rps else 0.0
     errors = sum(r["errors"] for r in runs.values())
     return {
         "clients": args.clients,
@@ -237,6 +279,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "digits_rps": d["rps"],
         "noop_rps": n["rps"],
         "ceiling_ratio": ceiling_ratio,
+        "compute_limit_rps": compute_limit_rps,
+        "compute_ratio": compute_ratio,
+        "compute": compute,
         "digits_p50_ms": d["p50_ms"],
         "digits_p99_ms": d["p99_ms"],
         "errors": errors,
@@ -247,6 +292,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "met": {
             "speedup": speedup >= TARGETS["speedup"],
             "ceiling_ratio": ceiling_ratio >= TARGETS["ceiling_ratio"],
+            "compute_ratio": compute_ratio >= TARGETS["compute_ratio"],
             "errors": errors <= TARGETS["errors"],
         },
         "settings": {
@@ -293,6 +339,8 @@ def print_table(result: dict[str, Any]) -> None:
         f"{'met' if m['speedup'] else 'MISSED'}; mean batch {result['mean_batch_size']:.1f}\n"
         f"ceiling_ratio (digits/noop) {result['ceiling_ratio']:.2f} (target >= {t['ceiling_ratio']}) "
         f"{'met' if m['ceiling_ratio'] else 'MISSED'}\n"
+        f"compute_ratio (batched/ONNX Runtime alone, {result['compute_limit_rps']:.0f} rows/s) "
+        f"{result['compute_ratio']:.2f} (target >= {t['compute_ratio']}) {'met' if m['compute_ratio'] else 'MISSED'}\n"
         f"errors {result['errors']} (target {t['errors']}) {'met' if m['errors'] else 'MISSED'}"
     )
 

@@ -150,6 +150,8 @@ class EdgeServer:
             log_level="warning",
             lifespan="off",
             ws="none",  # no WebSocket routes: skips importing the websockets stack at start-up
+            access_log=False,  # a log record per request costs the loop; Prometheus counts them
+            proxy_headers=False,  # nothing here reads X-Forwarded-*: skip uvicorn's middleware for them
             timeout_graceful_shutdown=HTTP_DRAIN_S,
             **(
                 uvicorn_ssl_kwargs(edge.tls_material, require_client_cert=tls.require_client_cert)
@@ -186,6 +188,7 @@ class EdgeServer:
 
 async def serve(settings: EdgeSettings) -> None:
     """Run an edge until SIGINT or SIGTERM."""
+    sys.setswitchinterval(settings.inference.switch_interval_s)  # how long a batch's thread may wait for the GIL
     server = EdgeServer(settings)
     await server.start()
     stop = asyncio.Event()

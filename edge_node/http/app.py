@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 
+from edge_node.http.fastpath import InferFastPath
 from edge_node.inference import CONTENT_TYPE_LATEST
 from edge_node.oip.dataplane import DataPlane
 from edge_node.oip.routes import create_oip_routes
@@ -20,9 +21,11 @@ def create_app(
     status_document: Callable[[], dict[str, Any]],
     *,
     bench_endpoints: bool = False,
-) -> FastAPI:
-    """The FastAPI application of one edge: OIP v2 over ``plane`` (the inference service the
-    gRPC transport shares), ``status_document()`` on ``/api/v1/status``."""
+) -> InferFastPath:
+    """The ASGI application of one edge: OIP v2 over ``plane`` (the inference service the
+    gRPC transport shares), ``status_document()`` on ``/api/v1/status``. Inference (and the
+    bench no-op) is answered by :class:`InferFastPath`; the rest, and the OpenAPI document,
+    by the FastAPI app it wraps (``.fastapi``)."""
     repository = plane.repository
     # FastAPI's built-in OpenTelemetry costs microseconds per request on the inference
     # hot path; an edge exports Prometheus metrics instead.
@@ -35,15 +38,6 @@ def create_app(
     async def metrics() -> Response:
         return Response(repository.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    if bench_endpoints:
-
-        @app.post("/bench/noop")
-        async def noop(request: Request) -> Response:
-            """Reads the body like /infer does and answers a fixed small document: the
-            ceiling of this HTTP stack, for the serving benchmark."""
-            await request.body()
-            return Response(b'{"outputs":[]}', media_type="application/json")
-
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -52,4 +46,5 @@ def create_app(
     async def status() -> dict[str, Any]:
         return status_document()
 
-    return app
+    # POST /bench/noop (bench_endpoints) is answered by the fast path only.
+    return InferFastPath(app, plane, bench_endpoints=bench_endpoints)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import heapq
 import itertools
 import logging
@@ -152,12 +151,17 @@ class DynamicBatcher:
             self._metrics.request("invalid")
             raise
         self._admit(rows)
-        futures = self._enqueue(arrays, rows, sig, priority)
+        pieces = self._enqueue(arrays, rows, sig, priority)
         try:
-            result = _concat([await f for f in futures])
+            result = _concat([await p.future for p in pieces])
         except BaseException as exc:
-            for f in futures:
-                f.cancel()
+            # Cancelled (or failed) while pieces still wait: they give their rows back here,
+            # once, rather than through a done-callback every completed request would pay.
+            for p in pieces:
+                p.future.cancel()
+                if p.queued:
+                    self._unqueue(p)
+            self._metrics.queue_depth(self._rows_waiting)
             self._metrics.request(_outcome(exc))
             raise
         self._metrics.request("ok")
@@ -192,38 +196,34 @@ class DynamicBatcher:
         batches = math.ceil(self._rows_waiting / self.max_batch_size) / self.max_concurrent_batches
         return max(self.max_queue_delay_s, batches * self._batch_s, 0.001)
 
-    def _enqueue(self, inputs: Tensors, rows: int, sig: Signature, priority: int) -> list[asyncio.Future[Tensors]]:
+    def _enqueue(self, inputs: Tensors, rows: int, sig: Signature, priority: int) -> list[_Pending]:
         loop = asyncio.get_running_loop()
         if self._dispatcher is None:
             self._dispatcher = loop.create_task(self._dispatch(), name=f"batcher-{self.name}")
-        now, futures = time.monotonic(), []
+        now, pieces = time.monotonic(), []
         size = self.max_batch_size if self.split_oversized else max(rows, self.max_batch_size)
         for piece, n in _pieces(inputs, rows, size):
             pending = _Pending(piece, n, sig, loop.create_future(), now)
-            pending.future.add_done_callback(functools.partial(self._on_done, pending))
             heapq.heappush(self._heap, (-priority, next(self._seq), pending))
             self._rows_waiting += n
             self._rows_by_sig[sig] += n
-            futures.append(pending.future)
+            pieces.append(pending)
         self._metrics.queue_depth(self._rows_waiting)
         self._arrived.set()
-        return futures
-
-    def _on_done(self, pending: _Pending, _future: asyncio.Future[Tensors]) -> None:
-        """A piece cancelled while still queued gives its rows back (removed lazily)."""
-        if pending.queued:
-            self._unqueue(pending)
+        return pieces
 
     def _unqueue(self, pending: _Pending) -> None:
+        """Give back the rows of a piece leaving the queue (taken, or its caller gone); the
+        queue-depth gauge is the caller's to update, once for all it removed."""
         pending.queued = False
         self._rows_waiting -= pending.rows
         self._rows_by_sig[pending.signature] -= pending.rows
         if self._rows_by_sig[pending.signature] <= 0:
             del self._rows_by_sig[pending.signature]
-        self._metrics.queue_depth(self._rows_waiting)
 
     def _head(self) -> _Pending | None:
-        """The live piece to serve next, dropping cancelled ones from the top."""
+        """The live piece to serve next, dropping cancelled ones from the top (their rows
+        were given back by their callers)."""
         while self._heap and self._heap[0][2].future.done():
             heapq.heappop(self._heap)
         return self._heap[0][2] if self._heap else None
@@ -285,11 +285,14 @@ class DynamicBatcher:
 
     def _take(self, sig: Signature) -> list[_Pending]:
         """Remove and return, in priority order, the pieces of ``sig`` that fit one batch
-        (the first always goes, even if it alone exceeds the batch size: unsplit)."""
+        (the first always goes, even if it alone exceeds the batch size: unsplit). Pops
+        only until the batch is full, so a batch costs its own pieces, not the queue's."""
         now, rows = time.monotonic(), 0
         taken: list[_Pending] = []
-        rest: list[tuple[int, int, _Pending]] = []
-        for item in sorted(self._heap):  # a sorted list is a valid heap
+        skipped: list[tuple[int, int, _Pending]] = []
+        heap = self._heap
+        while heap and rows < self.max_batch_size:
+            item = heapq.heappop(heap)
             pending = item[2]
             if pending.future.done():
                 continue
@@ -299,8 +302,10 @@ class DynamicBatcher:
                 self._unqueue(pending)
                 self._metrics.queued(now - pending.enqueued)
             else:
-                rest.append(item)
-        self._heap = rest
+                skipped.append(item)
+        for item in skipped:
+            heapq.heappush(heap, item)
+        self._metrics.queue_depth(self._rows_waiting)
         return taken
 
     async def _execute(self, batch: list[_Pending]) -> None:

@@ -28,7 +28,6 @@ from edge_node.inference.errors import (
     QueueFull,
 )
 from edge_node.inference.repository import LoadedModel, ModelRepository
-from edge_node.oip.body import DEFAULT_MAX_BODY_BYTES
 from edge_node.oip.codec import InferRequest, OipError
 from edge_node.oip.config import triton_config
 from edge_node.oip.datatypes import oip_datatype
@@ -41,6 +40,8 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "modelfleet-edge"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 PLATFORM = "onnxruntime_onnx"
+#: Default cap on one inference request body (the edge's ``limits.max_infer_body_bytes``).
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class PlaneError(Exception):

@@ -5,7 +5,8 @@ orjson, never through pydantic models, since this is the hot path."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -21,6 +22,9 @@ from edge_node.oip.codec import HEADER_LENGTH, InferRequest, OipError, decode_re
 from edge_node.oip.dataplane import DataPlane, OipLimits, PlaneError
 
 log = logging.getLogger(__name__)
+
+#: Reads the request body under a cap (its argument, in bytes); see ``edge_node.oip.body``.
+BodyReader = Callable[[int], Awaitable[bytes]]
 
 
 class ErrorBody(BaseModel):
@@ -108,8 +112,7 @@ def error_response(message: str, status: int, headers: dict[str, str] | None = N
     return json_response({"error": message}, status, headers)
 
 
-def _header_length(request: Request) -> int | None:
-    raw = request.headers.get(HEADER_LENGTH)
+def _header_length(raw: str | None) -> int | None:
     if raw is None:
         return None
     if not (raw.isascii() and raw.strip().isdigit()):  # "²".isdigit() is True, int("²") raises
@@ -122,24 +125,66 @@ def plane_error_response(exc: PlaneError) -> Response:
     return error_response(str(exc), exc.status, exc.retry_after_header)
 
 
-async def _infer(plane: DataPlane, name: str, version: str | None, request: Request) -> Response:
+@dataclass(frozen=True, slots=True)
+class InferReply:
+    """One inference answer, whatever writes it: status, body, content type and the extra
+    headers (``Inference-Header-Content-Length``, ``Retry-After``)."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] | None = None
+
+
+def _error_reply(message: str, status: int, headers: dict[str, str] | None = None) -> InferReply:
+    return InferReply(status, orjson.dumps({"error": message}), headers=headers)
+
+
+async def _run_infer(
+    plane: DataPlane, name: str, version: str | None, read: BodyReader, header_length: str | None
+) -> InferReply:
     with plane.admitted(name, version):
         # The body before the lookup: no version swap between lookup and run.
-        body = await read_body(request, plane.limits.max_body_bytes)
-        header_length = _header_length(request)
+        body = await read(plane.limits.max_body_bytes)
+        length_in = _header_length(header_length)
         decoded: list[InferRequest] = []
 
         def decode(_: LoadedModel) -> InferRequest:
-            decoded.append(decode_request(body, header_length, plane.limits.max_tensor_elements))
+            decoded.append(decode_request(body, length_in, plane.limits.max_tensor_elements))
             return decoded[0]
 
         result = await plane.infer(name, version, decode)
     payload, length = encode_response(result.model.name, result.model.version, decoded[0], result.outputs)
     if length is None:
-        return Response(payload, media_type="application/json")
-    return Response(
-        payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(length)}
-    )
+        return InferReply(200, payload)
+    return InferReply(200, payload, "application/octet-stream", {"Inference-Header-Content-Length": str(length)})
+
+
+async def infer_reply(
+    plane: DataPlane, name: str, version: str | None, read: BodyReader, header_length: str | None
+) -> InferReply:
+    """The whole REST inference transport, shared by the FastAPI routes and the raw ASGI
+    fast path (``edge_node.http.fastpath``) so the two cannot drift: admit, read the body
+    with ``read(limit)``, decode it (``header_length``: the raw Inference-Header-Content-Length
+    header), run it on ``plane`` and encode the answer; every failure becomes the OIP error
+    shape with its status. A client that left (Starlette's ClientDisconnect) is re-raised:
+    nobody is there to answer."""
+    try:
+        return await _run_infer(plane, name, version, read, header_length)
+    except PlaneError as exc:
+        return _error_reply(str(exc), exc.status, exc.retry_after_header)
+    except OipError as exc:  # the body or its header, before the plane saw them
+        return _error_reply(str(exc), exc.status)
+    except ClientDisconnect:
+        raise
+    except Exception as exc:  # a bug here must still answer in the OIP error shape
+        log.exception("inference request for %s failed", name)
+        return _error_reply(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
+
+
+def reply_response(reply: InferReply) -> Response:
+    """``reply`` as a Starlette response."""
+    return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)
 
 
 def create_oip_router(
@@ -154,17 +199,10 @@ def create_oip_routes(plane: DataPlane) -> APIRouter:
     router = APIRouter()
 
     async def tracked(name: str, model_version: str | None, request: Request) -> Response:
-        try:
-            return await _infer(plane, name, model_version, request)
-        except PlaneError as exc:
-            return plane_error_response(exc)
-        except OipError as exc:  # the body or its header, before the plane saw them
-            return error_response(str(exc), exc.status)
-        except ClientDisconnect:
-            raise  # nobody to answer
-        except Exception as exc:  # a bug here must still answer in the OIP error shape
-            log.exception("inference request for %s failed", name)
-            return error_response(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
+        reply = await infer_reply(
+            plane, name, model_version, lambda limit: read_body(request, limit), request.headers.get(HEADER_LENGTH)
+        )
+        return reply_response(reply)
 
     def answer(call: Callable[[], dict[str, Any]]) -> Response:
         try:

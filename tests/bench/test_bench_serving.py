@@ -25,17 +25,18 @@ def test_serving_bench_writes_sane_json(
     ]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "speedup" in printed and "ceiling_ratio" in printed
+    assert "speedup" in printed and "ceiling_ratio" in printed and "compute_ratio" in printed
     data = json.loads(out.read_text())
     for key in (
         "batched_rps", "unbatched_rps", "speedup", "p50_ms", "p99_ms", "mean_batch_size", "digits_rps", "noop_rps",
-        "ceiling_ratio", "clients", "errors", "load_generator", "artifacts", "targets", "met",
+        "ceiling_ratio", "compute_limit_rps", "compute_ratio", "clients", "errors", "load_generator", "artifacts",
+        "targets", "met",
     ):  # fmt: skip
         assert key in data, key
     assert data["clients"] == 4
     assert data["load_generator"] in ("wrk", "python")
     assert data["errors"] == 0 and data["warmup_errors"] == 0
-    assert data["targets"] == TARGETS == {"speedup": 3.0, "ceiling_ratio": 0.6, "errors": 0}
+    assert data["targets"] == TARGETS == {"speedup": 3.0, "ceiling_ratio": 0.6, "compute_ratio": 0.6, "errors": 0}
     assert set(data["met"]) == set(TARGETS) and all(isinstance(v, bool) for v in data["met"].values())
     assert data["met"]["errors"] is True
     for key in ("batched_rps", "unbatched_rps", "digits_rps", "noop_rps", "p50_ms", "p99_ms"):
@@ -43,6 +44,11 @@ def test_serving_bench_writes_sane_json(
     assert data["p99_ms"] >= data["p50_ms"]
     assert data["speedup"] == pytest.approx(data["batched_rps"] / data["unbatched_rps"])
     assert data["ceiling_ratio"] == pytest.approx(data["digits_rps"] / data["noop_rps"])
+    # ONNX Runtime alone on the served file, at the edge's largest batch, for about 2 s.
+    compute = data["compute"]
+    assert compute["batch"] == 32 and compute["runs"] > 0 and compute["model_bytes"] > 0
+    assert data["compute_limit_rps"] == pytest.approx(compute["rows_per_s"]) and data["compute_limit_rps"] > 0
+    assert data["compute_ratio"] == pytest.approx(data["batched_rps"] / data["compute_limit_rps"])
     assert set(data["artifacts"]) == {"bench-mlp", "digits"}
     assert all(a == "fp32" or a.startswith("int8-") for a in data["artifacts"].values())
     # Batching on: at most 32 rows (4 clients here); off: exactly one row per run.

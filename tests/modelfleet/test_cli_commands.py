@@ -37,8 +37,7 @@ def test_the_edge_server_module_leaves_the_http_stack_for_later() -> None:
     """FastAPI and uvicorn load in a worker thread while a restarted edge loads its models
     (edge_node.server); an import of them on the way to the server module would undo that."""
     code = (
-        "import sys, edge_node.server;"
-        "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))"
+        "import sys, edge_node.server;print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]"

@@ -219,6 +219,25 @@ def test_bytes_elements_codec_round_trip() -> None:
     assert json_length is not None and body[json_length:] == raw
 
 
+@pytest.mark.parametrize("warnings_as", ["error", "ignore"])
+@pytest.mark.parametrize(("datatype", "value"), [("FP32", 1e39), ("FP16", 70000.0), ("FP32", -3.5e38)])
+def test_a_json_value_a_float_datatype_cannot_hold_is_refused(datatype: str, value: float, warnings_as: str) -> None:
+    """Whether numpy's overflow warning is an error (tests) or only printed (production)."""
+    import warnings
+
+    from edge_node.oip.codec import OipError, decode_request
+
+    body = orjson.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [1, 2], "data": [0.5, value]}]})
+    with warnings.catch_warnings():
+        warnings.simplefilter(warnings_as)  # type: ignore[arg-type]
+        with pytest.raises(OipError, match=f"'x': a value is outside the range of {datatype}"):
+            decode_request(body, None)
+    ok = decode_request(
+        orjson.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [2], "data": [0.5, 1]}]}), None
+    )
+    assert ok.inputs["x"].tolist() == [0.5, 1.0]
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
