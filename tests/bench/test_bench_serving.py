@@ -36,7 +36,9 @@ def test_serving_bench_writes_sane_json(
     assert data["clients"] == 4
     assert data["load_generator"] in ("wrk", "python")
     assert data["errors"] == 0 and data["warmup_errors"] == 0
-    assert data["targets"] == TARGETS == {"speedup": 3.0, "ceiling_ratio": 0.6, "compute_ratio": 0.6, "errors": 0}
+    assert data["targets"] == TARGETS == {
+        "speedup": 3.0, "ceiling_ratio": 0.6, "compute_ratio": 0.6, "grpc_over_rest": 1.0, "errors": 0
+    }  # fmt: skip
     assert set(data["met"]) == set(TARGETS) and all(isinstance(v, bool) for v in data["met"].values())
     assert data["met"]["errors"] is True
     for key in ("batched_rps", "unbatched_rps", "digits_rps", "noop_rps", "p50_ms", "p99_ms"):
@@ -49,13 +51,20 @@ def test_serving_bench_writes_sane_json(
     assert compute["batch"] == 32 and compute["runs"] > 0 and compute["model_bytes"] > 0
     assert data["compute_limit_rps"] == pytest.approx(compute["rows_per_s"]) and data["compute_limit_rps"] > 0
     assert data["compute_ratio"] == pytest.approx(data["batched_rps"] / data["compute_limit_rps"])
+    for key in ("grpc_batched_rps", "grpc_digits_rps"):
+        assert data[key] > 0, key
+    assert data["grpc_over_rest"] == pytest.approx(data["grpc_batched_rps"] / data["batched_rps"])
+    for label in ("grpc_batched", "grpc_digits"):
+        run = data["runs"][label]
+        assert run["transport"] == "grpc" and run["tool"] == "grpc" and run["errors"] == 0, run
+        assert run["mean_batch_size"] >= 1, run
     assert set(data["artifacts"]) == {"bench-mlp", "digits"}
     assert all(a == "fp32" or a.startswith("int8-") for a in data["artifacts"].values())
     # Batching on: at most 32 rows (4 clients here); off: exactly one row per run.
     assert 1.0 <= data["mean_batch_size"] <= 4.0
     assert data["unbatched_mean_batch_size"] == 1.0
     runs = data["runs"]
-    assert set(runs) == {"batched", "digits", "noop", "unbatched"}
+    assert set(runs) == {"batched", "digits", "noop", "grpc_batched", "grpc_digits", "unbatched"}
     for run in runs.values():
         assert run["requests"] > 0 and run["errors"] == 0 and run["edge_cpu_ms_per_request"] >= 0
     # The fleet cleaned up after itself.
