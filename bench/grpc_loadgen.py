@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import MAX_DURATION_S, LoadGenError, children_cpu_s, load_result, percentile
+from bench.loadgen import MAX_DURATION_S, LoadGenError, children_cpu_s, load_result, percentile, run_and_write
 
 #: The KServe v2 inference call.
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -113,18 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     coro = run_grpc_client(
         args.target, args.request_file.read_bytes(), args.concurrency, args.channels, args.duration_s
     )
-    try:
-        import uvloop
-
-        result = uvloop.run(coro)
-    except ImportError:
-        result = asyncio.run(coro)
-    text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    else:
-        print(text)
-    return 0
+    return run_and_write(coro, args.json)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -388,6 +388,12 @@ def main(argv: list[str] | None = None) -> int:
         headers[name.strip()] = value.strip()
     body = args.body_file.read_bytes()
     coro = run_python_client(args.url, body, headers, args.connections, args.requests_per_connection, args.duration_s)
+    return run_and_write(coro, args.json)
+
+
+def run_and_write(coro: Coroutine[Any, Any, dict[str, Any]], json_path: Path | None) -> int:
+    """Run a client coroutine (on uvloop when installed) and write its result JSON to
+    ``json_path`` (stdout when None): the tail of every load generator's ``main``."""
     try:
         import uvloop
 
@@ -395,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         result = asyncio.run(coro)
     text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
+    if json_path:
+        json_path.write_text(text + "\n")
     else:
         print(text)
     return 0

@@ -1,7 +1,9 @@
-"""Triton's own HTTP client (``tritonclient[http]``) against an edge and against central's
-gateway: health, model readiness, metadata, configuration, and binary-data inference with
-FP32 and INT64 inputs, the outputs checked against ONNX Runtime on the same files. A request
-the model refuses reaches the client as Triton's exception with status 400.
+"""Triton's own clients against an edge and against central's gateway. Over HTTP
+(``tritonclient.http``): health, model readiness, metadata, configuration, and binary-data
+inference with FP32 and INT64 inputs, the outputs checked against ONNX Runtime on the same
+files; a request the model refuses reaches the client as Triton's exception with status 400.
+Over KServe v2 gRPC (``tritonclient.grpc``, in a process of its own): the same calls on the
+inference gRPC ports, refusals arriving with the right gRPC status.
 
 The client is synchronous (gevent), and the servers run on the test's event loop, so every
 call runs in a worker thread."""
@@ -9,6 +11,8 @@ call runs in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,10 @@ from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, wait_for
 from edge_node.server import EdgeServer
 from request_models import VOCAB, build_token_model
+
+#: Triton's gRPC client registers the same protobuf message names as ``fleetwire.kserve``
+#: (imported here by the servers), so it runs in a process of its own.
+GRPC_CLIENT = Path(__file__).with_name("triton_grpc_client.py")
 
 
 @pytest.fixture
@@ -135,3 +143,61 @@ async def test_tritons_client_against_an_edge_and_the_gateway(
     _check(await asyncio.to_thread(_session, central.http_url.removeprefix("http://"), files))
     stats = central.central.gateway.stats
     assert stats.node_failures == 0 and stats.retries == 0
+
+
+async def _triton_grpc_session(url: str, feed: dict[str, Any]) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(GRPC_CLIENT),
+        json.dumps({"url": url, **feed}),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    seen: dict[str, Any] = json.loads(out)
+    return seen
+
+
+def _check_grpc(seen: dict[str, Any], files: dict[str, Path], feed: dict[str, Any], server: str, ghost: str) -> None:
+    assert seen["live"] and seen["ready"] and seen["model_ready"]
+    assert not seen["ghost_ready"]
+    assert seen["server"]["name"] == server
+    meta = seen["metadata"]
+    assert meta["name"] == "tokens" and meta["platform"] == "onnxruntime_onnx"
+    assert [(t["name"], t["datatype"], t["shape"]) for t in meta["inputs"]] == [
+        ("input_ids", "INT64", ["-1", "-1"]),  # int64 fields as JSON strings: protobuf's JSON mapping
+        ("attention_mask", "INT64", ["-1", "-1"]),
+    ]
+    x = np.array(feed["x"], dtype=np.float32)
+    ids, mask = np.array(feed["ids"], dtype=np.int64), np.array(feed["mask"], dtype=np.int64)
+    want = _reference(files["tiny"], {"input": x})
+    np.testing.assert_allclose(np.array(seen["tiny"], dtype=np.float32), want, rtol=1e-5, atol=1e-5)
+    assert seen["tiny_id"] == "r-1"
+    want = _reference(files["tokens"], {"input_ids": ids, "attention_mask": mask})
+    np.testing.assert_allclose(np.array(seen["tokens"], dtype=np.float32), want, rtol=1e-5, atol=1e-5)
+    status, message = seen["bad"]
+    assert status == "StatusCode.INVALID_ARGUMENT" and "input_ids" in message and str(VOCAB + 1) in message, seen
+    assert seen["ghost"][0] == ghost and "ghost" in seen["ghost"][1], seen["ghost"]
+
+
+@pytest.mark.timeout(180)
+async def test_tritons_grpc_client_against_an_edge_and_the_gateway(
+    fleet: tuple[CentralServer, EdgeServer, dict[str, Path]],
+) -> None:
+    central, edge, files = fleet
+    rng = np.random.default_rng(1)
+    feed = {
+        "x": rng.standard_normal((3, 32)).astype(np.float32).tolist(),
+        "ids": [[1, 5, VOCAB - 1, 0], [7, 7, 2, 3]],
+        "mask": [[1, 1, 1, 0], [1, 1, 1, 1]],
+        "bad_id": VOCAB + 1,
+    }
+    assert edge.infer_grpc_address is not None and central.infer_grpc_address is not None
+    seen = await _triton_grpc_session(edge.infer_grpc_address, feed)
+    _check_grpc(seen, files, feed, "modelfleet-edge", ghost="StatusCode.NOT_FOUND")
+    seen = await _triton_grpc_session(central.infer_grpc_address, feed)
+    # the gateway knows no node that serves "ghost": 503 over REST, UNAVAILABLE here
+    _check_grpc(seen, files, feed, "modelfleet-gateway", ghost="StatusCode.UNAVAILABLE")
+    stats = central.central.gateway.stats
+    assert stats.node_failures == 0 and stats.retries == 0 and stats.requests >= 4
