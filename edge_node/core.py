@@ -83,6 +83,7 @@ class Edge:
             on_dropped=self.repository.unload,
             trust=self.trust,
             selection=self._selection(settings, factory),
+            fail_after_s=settings.fetch.fail_after_s,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
@@ -158,6 +159,7 @@ class Edge:
             cache=self.store.stats,
             models=self.repository.models,
             refusals=lambda: self.materializer.refusals,
+            failures=self.materializer.failures,
             load=self.load,
             state=lambda: "stopping" if self._leaving else "online",
             choices=lambda: {k: c.info() for k, c in self.materializer.selection.choices.items()},

@@ -143,6 +143,14 @@ class FetchSettings(BaseModel):
         0.2, gt=0, description="First retry delay; doubles per round, each wait jittered down to half of it."
     )
     backoff_max_s: float = Field(5.0, gt=0, description="Longest retry delay.")
+    fail_after_s: float = Field(
+        60.0,
+        ge=0,
+        description=(
+            "How long a version's chunk fetches may keep failing (no peer nor central delivered, after"
+            " every round) before the heartbeat reports it failed with reason network; retries go on."
+        ),
+    )
     hot_cache_bytes: int = Field(
         128 * 1024 * 1024, ge=0, description="Recently verified chunks kept in memory for peers and assembly."
     )

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
-from central.rollout.model import Rollout, RolloutState, matches
-from central.rollout.progress import Verdict, choose_canaries, decide, node_progress
+from central.rollout.model import NodeFailure, Rollout, RolloutState, matches
+from central.rollout.progress import TRANSIENT_REASONS, Verdict, choose_canaries, decide, node_failure, node_progress
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
@@ -154,17 +154,20 @@ class RolloutController:
         """Per-node progress (a failure sticks), counts and rate; returns node → error."""
         errors: dict[str, str] = {}
         nodes = {}
+        failures = {}
         for node_id in r.targets:
             in_wave = r.state == "rolling" or node_id in r.canary_nodes
             reported = self._fleet.reported(node_id)
             progress = node_progress(r, in_wave, reported)
-            if before.nodes.get(node_id) == "failed":
-                progress = "failed"
+            failure = node_failure(r, reported) if progress == "failed" else before.failures.get(node_id)
+            transient = failure is not None and failure.reason in TRANSIENT_REASONS
+            if before.nodes.get(node_id) == "failed" and not transient:
+                progress = "failed"  # a failure sticks for the rollout, unless the edge got over it
             if progress == "failed":
-                info = next((m for m in reported or () if (m.name, m.version) == (r.model, r.version)), None)
-                errors[node_id] = (info.error if info and info.error else None) or "inference errors reported"
+                failure = failures[node_id] = failure or NodeFailure(reason="unknown")
+                errors[node_id] = f"{failure.reason}: {failure.error or 'failed'}"
             nodes[node_id] = progress
-        r.nodes = nodes
+        r.nodes, r.failures = nodes, failures
         r.ready = sum(1 for p in nodes.values() if p == "ready")
         r.failed = sum(1 for p in nodes.values() if p == "failed")
         reported_count = r.ready + r.failed

@@ -20,6 +20,18 @@ IN_EFFECT: frozenset[str] = frozenset({"canary", "rolling", "complete"})
 _PRIVATE = {"healthy_since", "progressed_at", "stuck_reported"}
 
 
+class NodeFailure(BaseModel):
+    """Why a node failed on a rollout's version, as its heartbeat said."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    reason: str
+    """A short code: signature, disk, cache_too_small, network, assembly, load, or inference
+    (failed requests); ``unknown`` from an edge that names none."""
+    error: str | None = None
+    """The edge's message."""
+
+
 class RolloutRequest(BaseModel):
     """The body of ``POST /api/v1/models/{name}/rollouts``."""
 
@@ -56,6 +68,8 @@ class Rollout(RolloutRequest):
     targets: list[str] = Field(default_factory=list)
     canary_nodes: list[str] = Field(default_factory=list)
     nodes: dict[str, NodeProgress] = Field(default_factory=dict)
+    failures: dict[str, NodeFailure] = Field(default_factory=dict)
+    """Node → why it failed, for every ``failed`` node."""
     ready: int = 0
     failed: int = 0
     failure_rate: float = 0.0

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from central.rollout.model import NodeProgress, Rollout, describe_selector
+from central.rollout.model import NodeFailure, NodeProgress, Rollout, describe_selector
 from fleetwire.mqtt.payloads import ModelInfo
 
 Decision = Literal["wait", "promote", "complete", "roll_back"]
@@ -51,6 +51,18 @@ def node_progress(rollout: Rollout, in_wave: bool, reported: Sequence[ModelInfo]
     if info.state in ("failed", "error") or info.errors > 0:
         return "failed"
     return "ready" if info.state == "ready" else "loading"
+
+
+#: Failures that pass: the edge keeps retrying and its node counts again once it recovers.
+TRANSIENT_REASONS: frozenset[str] = frozenset({"network"})
+
+
+def node_failure(rollout: Rollout, reported: Sequence[ModelInfo] | None) -> NodeFailure:
+    """Why a failed node failed, from its last heartbeat's entry for the rollout's version."""
+    info = next((m for m in reported or () if m.name == rollout.model and m.version == rollout.version), None)
+    if info is None or (info.state not in ("failed", "error") and info.errors > 0):
+        return NodeFailure(reason="inference", error="inference errors reported")
+    return NodeFailure(reason=info.reason or "unknown", error=info.error)
 
 
 def failure_reason(rollout: Rollout, errors: dict[str, str]) -> str:

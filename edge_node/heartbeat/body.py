@@ -39,6 +39,10 @@ class HeartbeatBody:
     autonomous_since: float | None = None
 
 
+def _no_failures() -> Mapping[tuple[str, str], tuple[str, str]]:
+    return {}
+
+
 def _no_choices() -> Mapping[tuple[str, str], ArtifactChoiceInfo]:
     return {}
 
@@ -74,6 +78,8 @@ class HeartbeatSources:
     """Request load figures."""
     state: Callable[[], str]
     """The node's own state: ``online``, or ``stopping`` once it shuts down."""
+    failures: Callable[[], Mapping[tuple[str, str], tuple[str, str]]] = _no_failures
+    """Versions that could not be fetched or assembled, (name, version) → (reason code, message)."""
     choices: Callable[[], Mapping[tuple[str, str], ArtifactChoiceInfo]] = _no_choices
     """(name, version) → the artifact it is served as, and why (``edge_node.sync.selection``)."""
     hardware_class: str = ""
@@ -94,6 +100,7 @@ class HeartbeatSources:
                 version=m.version,
                 state=str(m.state),
                 error=m.error[:MAX_ERROR_CHARS] if m.error else None,
+                reason="load" if m.state in ("failed", "error") else None,
                 errors=m.errors,
                 choice=choices.get((m.name, m.version)),
             )
@@ -101,7 +108,13 @@ class HeartbeatSources:
         ]
         known = {(m.name, m.version) for m in models}
         models += [
-            ModelInfo(name=name, version=ver, state="failed", error=reason[:MAX_ERROR_CHARS])
+            ModelInfo(name=name, version=ver, state="failed", reason=reason, error=error[:MAX_ERROR_CHARS])
+            for (name, ver), (reason, error) in self.failures().items()
+            if (name, ver) not in known
+        ]
+        known = {(m.name, m.version) for m in models}
+        models += [
+            ModelInfo(name=name, version=ver, state="failed", reason="cache_too_small", error=reason[:MAX_ERROR_CHARS])
             for (name, ver), reason in self.refusals().items()
             if (name, ver) not in known
         ]

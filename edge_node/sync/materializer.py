@@ -13,7 +13,15 @@ after a restart the newest complete version of the model on disk is served meanw
 
 Which of a version's artifacts is fetched, pinned and served is ``ArtifactSelection``'s
 call (``edge_node.sync.selection``); a version without a decided artifact has every
-artifact fetched, assembled apart and timed, then only the winner assembled and pinned."""
+artifact fetched, assembled apart and timed, then only the winner assembled and pinned.
+
+A failed version carries a ``reason`` code beside its message (``REASONS``), which the
+heartbeat reports so central tells a stuck fetch from a slow one: ``signature`` (its manifest
+is not signed by the pinned key), ``cache_too_small``, ``disk`` (a write failed),
+``assembly`` (the chunks do not add up to the file) and ``network``: no source delivered a
+chunk, through the fetcher's own rounds, for ``fail_after_s``. Until then a version whose
+fetches fail stays ``fetching``; after, it is ``failed`` while it keeps being retried, and
+completes once a source returns."""
 
 from __future__ import annotations
 
@@ -41,6 +49,10 @@ from fleetwire.signing import SignatureError
 
 log = logging.getLogger(__name__)
 
+#: Why a version could not be made ready (``VersionProgress.reason``); ``load`` (ONNX Runtime
+#: refused the files) is the inference repository's, added by the heartbeat.
+REASONS = ("signature", "cache_too_small", "disk", "assembly", "network", "load")
+
 #: The wait before a version's first retry; it doubles per retry up to ``retry_max_s``, jittered.
 _FIRST_RETRY_S = 0.5
 
@@ -56,7 +68,13 @@ class VersionProgress:
     chunks_present: int = 0
     size: int = 0
     error: str | None = None
+    #: Why it failed, one of ``REASONS`` (None unless ``state`` is failed).
+    reason: str | None = None
     completed_at: float | None = None
+
+    def fail(self, reason: str, error: str) -> None:
+        """Mark the version failed for ``reason``, explained by ``error``."""
+        self.state, self.reason, self.error = "failed", reason, error
 
     def as_dict(self) -> dict[str, object]:
         """JSON-friendly form."""
@@ -75,6 +93,7 @@ class Materializer:
         on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         trust: ManifestTrust | None = None,
         selection: ArtifactSelection | None = None,
+        fail_after_s: float = 60.0,
     ) -> None:
         self._fetcher = fetcher
         #: Decides which artifact of each version is served (default: central's, untimed).
@@ -88,6 +107,8 @@ class Materializer:
         self._on_complete = on_complete
         self._on_dropped = on_dropped
         self._retry_max_s = retry_max_s
+        #: How long fetches may fail before the version is reported failed (reason ``network``).
+        self._fail_after_s = fail_after_s
         #: Checks central's signature on every manifest before any of its chunks is fetched.
         self._trust = trust
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -158,7 +179,7 @@ class Materializer:
             progress = VersionProgress(
                 m.name, m.version, "failed", len(self.selection.serving_chunks(version)), size=m.size
             )
-            progress.error = self.refusals[key]
+            progress.fail("cache_too_small", self.refusals[key])
             self.progress[key] = progress
 
     async def _keep_serving(self, refused: Manifest) -> None:
@@ -218,7 +239,7 @@ class Materializer:
         self.progress[m.key] = progress
         refusal = self._refused(m)
         if refusal is not None:  # a new desired state retries; the version served now stays
-            progress.state, progress.error = "failed", refusal
+            progress.fail("signature", refusal)
             return
         decided = self.selection.decided(version)
         if decided is not None and await asyncio.to_thread(self._files.is_complete, served_as(m, decided.artifact)):
@@ -230,7 +251,7 @@ class Materializer:
             await self._completed(m, decided)  # assembled before a restart: serve it again
             return
         disk_error, choice = await self._fetch_and_assemble(version, progress)
-        progress.state, progress.error, progress.completed_at = "complete", None, time.time()
+        progress.state, progress.error, progress.reason, progress.completed_at = "complete", None, None, time.time()
         if disk_error is not None:
             log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
         log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, choice.artifact, m.size)
@@ -274,12 +295,20 @@ class Materializer:
         m = version.manifest
         disk_error: str | None = None
         choice: ArtifactChoice | None = None
+        failing_since: float | None = None  # when the first attempt that ended in FetchFailed began
+        attempt_began = time.monotonic()
 
         def failed(state: RetryCallState) -> None:
-            nonlocal disk_error
+            nonlocal disk_error, failing_since
             exc = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(exc, FetchFailed):
+                failing_since = attempt_began if failing_since is None else failing_since
+                self._fetch_failed(progress, exc, time.monotonic() - failing_since)
+                log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, state.upcoming_sleep)
+                return
+            failing_since = None
             if isinstance(exc, OSError):  # a full disk: nothing half-written is kept, what is served stays
-                progress.state, progress.error = "failed", f"{exc.strerror or exc}; keeping the version served now"
+                progress.fail("disk", f"{exc.strerror or exc}; keeping the version served now")
                 if disk_error is None:
                     log.error("%s:%s failed: %s; retrying until there is room", m.name, m.version, progress.error)
                     self._spawn(self._keep_serving(m))  # after a restart nothing may be loaded yet
@@ -287,16 +316,33 @@ class Materializer:
                     log.debug("%s:%s failed again: %s", m.name, m.version, exc)
                 disk_error = progress.error
             else:
-                progress.state, progress.error = "failed", str(exc)
+                progress.fail("assembly", str(exc))
                 log.warning("%s:%s failed (%s); retrying in %.1fs", m.name, m.version, exc, state.upcoming_sleep)
 
         retry = retry_if_exception_type((FetchFailed, AssemblyError, OSError))
         async for attempt in retrying(_FIRST_RETRY_S, self._retry_max_s, retry=retry, before_sleep=failed):
+            attempt_began = time.monotonic()
             with attempt:
-                await self._fetch_all(version, progress, keep_failed=disk_error is not None)
+                await self._fetch_all(version, progress, keep_failed=progress.state == "failed")
                 choice = await self._assemble_served(version)
         assert choice is not None  # the loop ends only with a successful attempt
         return disk_error, choice
+
+    def _fetch_failed(self, progress: VersionProgress, exc: FetchFailed, failing_for: float) -> None:
+        """A chunk no source delivered: ``failed`` (reason ``network``) once fetches have failed
+        for ``fail_after_s``; before that the version stays where it is, the error noted."""
+        if failing_for >= self._fail_after_s:
+            progress.fail("network", f"{exc} (failing for {failing_for:.0f} s); retrying")
+        else:
+            progress.error = str(exc)
+
+    def failures(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """Every failed version: (name, version) → (reason, message), for the heartbeat."""
+        return {
+            key: (p.reason or "unknown", p.error or p.reason or "failed")
+            for key, p in self.progress.items()
+            if p.state == "failed"
+        }
 
     async def _completed(self, manifest: Manifest, choice: ArtifactChoice | None = None) -> None:
         """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk)."""

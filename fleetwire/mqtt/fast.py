@@ -21,6 +21,7 @@ import msgspec
 from fleetwire.mqtt.payloads import (
     MAX_CHOICE_NAME,
     MAX_CHOICE_REASON,
+    MAX_REASON_CODE,
     ArtifactChoiceInfo,
     CacheInfo,
     Heartbeat,
@@ -81,6 +82,7 @@ class FastModel(msgspec.Struct, frozen=True):
     version: str
     state: str
     error: str | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CODE)] | None = None
     errors: _NonNegInt = 0
     choice: FastChoice | None = None
 

@@ -61,13 +61,26 @@ class ArtifactChoiceInfo(_Payload):
     from_node: str | None = Field(None, max_length=MAX_CHOICE_NAME, description="The node that timed it.")
 
 
+#: Longest failure reason code (``signature``, ``disk``, ``cache_too_small``, ``network``, ``load``).
+MAX_REASON_CODE = 32
+
+
 class ModelInfo(_Payload):
-    """One model version on the node and its state (loading, ready, failed, ...)."""
+    """One model version on the node and its state (loading, ready, failed, ...).
+
+    A failed version carries ``reason``, a short code saying why it could not be made ready
+    (``signature``, ``disk``, ``cache_too_small``, ``network``, ``load``), beside ``error``,
+    the message in words. Older edges send no reason."""
 
     name: str
     version: str
     state: str
     error: str | None = None
+    reason: str | None = Field(
+        None,
+        max_length=MAX_REASON_CODE,
+        description="Why a failed version failed: signature, disk, cache_too_small, network or load.",
+    )
     errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
     choice: ArtifactChoiceInfo | None = Field(None, description="The artifact served, and why; absent before load.")
 
@@ -79,6 +92,8 @@ class ModelInfo(_Payload):
             data.pop("errors", None)
         if data.get("choice") is None:
             data.pop("choice", None)
+        if data.get("reason") is None:
+            data.pop("reason", None)
         return data
 
 

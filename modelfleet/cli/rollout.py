@@ -68,6 +68,9 @@ def describe(r: JsonObject) -> Text:
     for node, node_state in sorted((r.get("nodes") or {}).items()):
         text.append(f"\n    {node}: ")
         text.append(str(node_state), style="red" if node_state == "failed" else "")
+        failure = (r.get("failures") or {}).get(node)
+        if node_state == "failed" and isinstance(failure, dict):
+            text.append(f" ({failure.get('reason')}: {failure.get('error') or 'no message'})", style="red")
     if r.get("reason"):
         text.append(f"\n  {r['reason']}", style="italic")
     return text

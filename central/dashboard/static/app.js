@@ -201,9 +201,13 @@ function renderModels(s) {
 function rolloutBlock(r) {
   const total = (r.targets || []).length || 1;
   const pct = Math.round((100 * (r.ready || 0)) / total);
-  const nodes = Object.entries(r.nodes || {}).map(([id, st]) =>
-    el("span", { class: `tag tag-${st}`, title: (r.canary_nodes || []).includes(id) ? "canary" : "" },
-      `${(r.canary_nodes || []).includes(id) ? "◆ " : ""}${id}: ${st}`));
+  const nodes = Object.entries(r.nodes || {}).map(([id, st]) => {
+    const canary = (r.canary_nodes || []).includes(id);
+    const why = st === "failed" ? (r.failures || {})[id] : null;
+    const title = [canary ? "canary" : "", why ? why.error || "" : ""].filter(Boolean).join(" · ");
+    return el("span", { class: `tag tag-${st}`, title },
+      `${canary ? "◆ " : ""}${id}: ${st}${why ? ` (${why.reason})` : ""}`);
+  });
   return el("div", { class: "rollout", "data-rollout": r.id },
     el("div", { class: "rollout-head" },
       el("b", {}, `${r.model} → ${r.version}`),
