@@ -165,7 +165,7 @@ class RolloutController:
                 progress = "failed"  # a failure sticks for the rollout, unless the edge got over it
             if progress == "failed":
                 failure = failures[node_id] = failure or NodeFailure(reason="unknown")
-                errors[node_id] = f"{failure.reason}: {failure.error or 'failed'}"
+                errors[node_id] = failure.error or failure.reason
             nodes[node_id] = progress
         r.nodes, r.failures = nodes, failures
         r.ready = sum(1 for p in nodes.values() if p == "ready")

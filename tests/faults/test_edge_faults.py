@@ -159,6 +159,7 @@ def test_a_rollout_to_an_edge_whose_cache_is_too_small_rolls_back_with_the_reaso
 
         wait_until(lambda: rollout()["state"] == "rolled_back", 30, "the rollout rolled back")
         assert "e0: cache too small" in rollout()["reason"]  # the edge's reason, through its heartbeats
+        assert rollout()["failures"]["e0"]["reason"] == "cache_too_small"
         assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"
         assert fleet.edge_status("e0")["cache"]["bytes"] <= 1024 * 1024
 
@@ -183,7 +184,10 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
                 return str(version(fleet, "e0", "mlp", "2").get("error") or "")
 
             wait_until(lambda: "no space left on device" in error(), 30, "v2 failing for want of room")
-            assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
+            assert (version(fleet, "e0", "mlp", "2")["state"], version(fleet, "e0", "mlp", "2")["reason"]) == (
+                "failed",
+                "disk",
+            )
             assert "cannot store chunk" in error() and str(data_dir / "cache") in error(), error()
             assert infer(fleet, "e0", "mlp", 32)["model_version"] == "1"  # still serving what it has
 
@@ -195,6 +199,7 @@ def test_a_full_disk_fails_the_new_version_clearly_keeps_serving_and_recovers_on
             disk.resize(3584 * 1024)  # 3.5 MiB: room for v2's chunks, not for its assembled copy too
             wait_until(lambda: "cannot write mlp:2" in error(), 30, "v2's assembly failing for want of room")
             assert version(fleet, "e0", "mlp", "2")["state"] == "failed"
+            assert version(fleet, "e0", "mlp", "2")["reason"] == "disk"
             assert str(data_dir / "versions" / "mlp" / "2") in error(), error()
             leftovers = list(disk.host_path(data_dir / "versions" / "mlp" / "2" / "fp32").iterdir())
             assert [p.name for p in leftovers] == []  # no temp file, no model file without its manifest

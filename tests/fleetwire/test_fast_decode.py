@@ -75,7 +75,7 @@ def _good() -> dict[str, Any]:
              "choice": {"artifact": "int8-u8s8-qdq", "hardware_class": "x86_64/avx2/2c/cpu", "source": "measured",
                         "reason": "fastest of 3 on this node", "speedup_b1": 1.9, "speedup_b8": 1.7,
                         "from_node": "edge-a"}},
-            {"name": "m", "version": "2", "state": "failed", "error": "x", "errors": 2},
+            {"name": "m", "version": "2", "state": "failed", "error": "x", "reason": "network", "errors": 2},
         ],
         "cache": {"bytes": 10, "capacity": 100, "hits": 1, "misses": 0},
         "grpc_address": "10.0.0.1:50051",
@@ -99,7 +99,7 @@ _PATHS = [
     ("load", "inflight"), ("models",), ("models", 0), ("models", 0, "name"), ("models", 1, "errors"),
     ("cache",), ("cache", "bytes"), ("grpc_address",), ("hardware_class",), ("models", 0, "choice"),
     ("models", 0, "choice", "artifact"), ("models", 0, "choice", "speedup_b8"), ("models", 0, "choice", "reason"),
-    ("models", 0, "choice", "from_node"),
+    ("models", 0, "choice", "from_node"), ("models", 1, "reason"),
 ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from rollout_harness import RolloutHarness, failed, ready
 from central.errors import Conflict, NotFound
 from central.rollout import RolloutRequest
 from central.settings import StoreSettings
+from fleetwire.mqtt.payloads import ModelInfo
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -108,6 +109,29 @@ async def test_failures_past_the_threshold_roll_back_every_node(harness: Rollout
     assert all(harness.serves(n) == "1" for n in r.targets)
     assert harness.events[-1].type == "rollout_rolled_back"
     assert harness.events[-1].detail == {"model": "m", "version": "2", "rollout_id": r.id, "reason": r.reason}
+
+
+async def test_failed_nodes_say_why_and_only_a_network_failure_passes(harness: RolloutHarness) -> None:
+    harness.add_nodes(["n0", "n1", "n2"])
+    harness.service.start("m", _request(canary=1.0, failure_threshold=1.0))
+    harness.report("n0", ModelInfo(name="m", version="2", state="failed", reason="signature", error="manifest refused"))
+    harness.report("n1", ModelInfo(name="m", version="2", state="failed", reason="network", error="no source"))
+    harness.report("n2", ready("2", errors=1))
+    harness.controller.evaluate_all()
+    r = harness.service.get("m")
+    assert r.nodes == {"n0": "failed", "n1": "failed", "n2": "failed"}
+    assert {n: (f.reason, f.error) for n, f in r.failures.items()} == {
+        "n0": ("signature", "manifest refused"),
+        "n1": ("network", "no source"),
+        "n2": ("inference", "inference errors reported"),
+    }
+    assert r.public()["failures"]["n0"] == {"reason": "signature", "error": "manifest refused"}
+    for node in ("n0", "n1", "n2"):  # every edge gets over it: only the network failure was passing
+        harness.report(node, ready("2"))
+    harness.controller.evaluate_all()
+    r = harness.service.get("m")
+    assert r.nodes == {"n0": "failed", "n1": "ready", "n2": "failed"}
+    assert set(r.failures) == {"n0", "n2"} and r.failures["n0"].reason == "signature"
 
 
 async def test_rollouts_and_stable_versions_survive_a_restart(

@@ -579,6 +579,7 @@ def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
         cache=lambda: stats,
         models=lambda: models,
         refusals=lambda: refusals,
+        failures=lambda: {("m", "2"): ("disk", "known"), ("m", "3"): ("network", "no source delivered")},
         load=tracker,
         state=lambda: "draining",
     )
@@ -587,9 +588,12 @@ def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
     assert snap.state == "draining" and snap.grpc_address == "h:1" and snap.http_address == "h:2"
     assert snap.cache == CacheInfo(bytes=5, capacity=50, hits=1, misses=2)
     assert snap.load.inflight == 1
-    failed, ready, refused = snap.models
-    assert failed.state == "failed" and failed.error == "x" * 512
-    assert (ready.version, ready.state, ready.errors, ready.error) == ("2", "ready", 3, None)
+    failed, ready, unfetched, refused = snap.models
+    assert failed.state == "failed" and failed.error == "x" * 512 and failed.reason == "load"
+    assert (ready.version, ready.state, ready.errors, ready.error, ready.reason) == ("2", "ready", 3, None, None)
+    # a version the materializer failed is reported with its reason code, unless the runtime knows it
+    assert (unfetched.version, unfetched.state, unfetched.reason) == ("3", "failed", "network")
+    assert unfetched.error == "no source delivered"
     # a refused version the runtime does not know is reported failed, with its reason
     assert (refused.name, refused.version, refused.state) == ("big", "7", "failed")
-    assert refused.error == "needs 9 GB, the cache holds 1 GB"
+    assert refused.error == "needs 9 GB, the cache holds 1 GB" and refused.reason == "cache_too_small"
