@@ -16,7 +16,7 @@ import orjson
 
 from fleetwire.datatypes import OIP_DTYPE_NAMES
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
-from fleetwire.kserve.tensors import ContentsError, encode_bytes_elements, parameter_value, typed_contents
+from fleetwire.kserve.tensors import ContentsError, encode_bytes_elements, parameters_of, typed_contents
 
 #: Headers of the forwarded REST request besides the body's JSON length.
 _CONTENT_TYPE = "application/octet-stream"
@@ -43,10 +43,6 @@ def _input_bytes(request: pb.ModelInferRequest, index: int) -> bytes:
     return flat.tobytes()
 
 
-def _parameters(parameters: Any) -> dict[str, Any]:
-    return {key: parameter_value(value) for key, value in parameters.items()}
-
-
 def rest_request(request: pb.ModelInferRequest) -> tuple[bytes, dict[str, str]]:
     """The binary-extension body and headers of ``request`` (ConvertError on a malformed one)."""
     if not request.inputs:
@@ -70,7 +66,7 @@ def rest_request(request: pb.ModelInferRequest) -> tuple[bytes, dict[str, str]]:
         blobs.append(blob)
     doc: dict[str, Any] = {
         "inputs": inputs,
-        "parameters": {**_parameters(request.parameters), "binary_data_output": True},
+        "parameters": {**parameters_of(request.parameters), "binary_data_output": True},
     }
     if request.id:
         doc["id"] = request.id

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from edge_node.oip.datatypes import OIP_TO_NUMPY, oip_datatype
+from fleetwire.kserve.tensors import encode_bytes_elements
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -238,14 +239,6 @@ def decode_request(body: bytes, header_length: int | None, max_elements: int | N
     )
 
 
-def encode_bytes_elements(array: np.ndarray) -> bytes:
-    parts = []
-    for item in array.ravel():
-        b = item if isinstance(item, bytes) else str(item).encode()
-        parts.append(struct.pack("<I", len(b)) + b)
-    return b"".join(parts)
-
-
 def _json_data(array: np.ndarray) -> list[Any]:
     if array.dtype == np.object_:
         return [x.decode(errors="replace") if isinstance(x, bytes) else x for x in array.ravel().tolist()]
@@ -274,7 +267,11 @@ def encode_response(
     for name, array in outputs.items():
         entry: dict[str, Any] = {"name": name, "datatype": _datatype_of(array.dtype), "shape": list(array.shape)}
         if request.binary_default or name in request.binary_outputs:
-            raw = encode_bytes_elements(array) if array.dtype == np.object_ else np.ascontiguousarray(array).tobytes()
+            raw = (
+                encode_bytes_elements(array.ravel())
+                if array.dtype == np.object_
+                else np.ascontiguousarray(array).tobytes()
+            )
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:

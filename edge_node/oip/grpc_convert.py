@@ -8,8 +8,6 @@ over the message's bytes) or as typed ``contents``; every shape is checked again
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from edge_node.oip.codec import (
@@ -17,13 +15,12 @@ from edge_node.oip.codec import (
     OipError,
     check_elements,
     decode_bytes_elements,
-    encode_bytes_elements,
     reshape_flat,
 )
 from edge_node.oip.dataplane import InferResult
 from edge_node.oip.datatypes import OIP_TO_NUMPY, oip_datatype
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
-from fleetwire.kserve.tensors import ContentsError, parameter_value, typed_contents
+from fleetwire.kserve.tensors import ContentsError, encode_bytes_elements, parameters_of, typed_contents
 
 _InputTensor = pb.ModelInferRequest.InferInputTensor
 
@@ -31,11 +28,6 @@ _InputTensor = pb.ModelInferRequest.InferInputTensor
 def version_of(version: str) -> str | None:
     """A request's model version: proto3's empty string means "the one the edge serves"."""
     return version or None
-
-
-def parameters_of(parameters: Any) -> dict[str, Any]:
-    """An ``InferParameter`` map as plain values (``priority`` → int…)."""
-    return {key: parameter_value(value) for key, value in parameters.items()}
 
 
 def _shape(tensor: _InputTensor) -> list[int]:
@@ -102,7 +94,7 @@ def decode_infer_request(request: pb.ModelInferRequest, max_elements: int | None
 
 def _raw(array: np.ndarray) -> bytes:
     if array.dtype == np.object_:
-        return encode_bytes_elements(array)
+        return encode_bytes_elements(array.ravel())
     return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
 
 

@@ -12,7 +12,14 @@ import numpy as np
 
 from fleetwire.datatypes import OIP_DTYPE_NAMES
 
-__all__ = ["CONTENTS_FIELDS", "ContentsError", "encode_bytes_elements", "parameter_value", "typed_contents"]
+__all__ = [
+    "CONTENTS_FIELDS",
+    "ContentsError",
+    "encode_bytes_elements",
+    "parameter_value",
+    "parameters_of",
+    "typed_contents",
+]
 
 #: OIP datatype → the ``InferTensorContents`` field that carries it (FP16 has none: raw only).
 CONTENTS_FIELDS: dict[str, str] = {
@@ -73,6 +80,11 @@ def encode_bytes_elements(items: Any) -> bytes:
         b = item if isinstance(item, bytes) else str(item).encode()
         parts.append(struct.pack("<I", len(b)) + b)
     return b"".join(parts)
+
+
+def parameters_of(parameters: Any) -> dict[str, Any]:
+    """An ``InferParameter`` map as plain values (``priority`` → int…)."""
+    return {key: parameter_value(value) for key, value in parameters.items()}
 
 
 def parameter_value(parameter: Any) -> Any:
