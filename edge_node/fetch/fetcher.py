@@ -134,16 +134,27 @@ class ChunkFetcher:
 
     async def ensure(self, digest: str, size: int, owners: list[str] | None = None) -> None:
         """Return once ``digest`` is in the cache; raises FetchFailed."""
-        if digest in self.hot or await asyncio.to_thread(self.store.has, digest):
-            self.stats.cache_hits += 1
-            self.stats.bytes_from_cache += size
+        if digest in self.hot:
+            self._cache_hit(size)
             return
         future = self._inflight.get(digest)
         if future is None:
-            future = asyncio.ensure_future(self._fetch(digest, size, owners or []))
+            # The cache check runs inside the single flight: checked outside, a fetch that
+            # completed during the check's await was missed and the chunk fetched twice.
+            future = asyncio.ensure_future(self._held_or_fetch(digest, size, owners or []))
             self._inflight[digest] = future
             future.add_done_callback(lambda f: self._fetch_done(digest, f))
         await asyncio.shield(future)
+
+    def _cache_hit(self, size: int) -> None:
+        self.stats.cache_hits += 1
+        self.stats.bytes_from_cache += size
+
+    async def _held_or_fetch(self, digest: str, size: int, owners: list[str]) -> None:
+        if await asyncio.to_thread(self.store.has, digest):
+            self._cache_hit(size)
+            return
+        await self._fetch(digest, size, owners)
 
     def _fetch_done(self, digest: str, future: asyncio.Future[None]) -> None:
         """Forget a finished fetch; its error is marked retrieved (the waiter that would have
