@@ -154,7 +154,7 @@ class Materializer:
         try:
             self._fetcher.store.set_pins(pins)
         except OSError as exc:  # a full disk: the work below fails too, with its own error, and retries
-            log.error("cannot record the cache's pins: %s", exc)
+            log.warning("cannot record the cache's pins: %s", exc)  # the version's failure is the one ERROR
 
     def _refuse_oversized(self, wanted: dict[tuple[str, str], DesiredVersion]) -> None:
         """Fail every wanted version whose unique chunks exceed the cache's cap."""
