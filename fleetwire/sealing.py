@@ -66,6 +66,9 @@ def _sealed(v: registry_pb2.VersionAssignment) -> registry_pb2.SealedVersion:
         manifest_signature=v.manifest.signature,
         serve=v.serve,
         artifact=v.verdict.artifact if v.HasField("verdict") else "",
+        stage=v.stage,
+        serve_at_ms=v.serve_at_ms,
+        force_artifact=v.force_artifact,
     )
 
 

@@ -28,6 +28,7 @@ from fleetwire.mqtt.payloads import (
     LoadInfo,
     ModelInfo,
     NodeStatus,
+    ShadowInfo,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "FastHeartbeat",
     "FastLoad",
     "FastModel",
+    "FastShadow",
     "decode_heartbeat",
     "decode_status",
 ]
@@ -75,6 +77,19 @@ class FastChoice(msgspec.Struct, frozen=True):
     from_node: _ChoiceName | None = None
 
 
+class FastShadow(msgspec.Struct, frozen=True):
+    """``ShadowInfo``."""
+
+    reference: _ChoiceName = "fp32"
+    samples: _NonNegInt = 0
+    top1_agree: _NonNegInt = 0
+    top1_samples: _NonNegInt = 0
+    measure: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CODE)] = ""
+    measure_sum: _NonNegFloat = 0.0
+    measure_sumsq: _NonNegFloat = 0.0
+    dropped: _NonNegInt = 0
+
+
 class FastModel(msgspec.Struct, frozen=True):
     """``ModelInfo``."""
 
@@ -85,6 +100,7 @@ class FastModel(msgspec.Struct, frozen=True):
     reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CODE)] | None = None
     errors: _NonNegInt = 0
     choice: FastChoice | None = None
+    shadow: FastShadow | None = None
 
 
 class FastCache(msgspec.Struct, frozen=True):
@@ -114,6 +130,8 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
     site: Annotated[str, msgspec.Meta(max_length=128)] = ""
     mode: Annotated[str, msgspec.Meta(max_length=16)] = "synced"
     autonomous_since: _NonNegInt | None = None
+    clock_offset_ms: float | None = None
+    clock_error_ms: _NonNegFloat | None = None
 
     def to_model(self) -> Heartbeat:
         """The contract's model of the same heartbeat (already validated: no checks run)."""
@@ -133,6 +151,8 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
             site=self.site,
             mode=self.mode,
             autonomous_since=self.autonomous_since,
+            clock_offset_ms=self.clock_offset_ms,
+            clock_error_ms=self.clock_error_ms,
         )
 
 
@@ -180,7 +200,12 @@ def model_info(model: FastModel | ModelInfo) -> ModelInfo:
         return model
     fields = msgspec.structs.asdict(model)
     choice = fields.pop("choice")
-    return ModelInfo.model_construct(**fields, choice=choice_info(choice) if choice is not None else None)
+    shadow = fields.pop("shadow")
+    return ModelInfo.model_construct(
+        **fields,
+        choice=choice_info(choice) if choice is not None else None,
+        shadow=shadow_info(shadow) if shadow is not None else None,
+    )
 
 
 def choice_info(choice: FastChoice | ArtifactChoiceInfo) -> ArtifactChoiceInfo:
@@ -188,3 +213,10 @@ def choice_info(choice: FastChoice | ArtifactChoiceInfo) -> ArtifactChoiceInfo:
     if isinstance(choice, ArtifactChoiceInfo):
         return choice
     return ArtifactChoiceInfo.model_construct(**msgspec.structs.asdict(choice))
+
+
+def shadow_info(shadow: FastShadow | ShadowInfo) -> ShadowInfo:
+    """``ShadowInfo`` of either form."""
+    if isinstance(shadow, ShadowInfo):
+        return shadow
+    return ShadowInfo.model_construct(**msgspec.structs.asdict(shadow))

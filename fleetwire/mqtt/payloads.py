@@ -65,6 +65,27 @@ class ArtifactChoiceInfo(_Payload):
 MAX_REASON_CODE = 32
 
 
+class ShadowInfo(_Payload):
+    """INT8 against its reference artifact (FP32) on a sample of live requests, since the version
+    loaded: counts and sums, so central can add nodes up and put a confidence bound on them.
+
+    ``top1_*`` counts samples whose decision (label or argmax) both artifacts made, for
+    classifiers; ``measure`` is the guard's continuous measure (``cosine`` for classifiers,
+    ``relative_error`` as ``max(0, 1 - error)`` otherwise) with its per-sample sum and sum of
+    squares."""
+
+    reference: str = Field(
+        "fp32", max_length=MAX_CHOICE_NAME, description="The artifact the served one is checked against."
+    )
+    samples: int = Field(0, ge=0, description="Live samples run on both artifacts.")
+    top1_agree: int = Field(0, ge=0, description="Samples whose top-1 decision matched (classifiers).")
+    top1_samples: int = Field(0, ge=0, description="Samples with a top-1 decision (0 for non-classifiers).")
+    measure: str = Field("", max_length=MAX_REASON_CODE, description="cosine or relative_error.")
+    measure_sum: float = Field(0.0, ge=0, description="Sum of the per-sample measure.")
+    measure_sumsq: float = Field(0.0, ge=0, description="Sum of its squares.")
+    dropped: int = Field(0, ge=0, description="Sampled requests dropped because the shadow queue was full.")
+
+
 class ModelInfo(_Payload):
     """One model version on the node and its state (loading, ready, failed, ...).
 
@@ -83,6 +104,7 @@ class ModelInfo(_Payload):
     )
     errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
     choice: ArtifactChoiceInfo | None = Field(None, description="The artifact served, and why; absent before load.")
+    shadow: ShadowInfo | None = Field(None, description="INT8 against FP32 on live samples; absent when not sampled.")
 
     @model_serializer(mode="wrap")
     def _omit_zero_errors(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -94,6 +116,8 @@ class ModelInfo(_Payload):
             data.pop("choice", None)
         if data.get("reason") is None:
             data.pop("reason", None)
+        if data.get("shadow") is None:
+            data.pop("shadow", None)
         return data
 
 
@@ -131,6 +155,12 @@ class Heartbeat(_Payload):
     )
     autonomous_since: int | None = Field(
         None, ge=0, description="Unix time, milliseconds, since when the node runs on its own (autonomous only)."
+    )
+    clock_offset_ms: float | None = Field(
+        None, description="Central's wall clock minus this node's, as the node last measured it; absent: unknown."
+    )
+    clock_error_ms: float | None = Field(
+        None, ge=0, description="Bound on the offset's error: half the round trip of the measuring call."
     )
 
 

@@ -20,6 +20,45 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ClockRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClockRequest: _TypeAlias = ClockRequest  # noqa: Y015
+
+@_typing.final
+class ClockReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOW_US_FIELD_NUMBER: _builtins.int
+    now_us: _builtins.int
+    """central's wall clock, Unix microseconds, read when the call arrived"""
+    def __init__(
+        self,
+        *,
+        now_us: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["now_us", b"now_us"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClockReply: _TypeAlias = ClockReply  # noqa: Y015
+
+@_typing.final
 class NodeInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -328,8 +367,24 @@ class VersionAssignment(_message.Message):
     SERVE_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    STAGE_FIELD_NUMBER: _builtins.int
+    SERVE_AT_MS_FIELD_NUMBER: _builtins.int
+    FORCE_ARTIFACT_FIELD_NUMBER: _builtins.int
     serve: _builtins.bool
     """false: only seed the chunks this node owns"""
+    stage: _builtins.bool
+    """serve = false and stage = true: fetch, verify and assemble the artifact this node would
+    serve, pinned in the cache, but do not serve it (a staged rollout waiting for its flip).
+    """
+    serve_at_ms: _builtins.int
+    """serve = true with serve_at_ms: hold the version loaded and switch to it at this instant of
+    central's wall clock (Unix milliseconds), corrected by the node's measured clock offset;
+    0: at once.
+    """
+    force_artifact: _builtins.str
+    """Serve this artifact whatever the pin, the verdict or timing say (central's fallback of a
+    model to FP32 when INT8 disagrees with it on live traffic); "": no override.
+    """
     @_builtins.property
     def manifest(self) -> _common_pb2.Manifest: ...
     @_builtins.property
@@ -348,10 +403,13 @@ class VersionAssignment(_message.Message):
         serve: _builtins.bool = ...,
         placement: _abc.Iterable[Global___ChunkPlacement] | None = ...,
         verdict: Global___ArtifactVerdict | None = ...,
+        stage: _builtins.bool = ...,
+        serve_at_ms: _builtins.int = ...,
+        force_artifact: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["manifest", b"manifest", "placement", b"placement", "serve", b"serve", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force_artifact", b"force_artifact", "manifest", b"manifest", "placement", b"placement", "serve", b"serve", "serve_at_ms", b"serve_at_ms", "stage", b"stage", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -523,6 +581,9 @@ class SealedVersion(_message.Message):
     MANIFEST_SIGNATURE_FIELD_NUMBER: _builtins.int
     SERVE_FIELD_NUMBER: _builtins.int
     ARTIFACT_FIELD_NUMBER: _builtins.int
+    STAGE_FIELD_NUMBER: _builtins.int
+    SERVE_AT_MS_FIELD_NUMBER: _builtins.int
+    FORCE_ARTIFACT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     manifest_signature: _builtins.bytes
@@ -530,6 +591,9 @@ class SealedVersion(_message.Message):
     serve: _builtins.bool
     artifact: _builtins.str
     """the verdict's artifact; "" when none"""
+    stage: _builtins.bool
+    serve_at_ms: _builtins.int
+    force_artifact: _builtins.str
     def __init__(
         self,
         *,
@@ -538,10 +602,13 @@ class SealedVersion(_message.Message):
         manifest_signature: _builtins.bytes = ...,
         serve: _builtins.bool = ...,
         artifact: _builtins.str = ...,
+        stage: _builtins.bool = ...,
+        serve_at_ms: _builtins.int = ...,
+        force_artifact: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "manifest_signature", b"manifest_signature", "name", b"name", "serve", b"serve", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "force_artifact", b"force_artifact", "manifest_signature", b"manifest_signature", "name", b"name", "serve", b"serve", "serve_at_ms", b"serve_at_ms", "stage", b"stage", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -60,6 +60,11 @@ class RegistryStub:
                 request_serializer=fleetwire_dot_v1_dot_registry__pb2.WatchRequest.SerializeToString,
                 response_deserializer=fleetwire_dot_v1_dot_registry__pb2.DesiredState.FromString,
                 _registered_method=True)
+        self.Clock = channel.unary_unary(
+                '/modelfleet.v1.Registry/Clock',
+                request_serializer=fleetwire_dot_v1_dot_registry__pb2.ClockRequest.SerializeToString,
+                response_deserializer=fleetwire_dot_v1_dot_registry__pb2.ClockReply.FromString,
+                _registered_method=True)
 
 
 class RegistryServicer:
@@ -100,6 +105,14 @@ class RegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Clock(self, request, context):
+        """Central's wall clock, for an edge's offset estimate (NTP-style: the edge keeps the
+        sample with the shortest round trip). Flips at a set instant use the offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RegistryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +140,11 @@ def add_RegistryServicer_to_server(servicer, server):
                     servicer.WatchDesiredState,
                     request_deserializer=fleetwire_dot_v1_dot_registry__pb2.WatchRequest.FromString,
                     response_serializer=fleetwire_dot_v1_dot_registry__pb2.DesiredState.SerializeToString,
+            ),
+            'Clock': grpc.unary_unary_rpc_method_handler(
+                    servicer.Clock,
+                    request_deserializer=fleetwire_dot_v1_dot_registry__pb2.ClockRequest.FromString,
+                    response_serializer=fleetwire_dot_v1_dot_registry__pb2.ClockReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +282,33 @@ class Registry:
             '/modelfleet.v1.Registry/WatchDesiredState',
             fleetwire_dot_v1_dot_registry__pb2.WatchRequest.SerializeToString,
             fleetwire_dot_v1_dot_registry__pb2.DesiredState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Clock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/modelfleet.v1.Registry/Clock',
+            fleetwire_dot_v1_dot_registry__pb2.ClockRequest.SerializeToString,
+            fleetwire_dot_v1_dot_registry__pb2.ClockReply.FromString,
             options,
             channel_credentials,
             insecure,

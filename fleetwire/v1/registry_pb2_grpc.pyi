@@ -43,6 +43,10 @@ class RegistryStub:
     """
     WatchDesiredState: _grpc.UnaryStreamMultiCallable[_registry_pb2.WatchRequest, _registry_pb2.DesiredState]
     """What this node must hold and serve; a new message on every change."""
+    Clock: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ClockRequest, _registry_pb2.ClockReply]
+    """Central's wall clock, for an edge's offset estimate (NTP-style: the edge keeps the
+    sample with the shortest round trip). Flips at a set instant use the offset.
+    """
 
 @_typing.type_check_only
 class RegistryAsyncStub(RegistryStub):
@@ -58,6 +62,10 @@ class RegistryAsyncStub(RegistryStub):
     """
     WatchDesiredState: _aio.UnaryStreamMultiCallable[_registry_pb2.WatchRequest, _registry_pb2.DesiredState]  # type: ignore[assignment]
     """What this node must hold and serve; a new message on every change."""
+    Clock: _aio.UnaryUnaryMultiCallable[_registry_pb2.ClockRequest, _registry_pb2.ClockReply]  # type: ignore[assignment]
+    """Central's wall clock, for an edge's offset estimate (NTP-style: the edge keeps the
+    sample with the shortest round trip). Flips at a set instant use the offset.
+    """
 
 class RegistryServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -100,5 +108,15 @@ class RegistryServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_registry_pb2.DesiredState], _abc.AsyncIterator[_registry_pb2.DesiredState]]:
         """What this node must hold and serve; a new message on every change."""
+
+    @_abc_1.abstractmethod
+    def Clock(
+        self,
+        request: _registry_pb2.ClockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_registry_pb2.ClockReply, _abc.Awaitable[_registry_pb2.ClockReply]]:
+        """Central's wall clock, for an edge's offset estimate (NTP-style: the edge keeps the
+        sample with the shortest round trip). Flips at a set instant use the offset.
+        """
 
 def add_RegistryServicer_to_server(servicer: RegistryServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
