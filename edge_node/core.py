@@ -22,6 +22,7 @@ from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard
 from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
 from edge_node.transfer import TransferGovernor
@@ -76,6 +77,8 @@ class Edge:
         #: ISA flags, cores and provider: nodes of one class share which artifact runs fastest.
         self.hardware_class = str(detect_hardware(factory.providers, inference.cpu_flags, inference.intra_op_threads))
         self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)
+        #: Central's clock offset, measured over the registry link (staged flips use it).
+        self.clock = ClockProbe()
         self.materializer = Materializer(
             self.fetcher,
             self.files,
@@ -84,6 +87,7 @@ class Edge:
             trust=self.trust,
             selection=self._selection(settings, factory),
             fail_after_s=settings.fetch.fail_after_s,
+            to_local=self.clock.to_local,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
@@ -104,6 +108,7 @@ class Edge:
             on_partition=lambda partition: self.heartbeat.use_partition(partition),
             guard=StateGuard(self.node_id, settings.data_dir, self.trust),
             on_limits=self._apply_limits,
+            clock=self.clock,
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
@@ -166,6 +171,8 @@ class Edge:
             hardware_class=self.hardware_class,
             site=self.settings.site,
             autonomous_since=lambda: self.follower.autonomous_since,
+            staged=self.materializer.staged,
+            clock=self.clock.heartbeat_fields,
         )
 
     @property
@@ -209,6 +216,7 @@ class Edge:
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
+            "clock": asdict(self.clock.estimate) if self.clock.estimate is not None else None,
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),

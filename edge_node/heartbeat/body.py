@@ -37,6 +37,9 @@ class HeartbeatBody:
     site: str = ""
     #: Since when the node runs without central (Unix seconds); None: synced.
     autonomous_since: float | None = None
+    #: Central's clock minus this node's, and the bound on its error (ms); None: unknown.
+    clock_offset_ms: float | None = None
+    clock_error_ms: float | None = None
 
 
 def _no_failures() -> Mapping[tuple[str, str], tuple[str, str]]:
@@ -88,6 +91,10 @@ class HeartbeatSources:
     """This node's site."""
     autonomous_since: Callable[[], float | None] = lambda: None
     """Since when the node runs without central (None: synced with it)."""
+    staged: Callable[[], Iterable[tuple[str, str]]] = lambda: ()
+    """Versions assembled and held for a flip, not loaded yet (reported ``staged``)."""
+    clock: Callable[[], tuple[float | None, float | None]] = lambda: (None, None)
+    """``(offset, error)`` of central's clock against this node's, in ms (None: unknown)."""
 
     def snapshot(self) -> HeartbeatBody:
         """The body of a heartbeat sent now."""
@@ -118,6 +125,9 @@ class HeartbeatSources:
             for (name, ver), reason in self.refusals().items()
             if (name, ver) not in known
         ]
+        known = {(m.name, m.version) for m in models}
+        models += [ModelInfo(name=n, version=v, state="staged") for n, v in self.staged() if (n, v) not in known]
+        offset_ms, error_ms = self.clock()
         return HeartbeatBody(
             state=self.state(),
             load=self.load.snapshot(),
@@ -128,4 +138,6 @@ class HeartbeatSources:
             hardware_class=self.hardware_class,
             site=self.site,
             autonomous_since=self.autonomous_since(),
+            clock_offset_ms=offset_ms,
+            clock_error_ms=error_ms,
         )

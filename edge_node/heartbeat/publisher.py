@@ -521,6 +521,8 @@ class HeartbeatPublisher:
             site=body.site,
             mode="synced" if body.autonomous_since is None else "autonomous",
             autonomous_since=None if body.autonomous_since is None else int(body.autonomous_since * 1000),
+            clock_offset_ms=body.clock_offset_ms,
+            clock_error_ms=body.clock_error_ms,
         )
         payload = heartbeat.model_dump_json().encode()
         if len(payload) > MAX_PAYLOAD_BYTES:

@@ -6,7 +6,11 @@ to it: requests in its queue or running are drained, and for ``retire_grace_s`` 
 also still serves callers that resolved it just before the switch (the HTTP layer
 reads the request body between ``get`` and ``infer``) or ask for it by version. Then
 it is retired: its batcher closed and its session released. A version that fails to
-load or warm up is recorded as failed and the last good version keeps serving."""
+load or warm up is recorded as failed and the last good version keeps serving.
+
+A load may carry a ``switch_at`` instant (a staged rollout's flip): the version is loaded
+and warmed up at once, waits ``staged`` beside the current one, and becomes the default at
+that instant, so a fleet flips together however long each node takes to load."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +36,11 @@ from fleetwire.manifest import ArtifactRef, Manifest
 
 log = logging.getLogger(__name__)
 
-ModelState = Literal["loading", "ready", "failed", "retired"]
+ModelState = Literal["loading", "staged", "ready", "failed", "retired"]
+
+#: The longest single sleep while a staged version waits for its instant (it re-reads the
+#: instant after each, so a flip moved earlier is not missed).
+_SWITCH_POLL_S = 0.5
 
 
 class LoadedModel:
@@ -53,6 +62,10 @@ class LoadedModel:
         self._metrics: ModelMetrics | None = None
         self._output_names: list[str] = []
         self._active = 0
+        #: The instant (this node's clock) a ``staged`` version becomes the default.
+        self.switch_at: float | None = None
+        #: When it did (this node's clock); None before.
+        self.switched_at: float | None = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, {self.version!r}, state={self.state!r})"
@@ -185,8 +198,12 @@ class ModelRepository:
     def ready(self) -> bool:
         """True when at least one model is known and every known model has a ready default
         version. A model whose newest version failed but whose previous one still serves
-        counts as ready; one that never loaded successfully (or is still loading) does not."""
-        return bool(self._versions) and all(name in self._default for name in self._versions)
+        counts as ready; one that never loaded successfully (or is still loading) does not, and
+        one whose only version waits for a flip is left out."""
+        return bool(self._versions) and all(
+            name in self._default or all(m.state == "staged" for m in versions.values())
+            for name, versions in self._versions.items()
+        )
 
     def render_metrics(self) -> bytes:
         """This repository's metrics in the Prometheus text format."""
@@ -194,12 +211,17 @@ class ModelRepository:
 
     # -- loading -------------------------------------------------------------------------
 
-    async def load(self, manifest: Manifest, path: Path) -> None:
+    async def load(self, manifest: Manifest, path: Path, switch_at: float | None = None) -> None:
         """Load, warm up and switch to ``manifest``'s version; never raises for a bad model.
 
-        Returns once the new version serves (or is recorded as failed); the previous
-        default is retired in the background (see ``wait_retirements``)."""
+        ``switch_at`` (this node's clock): switch at that instant, not as soon as loaded; a
+        second load of a version waiting for its instant only moves the instant. Returns once
+        the new version serves (or is recorded as failed); the previous default is retired in
+        the background (see ``wait_retirements``)."""
         existing = self._versions.get(manifest.name, {}).get(manifest.version)
+        if existing is not None and existing.state == "staged":
+            existing.switch_at = switch_at  # the waiting load re-reads it
+            return
         if existing is not None and existing.state in ("ready", "loading"):
             if existing.state == "ready" and self._default.get(manifest.name) != manifest.version:
                 existing._seq = next(self._seq)  # a rollback to a version still in its grace period
@@ -212,7 +234,25 @@ class ModelRepository:
         except Exception as exc:
             self._record_failure(model, exc)
             return
+        if switch_at is not None and switch_at > time.time():
+            await self._wait_for_switch(model, switch_at)
         self._promote(model)
+        model.switched_at = time.time()
+
+    async def _wait_for_switch(self, model: LoadedModel, switch_at: float) -> None:
+        """Hold ``model`` loaded and ``staged`` until its instant; cancelled (the flip called
+        off), it is released and forgotten."""
+        model.state, model.switch_at = "staged", switch_at
+        log.info("%s version %s staged; switching in %.3f s", model.name, model.version, switch_at - time.time())
+        try:
+            while (left := (model.switch_at or 0.0) - time.time()) > 0:
+                await asyncio.sleep(min(left, _SWITCH_POLL_S))
+        except asyncio.CancelledError:
+            versions = self._versions.get(model.name, {})
+            if versions.get(model.version) is model:
+                del versions[model.version]
+            self._retire_later(model, grace=0.0)
+            raise
 
     async def _bring_up(self, model: LoadedModel, path: Path) -> None:
         """Create the session (in a thread), reconcile its signature, warm it up, attach.

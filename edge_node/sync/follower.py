@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from edge_node.auth import NodeCredential
 from edge_node.fetch import PlacementView
 from edge_node.fetch.sources import ChannelPool
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard, StateRefused
 from edge_node.sync.materializer import Materializer
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
@@ -69,13 +70,15 @@ class DesiredStateFollower:
         guard: StateGuard | None = None,
         wake_spread_s: float = 1.0,
         on_limits: Callable[[TransferCaps], None] | None = None,
+        clock: ClockProbe | None = None,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
         unpartitioned), on the event loop; it must not block. ``guard``: checks and keeps every
         state (None: states are taken unchecked and not kept). ``wake_spread_s``: a wake-up
         retries after a random wait up to this, so a fleet woken at once spreads its reconnects.
         ``on_limits``: called with every desired state's transfer caps (unset ones: the node's
-        own settings)."""
+        own settings). ``clock``: measures central's clock offset while the link is up."""
+        self.clock = clock or ClockProbe()
         self._on_limits = on_limits
         self._guard = guard
         self._wake_spread_s = wake_spread_s
@@ -206,7 +209,17 @@ class DesiredStateFollower:
             self._trust.offer(reply.manifest_public_key, endorsements_from_pb(reply.key_endorsements))
         since = self._guard.generation if self._guard is not None else 0
         request = registry_pb2.WatchRequest(node_id=node.node_id, since_generation=since)
-        stream = stub.WatchDesiredState(request, metadata=metadata)
+        clock_request = registry_pb2.ClockRequest(node_id=node.node_id)
+        clock = asyncio.create_task(
+            self.clock.run(lambda: stub.Clock(clock_request, metadata=metadata, timeout=self.clock.timeout_s)),
+            name="clock probe",
+        )
+        try:
+            await self._follow_stream(stub.WatchDesiredState(request, metadata=metadata), address)
+        finally:
+            clock.cancel()
+
+    async def _follow_stream(self, stream: AsyncIterator[registry_pb2.DesiredState], address: str) -> None:
         async for pb in stream:
             if not self._streaming and len(self.centrals.addresses) > 1:
                 log.info("following central %s", address)

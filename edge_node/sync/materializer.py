@@ -1,6 +1,11 @@
 """Turns a desired state into files: pins, fetches and assembles every version this
 node must hold, owned chunks first, and seeds the chunks it owns in others.
 
+A version may be *staged* (``DesiredVersion.stage``): fetched, verified and assembled like a
+served one, then left on disk (``staged``) until a later state serves it, usually with a
+``serve_at`` instant: it is then loaded at once and switched to at that instant, turned into
+this node's clock by ``to_local`` (central's clock offset, ``edge_node.sync.clock``).
+
 One task per version; a version that fails keeps being retried with backoff (an
 edge should converge by itself once peers or central come back). A version whose
 chunks alone exceed the cache's cap is refused up front (never pinned nor fetched):
@@ -63,7 +68,7 @@ class VersionProgress:
 
     name: str
     version: str
-    state: str  # pending | fetching | complete | failed
+    state: str  # pending | fetching | staged | complete | failed
     chunks_total: int
     chunks_present: int = 0
     size: int = 0
@@ -89,12 +94,19 @@ class Materializer:
         fetcher: ChunkFetcher,
         files: VersionFiles,
         retry_max_s: float = 5.0,
-        on_complete: Callable[[Manifest, Path], Awaitable[None]] | None = None,
+        on_complete: Callable[[Manifest, Path, float | None], Awaitable[None]] | None = None,
         on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         trust: ManifestTrust | None = None,
         selection: ArtifactSelection | None = None,
         fail_after_s: float = 60.0,
+        to_local: Callable[[float], float] = lambda t: t,
     ) -> None:
+        """``to_local``: an instant of central's clock on this node's (``serve_at``)."""
+        self._to_local = to_local
+        #: The versions held (served or staged) in the latest state, by key.
+        self._held: dict[tuple[str, str], DesiredVersion] = {}
+        #: The ``serve_at`` each served version was last handed to ``on_complete`` with.
+        self._handed: dict[tuple[str, str], float | None] = {}
         self._fetcher = fetcher
         #: Decides which artifact of each version is served (default: central's, untimed).
         self.selection = selection or ArtifactSelection(node_id=fetcher.node_id)
@@ -120,7 +132,8 @@ class Materializer:
 
     def apply(self, state: EdgeDesiredState) -> None:
         """Start work for new versions, drop work for versions no longer wanted."""
-        wanted = {v.manifest.key: v for v in state.versions if v.serve}
+        wanted = {v.manifest.key: v for v in state.versions if v.held}
+        self._held = wanted
         self._state = state
         self.selection.keep(wanted)
         self._refuse_oversized(wanted)
@@ -129,17 +142,23 @@ class Materializer:
             if key not in wanted:
                 self._tasks.pop(key).cancel()
                 self.progress.pop(key, None)
-        wanted_models = {name for name, _ in wanted}
-        for name in {name for name, _ in self._served_models} - wanted_models:
+                self._handed.pop(key, None)
+        served = {key for key, v in wanted.items() if v.serve}
+        for name in {name for name, _ in self._served_models} - {name for name, _ in served}:
             if self._on_dropped is not None:
                 self._spawn(self._on_dropped(name))
-        self._served_models = set(wanted)
+        self._served_models = served
         for key, version in wanted.items():
             if key in self.refusals:
                 continue
             task = self._tasks.get(key)
-            if task is None or (task.done() and self.progress[key].state != "complete"):
+            now = self.progress[key].state if key in self.progress else None
+            if task is None or (task.done() and now not in ("complete", "staged")):
                 self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+            elif version.serve and now == "staged" and task.done():  # a staged version's flip
+                self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
+            elif version.serve and now == "complete" and self._handed.get(key, version.serve_at) != version.serve_at:
+                self._spawn(self._serve_held(key))  # its instant moved: the waiting load re-reads it
         for version in state.versions:
             if not version.serve:
                 self._spawn_seed(version)
@@ -149,7 +168,7 @@ class Materializer:
         timed, the chosen one after) and every chunk this node owns for seeding."""
         node = self._fetcher.node_id
         fits = [v for v in state.versions if v.manifest.key not in self.refusals]
-        pins = {c.digest for v in fits if v.serve for c in self.selection.serving_chunks(v)}
+        pins = {c.digest for v in fits if v.held for c in self.selection.serving_chunks(v)}
         pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
         try:
             self._fetcher.store.set_pins(pins)
@@ -243,19 +262,39 @@ class Materializer:
             return
         decided = self.selection.decided(version)
         if decided is not None and await asyncio.to_thread(self._files.is_complete, served_as(m, decided.artifact)):
-            progress.state, progress.chunks_present, progress.completed_at = (
-                "complete",
-                progress.chunks_total,
-                time.time(),
-            )
-            await self._completed(m, decided)  # assembled before a restart: serve it again
+            progress.chunks_present, progress.completed_at = progress.chunks_total, time.time()
+            await self._hold(m, progress, decided)  # assembled before a restart: serve it again
             return
         disk_error, choice = await self._fetch_and_assemble(version, progress)
-        progress.state, progress.error, progress.reason, progress.completed_at = "complete", None, None, time.time()
+        progress.error, progress.reason, progress.completed_at = None, None, time.time()
         if disk_error is not None:
             log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
         log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, choice.artifact, m.size)
-        await self._completed(m, choice)
+        await self._hold(m, progress, choice)
+
+    async def _hold(self, m: Manifest, progress: VersionProgress, choice: ArtifactChoice) -> None:
+        """An assembled version: served as the latest state says (at its instant), or staged."""
+        current = self._held.get(m.key)
+        if current is not None and not current.serve:
+            progress.state = "staged"
+            self.selection.adopt(m, choice)
+            log.info("%s:%s staged (%s); served once a flip says so", m.name, m.version, choice.artifact)
+            return
+        progress.state = "complete"
+        await self._completed(m, choice, current.serve_at if current is not None else None)
+
+    async def _serve_held(self, key: tuple[str, str]) -> None:
+        """Serve a version assembled before (staged, or waiting for an instant that moved)."""
+        version, progress = self._held.get(key), self.progress.get(key)
+        choice = self.selection.decided(version) if version is not None else None
+        if version is None or progress is None or choice is None:
+            return
+        progress.state = "complete"
+        await self._completed(version.manifest, choice, version.serve_at)
+
+    def staged(self) -> list[tuple[str, str]]:
+        """Versions assembled and held for a flip, not loaded (the heartbeat says ``staged``)."""
+        return [key for key, p in self.progress.items() if p.state == "staged"]
 
     async def _assemble_served(self, version: DesiredVersion) -> ArtifactChoice:
         """Assemble the artifact ``version`` is served as, timing the candidates first when no
@@ -344,14 +383,20 @@ class Materializer:
             if p.state == "failed"
         }
 
-    async def _completed(self, manifest: Manifest, choice: ArtifactChoice | None = None) -> None:
-        """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk)."""
+    async def _completed(
+        self, manifest: Manifest, choice: ArtifactChoice | None = None, serve_at: float | None = None
+    ) -> None:
+        """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk),
+        from ``serve_at`` (central's clock; None: at once)."""
+        self._handed[manifest.key] = serve_at
         if choice is not None:
             self.selection.adopt(manifest, choice)
             manifest = served_as(manifest, choice.artifact)
         if self._on_complete is not None:
             artifact = choice.artifact if choice is not None else None
-            await self._on_complete(manifest, self._files.model_path(manifest.name, manifest.version, artifact))
+            path = self._files.model_path(manifest.name, manifest.version, artifact)
+            switch_at = self._to_local(serve_at) if serve_at is not None else None
+            await self._on_complete(manifest, path, switch_at)
 
     async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress, keep_failed: bool = False) -> None:
         """Fetch every chunk; ``keep_failed``: a retry after a write error stays ``failed`` until it completes."""

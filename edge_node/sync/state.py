@@ -30,6 +30,15 @@ class DesiredVersion:
     placement: dict[str, list[str]]
     #: Central's verdict for this node's class; None: time the artifacts here.
     verdict: SharedVerdict | None = None
+    #: Not served, but fetched, verified and assembled whole (a staged rollout before its flip).
+    stage: bool = False
+    #: Served from this instant of central's clock (Unix seconds); None: at once.
+    serve_at: float | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this node assembles the version (served or staged), not only seeds its chunks."""
+        return self.serve or self.stage
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
                 serve=v.serve,
                 placement={p.digest: list(p.owners) for p in v.placement},
                 verdict=_verdict_from_pb(v),
+                stage=v.stage and not v.serve,
+                serve_at=v.serve_at_ms / 1000 if v.serve and v.serve_at_ms else None,
             )
             for v in pb.versions
         ],
