@@ -37,9 +37,9 @@ __all__ = [
     "ShadowVerdict",
     "guard_threshold",
     "guard_z",
-    "judging_terms",
     "judge_fleet",
     "judge_node",
+    "judging_terms",
     "mean_upper_bound",
     "pool",
     "samples_to_flag",
@@ -168,8 +168,12 @@ def judge_node(info: ShadowInfo, threshold: float, z: float, min_samples: int = 
     d = min(bounds, key=lambda b: b.bound - threshold)
     flagged = d.bound < threshold
     confidence = f"{NormalDist().cdf(z) * 100:.4g} %"
-    figures = f"{LABELS[d.name]} {_num(d.value)} (upper bound {_num(d.bound)} at {confidence}) on {d.samples} live samples"
-    reason = f"{figures} < threshold {_num(threshold)}" if flagged else f"{figures}; not below threshold {_num(threshold)}"
+    figures = (
+        f"{LABELS[d.name]} {_num(d.value)} (upper bound {_num(d.bound)} at {confidence}) on {d.samples} live samples"
+    )
+    reason = (
+        f"{figures} < threshold {_num(threshold)}" if flagged else f"{figures}; not below threshold {_num(threshold)}"
+    )
     return ShadowVerdict(flagged, d.name, d.value, d.bound, d.samples, threshold, reason)
 
 
@@ -205,9 +209,10 @@ def _pair(block: Any) -> tuple[float, float] | None:
         return None
     threshold, confidence = block.get("threshold"), block.get("confidence")
     numbers = (int, float)
-    if isinstance(threshold, numbers) and isinstance(confidence, numbers) and not isinstance(threshold, bool):
-        if 0 < float(threshold) <= 1 and 0.5 <= float(confidence) < 1:
-            return float(threshold), float(confidence)
+    if not (isinstance(threshold, numbers) and isinstance(confidence, numbers)) or isinstance(threshold, bool):
+        return None
+    if 0 < float(threshold) <= 1 and 0.5 <= float(confidence) < 1:
+        return float(threshold), float(confidence)
     return None
 
 
@@ -253,5 +258,7 @@ def judging_terms(policy: ShadowPolicy, quantization: dict[str, Any] | None) -> 
     threshold = policy.threshold if policy.threshold is not None else (guard[0] if guard else None)
     if threshold is None:
         return None
-    confidence = policy.confidence if policy.confidence is not None else max(guard[1] if guard else 0.0, LIVE_CONFIDENCE)
+    confidence = (
+        policy.confidence if policy.confidence is not None else max(guard[1] if guard else 0.0, LIVE_CONFIDENCE)
+    )
     return threshold, z_score(confidence)

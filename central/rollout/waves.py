@@ -38,7 +38,7 @@ _ALL = "100%"
 
 def parse_wave(spec: WaveSpec) -> tuple[float, bool]:
     """``(value, is_percent)`` for ``3``, ``"3"`` or ``"12.5%"``; ValueError with the reason otherwise."""
-    if isinstance(spec, bool):  # bool is an int; True is not a wave
+    if isinstance(spec, bool) or not isinstance(spec, int | str):  # bool is an int; True is not a wave
         raise ValueError(f"wave {spec!r} must be a node count or a percentage")
     if isinstance(spec, int):
         text, percent = str(spec), False
@@ -171,12 +171,16 @@ def should_abort(rule: AbortRule, ready: int, failed: int) -> str | None:
     return None
 
 
+def _default_waves() -> list[WaveSpec]:
+    return ["10%", _ALL]  # today's default canary fraction, then everyone
+
+
 class WavesRequest(BaseModel):
     """The waves part of a rollout request: the wave list, the rate, and the abort rule."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    waves: list[WaveSpec] = Field(default_factory=lambda: ["10%", _ALL], min_length=1)
+    waves: list[WaveSpec] = Field(default_factory=_default_waves, min_length=1)
     """Cumulative node counts or percentages of the targets (``["1", "10%", "50%", "100%"]``);
     ``100%`` is appended when the last is not it."""
     rate_per_min: float | None = Field(None, gt=0)
@@ -184,7 +188,8 @@ class WavesRequest(BaseModel):
     abort: AbortRule = Field(default_factory=AbortRule)
     """When failures roll the rollout back."""
 
-    @field_validator("waves")
+    @field_validator("waves", mode="before")
     @classmethod
-    def _waves(cls, value: list[WaveSpec]) -> list[WaveSpec]:
-        return list(normalize_waves(value))
+    def _waves(cls, value: object) -> object:
+        # Before pydantic's coercion, so that true or 1.5 in the JSON body is refused, not read as 1.
+        return list(normalize_waves(value)) if isinstance(value, list) and value else value

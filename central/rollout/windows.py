@@ -165,7 +165,9 @@ def _when(cron: str) -> str:
 
 def describe_window(window: MaintenanceWindow, now: float) -> str:
     """E.g. ``zone=a: 02:00 Europe/Berlin for 1 h, opens in 3 h 12 min``."""
-    head = f"{describe_selector(window.selector)}: {_when(window.cron)} {window.tz} for {format_span(window.duration_s)}"
+    head = (
+        f"{describe_selector(window.selector)}: {_when(window.cron)} {window.tz} for {format_span(window.duration_s)}"
+    )
     closes = _closes_at(window, now)
     if closes is not None:
         return f"{head}, open (closes in {format_span(closes - now)})"
