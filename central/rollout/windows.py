@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from central.rollout.model import describe_selector, matches
@@ -72,7 +72,7 @@ class MaintenanceWindow(BaseModel):
         # A valid expression can still never fire (30 February): refuse it at parse time.
         try:
             croniter(self.cron, datetime(2000, 1, 1, tzinfo=ZoneInfo(self.tz))).get_next(datetime)
-        except Exception as exc:  # croniter raises its own errors (CroniterBadDateError)
+        except CroniterError as exc:
             raise ValueError(f"cron {self.cron!r} never opens: {exc}") from exc
         return self
 

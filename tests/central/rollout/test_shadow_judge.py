@@ -118,6 +118,12 @@ def test_fleet_pools_nodes_too_small_to_judge_alone() -> None:
     assert fleet.flagged and fleet.samples == 20 and fleet.value == pytest.approx(0.5)
     healthy = judge_fleet([classifier(100, 100)] * 4, 0.99, Z95)
     assert not healthy.flagged and healthy.samples == 400
+    # The continuous measure pools too (over the nodes reporting the same one).
+    drifted = [regressor([0.90, 0.92, 0.91, 0.93, 0.90]) for _ in range(4)]
+    odd = ShadowInfo(samples=50, measure="cosine", measure_sum=50.0, measure_sumsq=50.0)
+    assert not judge_node(drifted[0], 0.98, Z95).flagged
+    pooled = judge_fleet([*drifted, odd], 0.98, Z95)
+    assert pooled.flagged and pooled.measure == "relative_error" and pooled.samples == 20
 
 
 def test_guard_threshold_from_artifact_and_push_reports() -> None:
