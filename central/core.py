@@ -32,6 +32,7 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.flip import FlipRules
 from central.rollout.previewer import RolloutPreviewer
 from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
@@ -147,6 +148,7 @@ class Central:
             hardware_class=self.nodes.hardware_class,
             peer_sites=self.nodes.sites,
             limits=self.transfer.caps_for,
+            holding=self.rollouts.holding,
         )
         bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin
@@ -266,6 +268,7 @@ class Central:
             stuck_after_s=r.stuck_after_s,
             reread=book.reload if self.replica is not None else None,
             leading=(lambda: self.replica is not None and self.replica.is_leader) if self.replica is not None else None,
+            flip_rules=FlipRules(r.flip_lead_s, r.flip_max_clock_offset_s, r.flip_max_clock_error_s),
         )
         self._rollout_controller = controller
         self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())

@@ -315,6 +315,18 @@ class RolloutSettings(BaseModel):
     stuck_after_s: float = Field(
         60.0, gt=0, description="A rollout whose nodes make no progress this long gets a rollout_stuck event."
     )
+    flip_lead_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="A staged rollout's flip is sent this long before its instant (nodes load first).",
+    )
+    flip_max_clock_offset_s: float = Field(
+        2.0, gt=0, description="A node whose clock is further than this from central's is refused a flip."
+    )
+    flip_max_clock_error_s: float = Field(
+        0.1, gt=0, description="A node whose clock offset is known less precisely than this is refused a flip."
+    )
 
 
 class EventLogSettings(BaseModel):

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from central.distribution.assignment import VersionAssignment
+from central.distribution.assignment import NodeHolding, VersionAssignment
 from central.distribution.grants import SentLog, SentState
 from central.distribution.verdicts import Verdict, VerdictBook
 from central.placement import PlacementService
@@ -57,12 +57,15 @@ class DesiredStateService:
         hardware_class: Callable[[str], str] | None = None,
         peer_sites: Callable[[], dict[str, str]] | None = None,
         limits: Callable[[str], TransferCaps] | None = None,
+        holding: Callable[[str], NodeHolding] | None = None,
     ) -> None:
         """``active_versions``: every version some node needs; ``serving(node_id)``: the
         ``(name, version)`` pairs that node serves (None: every active version); ``grace_s``:
         how long a replaced state still lets its node read (a request racing the change);
         ``verdicts`` and ``hardware_class(node_id)``: which artifact each class serves;
-        ``peer_sites``: node id → site; ``limits(node_id)``: that node's transfer caps."""
+        ``peer_sites``: node id → site; ``limits(node_id)``: that node's transfer caps;
+        ``holding(node_id)``: the versions it stages, switch instants and forced artifacts."""
+        self._holding = holding
         self._peer_sites = peer_sites
         self._limits = limits
         self._verdicts = verdicts
@@ -104,15 +107,20 @@ class DesiredStateService:
         """The desired state of ``node_id`` right now."""
         served = self._serving(node_id) if self._serving is not None else None
         hardware_class = self._hardware_class(node_id) if self._hardware_class is not None else ""
+        holding = self._holding(node_id) if self._holding is not None else NodeHolding()
         versions = []
         for m in self._manifests:
             serve = served is None or m.key in served
+            stage = not serve and m.key in holding.staged
             versions.append(
                 VersionAssignment(
                     manifest=m,
                     serve=serve,
                     placement=self._placement.placement(m.key),
-                    verdict=self._verdict(m, hardware_class) if serve else None,
+                    verdict=self._verdict(m, hardware_class) if serve or stage else None,
+                    stage=stage,
+                    serve_at=holding.serve_at.get(m.key) if serve else None,
+                    force_artifact=holding.force_artifact.get(m.key) if serve or stage else None,
                 )
             )
         return DesiredState(
@@ -169,6 +177,8 @@ class DesiredStateService:
         keys = self._placement.versions_of(digest)
         if keys:
             served = self._serving(node_id) if self._serving is not None else None
+            if served is not None and self._holding is not None:
+                served = served | self._holding(node_id).staged
             if served is None or any(key in served for key in keys) or self._placement.owns(node_id, digest):
                 return True
         return self.sent.allows_chunk(node_id, digest)

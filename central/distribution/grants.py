@@ -35,7 +35,7 @@ class SentState:
         """The record of the state holding ``versions`` sent to ``node_id``."""
         listed = list(versions)
         # Every file of every artifact: an edge may serve any artifact the manifest offers.
-        served = {c.digest for v in listed if v.serve for c in v.manifest.unique_chunks()}
+        served = {c.digest for v in listed if v.serve or v.stage for c in v.manifest.unique_chunks()}
         owned = {d for v in listed for d, owners in v.placement.items() if node_id in owners}
         return cls(versions={v.manifest.key: v.manifest for v in listed}, readable=frozenset(served | owned))
 

@@ -63,6 +63,10 @@ class NodeView:
     mode: str = ""
     #: Since when the node runs without central (Unix ms), from the last heartbeat.
     autonomous_since_ms: int | None = None
+    #: Central's clock minus the node's and that figure's error bound (ms), as the node measured
+    #: them (None: unknown).
+    clock_offset_ms: float | None = None
+    clock_error_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,4 +88,6 @@ class TrackedNode:
             hardware_class=hb.hardware_class if hb is not None else "",
             mode=hb.mode if hb is not None else "",
             autonomous_since_ms=hb.autonomous_since if hb is not None else None,
+            clock_offset_ms=hb.clock_offset_ms if hb is not None else None,
+            clock_error_ms=hb.clock_error_ms if hb is not None else None,
         )

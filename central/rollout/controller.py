@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from central.rollout import flip
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
-from central.rollout.model import NodeFailure, Rollout, RolloutState, matches
+from central.rollout.model import NodeFailure, Rollout, RolloutState, matches, utc
 from central.rollout.progress import TRANSIENT_REASONS, Verdict, choose_canaries, decide, node_failure, node_progress
 from fleetwire.mqtt.payloads import Event
 
@@ -41,11 +42,13 @@ class RolloutController:
         canary_return_s: float = CANARY_RETURN_S,
         reread: Callable[[], None] | None = None,
         leading: Callable[[], bool] | None = None,
+        flip_rules: flip.FlipRules | None = None,
     ) -> None:
         """``reread``: called before every pass (a replicated central re-reads the rollouts that
         an operator may just have changed on another replica); ``leading``: a pass runs only
         while it says so (a replica that lost the leadership writes nothing more)."""
         self._leading = leading
+        self.flip_rules = flip_rules or flip.FlipRules()
         self._book = book
         self._reread = reread
         self._fleet = fleet
@@ -109,6 +112,8 @@ class RolloutController:
         labels = self._fleet.labels()
         r = rollout.model_copy(deep=True)
         r.targets = sorted(n for n, node_labels in labels.items() if matches(r.selector, node_labels))
+        if r.stage:
+            return self._evaluate_staged(r, rollout, now)
         waves_changed = self._pick_canaries(r, now)
         errors = self._refresh_nodes(r, rollout)
         r.healthy_since = self._healthy_since(r, now)
@@ -127,6 +132,46 @@ class RolloutController:
         if waves_changed:
             self._on_change()
         return r
+
+    def _evaluate_staged(self, r: Rollout, before: Rollout, now: float) -> Rollout:
+        """A staged rollout: progress, then flip, admit late nodes, complete or roll back."""
+        flip.refresh(r, self._fleet.reported, before)
+        verdict = flip.decide(r, now, self.flip_rules)
+        if verdict.decision == "flip":
+            r.state = "flipping"
+            flip.admit(r, self._fleet.clock, self.flip_rules, now)
+            reason = (
+                f"flipping {len(r.switch_at)} of {len(r.targets)} nodes at {utc(r.flip_instant or now).isoformat()}"
+            )
+            return self.transition(r, "flipping", reason, "rollout_flipping")
+        admitted = r.state == "flipping" and flip.admit(r, self._fleet.clock, self.flip_rules, now)
+        if r.state == "flipping" and verdict.decision == "wait":
+            verdict = flip.decide(r, now, self.flip_rules)  # the admissions change the words
+        self._note_stall(r, before, verdict, now)
+        r.reason = verdict.reason
+        if verdict.decision == "roll_back":
+            return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
+        if verdict.decision == "complete":
+            return self.transition(r, "complete", None, "rollout_completed")
+        if r != before:
+            r.updated_at = now
+            self._book.save(r)
+        if admitted:
+            self._on_change()
+        return r
+
+    def flip(self, r: Rollout, at: float, actor: str | None = None) -> Rollout:
+        """Set (or move) the instant ``r``'s staged nodes switch at; sent ahead by the next pass."""
+        r = r.model_copy(deep=True)
+        r.flip_at = utc(at)
+        if r.state == "flipping":
+            r.switch_at = dict.fromkeys(r.switch_at, at)  # they still switch together
+            self._book.save(r)
+            self._on_change()
+        else:
+            self._book.save(r)
+        self._emit(rollout_event("rollout_flip_set", r, f"flip at {utc(at).isoformat()}", actor))
+        return self.evaluate(r, time.time())
 
     def _pick_canaries(self, r: Rollout, now: float) -> bool:
         """Choose canaries once there are targets; again only when every chosen one is gone.

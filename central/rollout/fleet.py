@@ -26,6 +26,10 @@ class FleetView(Protocol):
     def reported(self, node_id: str) -> list[ModelInfo] | None:
         """The model versions ``node_id`` last reported; None before its first heartbeat."""
 
+    def clock(self, node_id: str) -> tuple[float, float] | None:
+        """``(offset_ms, error_ms)`` of central's clock against the node's, as its last heartbeat
+        said; None when unknown."""
+
 
 class DirectoryFleet:
     """``FleetView`` over the node directory and what nodes reported: this central's membership
@@ -55,3 +59,10 @@ class DirectoryFleet:
         assert self._tracker is not None, "a tracker or reports"
         view = self._tracker.get(node_id)
         return None if view is None or view.last_heartbeat_at is None else view.models
+
+    def clock(self, node_id: str) -> tuple[float, float] | None:
+        """What ``node_id``'s last heartbeat said of its clock (a replica: not shared, None)."""
+        view = self._tracker.get(node_id) if self._tracker is not None else None
+        if view is None or view.clock_offset_ms is None or view.clock_error_ms is None:
+            return None
+        return view.clock_offset_ms, view.clock_error_ms

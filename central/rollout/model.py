@@ -6,17 +6,18 @@ operator sees after a central restart is exactly what was persisted."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-RolloutState = Literal["canary", "rolling", "complete", "rolled_back"]
-NodeProgress = Literal["pending", "loading", "ready", "failed"]
+RolloutState = Literal["staging", "flipping", "canary", "rolling", "complete", "rolled_back"]
+NodeProgress = Literal["pending", "loading", "staged", "ready", "failed", "refused"]
 
 #: States in which the controller still moves a rollout on.
-IN_PROGRESS: frozenset[str] = frozenset({"canary", "rolling"})
-#: States in which a rollout decides what its nodes serve.
-IN_EFFECT: frozenset[str] = frozenset({"canary", "rolling", "complete"})
+IN_PROGRESS: frozenset[str] = frozenset({"staging", "flipping", "canary", "rolling"})
+#: States in which a rollout decides what its nodes hold or serve.
+IN_EFFECT: frozenset[str] = frozenset({"staging", "flipping", "canary", "rolling", "complete"})
 _PRIVATE = {"healthy_since", "progressed_at", "stuck_reported"}
 
 
@@ -49,11 +50,23 @@ class RolloutRequest(BaseModel):
     """Abort and roll back when the failed fraction of reporting nodes exceeds this."""
     min_nodes: int = Field(1, ge=1)
     """Reports on the new version needed before the failure rate counts."""
+    stage: bool = False
+    """Download first: every selected node fetches, verifies and holds the version without
+    serving it; they switch together at a flip (``flip_at`` or a later ``flip``)."""
+    flip_at: AwareDatetime | None = None
+    """When staged nodes switch, on central's clock (ISO 8601 with a zone, e.g.
+    2026-12-04T02:00:00Z); implies ``stage``. None with ``stage``: wait for a ``flip``."""
 
     @field_validator("version")
     @classmethod
     def _strip(cls, value: str) -> str:
         return value.strip()
+
+    @model_validator(mode="after")
+    def _flip_implies_stage(self) -> RolloutRequest:
+        if self.flip_at is not None:
+            self.stage = True
+        return self
 
 
 class Rollout(RolloutRequest):
@@ -69,9 +82,15 @@ class Rollout(RolloutRequest):
     canary_nodes: list[str] = Field(default_factory=list)
     nodes: dict[str, NodeProgress] = Field(default_factory=dict)
     failures: dict[str, NodeFailure] = Field(default_factory=dict)
-    """Node → why it failed, for every ``failed`` node."""
+    """Node → why it failed, for every ``failed`` node, and why a flip was refused to every
+    ``refused`` one (``clock``)."""
+    switch_at: dict[str, float] = Field(default_factory=dict)
+    """Staged rollouts: node → the instant (Unix seconds, central's clock) it switches; a node
+    staged only after the flip switches at once."""
     ready: int = 0
     failed: int = 0
+    staged: int = 0
+    """Nodes holding the version, not serving it yet."""
     failure_rate: float = 0.0
     reason: str | None = None
     created_at: float = Field(default_factory=time.time)
@@ -96,7 +115,24 @@ class Rollout(RolloutRequest):
         """Whether ``node_id`` serves this rollout's version now (ignores rolled-back state)."""
         if not matches(self.selector, labels):
             return False
+        if self.state == "staging":
+            return False
+        if self.state == "flipping":
+            return node_id in self.switch_at
         return self.state != "canary" or node_id in self.canary_nodes
+
+    def stages(self, node_id: str, labels: dict[str, str]) -> bool:
+        """Whether ``node_id`` holds this rollout's version without serving it yet."""
+        return self.stage and self.in_progress and matches(self.selector, labels) and not self.in_wave(node_id, labels)
+
+    def serve_at(self, node_id: str) -> float | None:
+        """The instant ``node_id`` switches to this version (None: at once)."""
+        return self.switch_at.get(node_id) if self.state == "flipping" else None
+
+    @property
+    def flip_instant(self) -> float | None:
+        """``flip_at`` as Unix seconds."""
+        return self.flip_at.timestamp() if self.flip_at is not None else None
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -107,3 +143,8 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def describe_selector(selector: dict[str, str]) -> str:
     """``zone=b,tier=gpu``, or ``(every node)``."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "(every node)"
+
+
+def utc(ts: float) -> datetime:
+    """Unix seconds as an aware UTC datetime."""
+    return datetime.fromtimestamp(ts, UTC)

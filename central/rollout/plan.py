@@ -41,6 +41,24 @@ class ServingPlan:
                 return r.version
         return self._stable.get(model)
 
+    def holding(
+        self, node_id: str, labels: dict[str, str]
+    ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], float]]:
+        """What ``node_id`` holds beyond what it serves: ``(model, version)`` it stages (a staged
+        rollout before its flip) and, per served version with one, the instant it switches."""
+        staged: set[tuple[str, str]] = set()
+        serve_at: dict[tuple[str, str], float] = {}
+        for model, layers in self._layers.items():
+            serving = None
+            for r in layers:
+                if serving is None and r.in_wave(node_id, labels):
+                    serving = r
+                elif r.stages(node_id, labels):
+                    staged.add((model, r.version))
+            if serving is not None and (at := serving.serve_at(node_id)) is not None:
+                serve_at[(model, serving.version)] = at
+        return staged, serve_at
+
     def versions_needed(self, model: str) -> set[str]:
         """Every version some node may serve: the stable one and each layer's."""
         needed = {r.version for r in self._layers.get(model, [])}

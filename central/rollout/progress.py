@@ -15,7 +15,7 @@ from typing import Literal
 from central.rollout.model import NodeFailure, NodeProgress, Rollout, describe_selector
 from fleetwire.mqtt.payloads import ModelInfo
 
-Decision = Literal["wait", "promote", "complete", "roll_back"]
+Decision = Literal["wait", "promote", "complete", "roll_back", "flip"]
 
 
 @dataclass(frozen=True)

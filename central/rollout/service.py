@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from central.distribution.assignment import NodeHolding
 from central.errors import Conflict, NotFound
 from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
 from central.rollout.fleet import FleetView
-from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, matches
+from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, matches, utc
 from central.rollout.plan import ServingPlan
 from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
@@ -49,7 +50,7 @@ class RolloutService:
         if refusal is not None:
             raise Conflict(refusal)
         r = self._book.add(Rollout(model=model, previous_version=previous, **request.model_dump()))
-        self._controller.transition(r, "canary", None, "rollout_started", actor)
+        self._controller.transition(r, "staging" if r.stage else "canary", None, "rollout_started", actor)
         return self._controller.evaluate(self._book_get(r.id), time.time())
 
     def preview(self, model: str, request: RolloutRequest) -> RolloutPreview:
@@ -77,6 +78,31 @@ class RolloutService:
         if r.state != "canary":
             raise Conflict(f"rollout {r.id} of {model} is {r.state}, not canary; nothing to promote")
         return self._controller.transition(r, "rolling", "promoted by the operator", "rollout_promoted", actor)
+
+    def flip(self, model: str, at: float | None = None, actor: str | None = None) -> Rollout:
+        """Switch the staged rollout of ``model`` at ``at`` (Unix seconds, central's clock; None:
+        ``lead_s`` from now, the least that reaches every node first). 409 unless it is staging, or
+        flipping with its instant still ahead (the flip moves)."""
+        r = self.get(model)
+        now = time.time()
+        if r.state not in ("staging", "flipping"):
+            raise Conflict(f"rollout {r.id} of {model} is {r.state}, not staged; nothing to flip")
+        if r.state == "flipping" and (r.flip_instant or 0.0) <= now:
+            raise Conflict(f"rollout {r.id} of {model} flipped already")
+        lead = self._controller.flip_rules.lead_s
+        if at is None:
+            at = now + lead
+        elif at < now:
+            raise Conflict(
+                f"the flip instant {utc(at).isoformat()} has passed (central's clock: {utc(now).isoformat()})"
+            )
+        return self._controller.flip(r, at, actor)
+
+    def holding(self, node_id: str) -> NodeHolding:
+        """What ``node_id`` stages, the instants it switches at, and artifacts it must serve."""
+        plan = self._plan or self._plan_now()
+        staged, serve_at = plan.holding(node_id, self._fleet.labels_of(node_id))
+        return NodeHolding(staged=frozenset(staged), serve_at=serve_at)
 
     def rollback(self, model: str, reason: str = "rolled back by the operator", actor: str | None = None) -> Rollout:
         """Take the in-progress or latest completed rollout of ``model`` back."""

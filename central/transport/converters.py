@@ -44,6 +44,9 @@ def desired_state_to_pb(state: DesiredState) -> registry_pb2.DesiredState:
                 serve=v.serve,
                 placement=[registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()],
                 verdict=_verdict_to_pb(v.verdict),
+                stage=v.stage,
+                serve_at_ms=round(v.serve_at * 1000) if v.serve_at is not None else 0,
+                force_artifact=v.force_artifact or "",
             )
             for v in state.versions
         ],

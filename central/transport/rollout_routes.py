@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from central.auth import actor_of
 from central.registry.service import check_name
@@ -15,6 +16,16 @@ from central.rollout import RolloutRequest, RolloutService
 _DRY_RUN_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"description": "With ?dry_run=true: what the rollout would fetch, per node and site; nothing started"}
 }
+
+
+class FlipRequest(BaseModel):
+    """The body of ``POST /api/v1/models/{name}/rollout/flip``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    at: AwareDatetime | None = None
+    """When the staged nodes switch, on central's clock (ISO 8601 with a zone); None: as soon as
+    the flip reaches every node (``rollout.flip_lead_s`` from now)."""
 
 
 def create_rollout_router(rollouts: RolloutService) -> APIRouter:
@@ -46,6 +57,13 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     async def promote(name: str, request: Request) -> dict[str, Any]:
         check_name("model name", name)
         return rollouts.promote(name, actor_of(request)).public()
+
+    @router.post("/models/{name}/rollout/flip")
+    async def flip(name: str, request: Request, body: FlipRequest | None = None) -> dict[str, Any]:
+        """Switch a staged rollout's nodes together at ``at`` (or move the instant before it comes)."""
+        check_name("model name", name)
+        at = body.at.timestamp() if body is not None and body.at is not None else None
+        return rollouts.flip(name, at, actor_of(request)).public()
 
     @router.post("/models/{name}/rollback")
     async def rollback(name: str, request: Request) -> dict[str, Any]:
