@@ -152,7 +152,7 @@ class RolloutController:
         if verdict.decision == "roll_back":
             return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
         if verdict.decision == "complete":
-            return self.transition(r, "complete", None, "rollout_completed")
+            return self.transition(r, "complete", verdict.reason, "rollout_completed")
         if r != before:
             r.updated_at = now
             self._book.save(r)

@@ -87,6 +87,8 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
     ``network``: the edge keeps retrying)."""
     nodes: dict[str, NodeProgress] = {}
     failures: dict[str, NodeFailure] = {}
+    for node_id in sorted(set(before.nodes) - set(r.targets)):
+        nodes[node_id] = "offline"  # a target that left: reported until it is back, never waited for
     for node_id in r.targets:
         reported = reports(node_id)
         progress = staged_progress(r, node_id, reported)
@@ -98,7 +100,7 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
             failures[node_id] = failure or NodeFailure(reason="unknown")
         nodes[node_id] = progress
     r.nodes, r.failures = nodes, failures
-    r.switch_at = {n: at for n, at in r.switch_at.items() if n in nodes}
+    r.switch_at = {n: at for n, at in r.switch_at.items() if n in r.targets}
     r.ready = sum(1 for p in nodes.values() if p == "ready")
     r.failed = sum(1 for p in nodes.values() if p == "failed")
     r.staged = sum(1 for p in nodes.values() if p == "staged")
@@ -117,6 +119,8 @@ def decide(r: Rollout, now: float, rules: FlipRules) -> Verdict:
         return Verdict("wait", f"no node matches selector {describe_selector(r.selector)}", blocked=True)
     flip_at = r.flip_instant
     holding = r.staged + r.ready
+    offline = [n for n, p in r.nodes.items() if p == "offline"]
+    gone = f"; offline: {_names(offline)} (switches once back and staged)" if offline else ""
     if r.state == "staging":
         if flip_at is not None and now >= flip_at - rules.lead_s:
             return Verdict("flip", None)
@@ -124,19 +128,26 @@ def decide(r: Rollout, now: float, rules: FlipRules) -> Verdict:
         behind = [n for n in r.targets if r.nodes.get(n) not in ("staged", "ready")]
         waiting = f"; waiting for {_listed(behind)}" if behind else ""
         if flip_at is None:
-            return Verdict("wait", f"{counted}{waiting}; flip with `modelfleet flip {r.model}`", blocked=bool(behind))
-        return Verdict("wait", f"{counted}{waiting}; flipping at {utc(flip_at).isoformat()}", blocked=bool(behind))
+            return Verdict(
+                "wait", f"{counted}{waiting}{gone}; flip with `modelfleet flip {r.model}`", blocked=bool(behind)
+            )
+        return Verdict(
+            "wait", f"{counted}{waiting}{gone}; flipping at {utc(flip_at).isoformat()}", blocked=bool(behind)
+        )
     behind = [n for n in r.targets if r.nodes.get(n) != "ready"]
     if not behind:
-        return Verdict("complete", None)
+        return Verdict("complete", f"every node on version {r.version}{gone}" if offline else None)
     assert flip_at is not None
     when = utc(flip_at).isoformat()
     if now < flip_at:
-        return Verdict("wait", f"flipping {len(r.switch_at)} of {len(r.targets)} nodes at {when}")
+        return Verdict("wait", f"flipping {len(r.switch_at)} of {len(r.targets)} nodes at {when}{gone}")
     detail = ", ".join(f"{n} ({r.nodes.get(n, 'pending')})" for n in behind[:5]) + (", …" if len(behind) > 5 else "")
-    return Verdict("wait", f"flipped at {when}; {len(behind)} not on it yet: {detail}", blocked=True)
+    return Verdict("wait", f"flipped at {when}; {len(behind)} not on it yet: {detail}{gone}", blocked=True)
+
+
+def _names(nodes: list[str]) -> str:
+    return ", ".join(nodes[:5]) + (", …" if len(nodes) > 5 else "")
 
 
 def _listed(nodes: list[str]) -> str:
-    shown = ", ".join(nodes[:5]) + (", …" if len(nodes) > 5 else "")
-    return f"{len(nodes)} {'node' if len(nodes) == 1 else 'nodes'} to stage: {shown}"
+    return f"{len(nodes)} {'node' if len(nodes) == 1 else 'nodes'} to stage: {_names(nodes)}"

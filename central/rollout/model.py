@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RolloutState = Literal["staging", "flipping", "canary", "rolling", "complete", "rolled_back"]
-NodeProgress = Literal["pending", "loading", "staged", "ready", "failed", "refused"]
+NodeProgress = Literal["pending", "loading", "staged", "ready", "failed", "refused", "offline"]
 
 #: States in which the controller still moves a rollout on.
 IN_PROGRESS: frozenset[str] = frozenset({"staging", "flipping", "canary", "rolling"})

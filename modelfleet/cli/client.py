@@ -232,6 +232,10 @@ class CentralClient:
         """Send a rollout in state canary to every target."""
         return dict(self.request("POST", f"/api/v1/models/{name}/rollout/promote"))
 
+    def flip(self, name: str, at: str | None) -> JsonObject:
+        """Switch a staged rollout's nodes together at ``at`` (ISO 8601; None: as soon as it reaches them)."""
+        return dict(self.request("POST", f"/api/v1/models/{name}/rollout/flip", json={"at": at}))
+
     def rollback(self, name: str) -> JsonObject:
         """Send the model back to the version before its latest rollout."""
         return dict(self.request("POST", f"/api/v1/models/{name}/rollback"))

@@ -1,4 +1,5 @@
-"""Staged rollouts: ``rollout N V`` (``--dry-run``: its cost), ``rollouts``, ``promote N``, ``rollback N``.
+"""Staged rollouts: ``rollout N V`` (``--dry-run``: its cost; ``--stage``/``--flip-at``: download
+first, switch together), ``rollouts``, ``promote N``, ``flip N``, ``rollback N``.
 
 A thin layer over central's rollout API (``/api/v1/models/{name}/rollouts`` …): the
 CLI parses the operator's shorthand (``--canary 10%``, ``--selector zone=a``) and shows
@@ -7,6 +8,7 @@ back."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -16,7 +18,15 @@ from modelfleet.cli import output
 from modelfleet.cli.client import JsonObject, UsageError, connect
 from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
 
-_STATE_STYLE = {"canary": "yellow", "rolling": "cyan", "complete": "green", "rolled_back": "red"}
+_STATE_STYLE = {
+    "staging": "yellow",
+    "flipping": "cyan",
+    "canary": "yellow",
+    "rolling": "cyan",
+    "complete": "green",
+    "rolled_back": "red",
+}
+_NODE_STYLE = {"failed": "red", "refused": "red", "offline": "yellow"}
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +34,17 @@ def register(app: typer.Typer) -> None:
     app.command()(rollout)
     app.command()(rollouts)
     app.command()(promote)
+    app.command()(flip)
     app.command()(rollback)
+
+
+def parse_instant(value: str) -> str:
+    """An ISO 8601 instant as central takes it; one without a zone is this machine's local time."""
+    try:
+        instant = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(f"expected an ISO 8601 time like 2026-12-04T02:00:00Z, got {value!r}") from None
+    return (instant if instant.tzinfo is not None else instant.astimezone()).isoformat()
 
 
 def parse_canary(value: str) -> float:
@@ -60,16 +80,21 @@ def describe(r: JsonObject) -> Text:
     text.append(f"  (from {r.get('previous_version') or 'nothing'})\n")
     targets, canaries = r.get("targets", []), r.get("canary_nodes", [])
     text.append(f"  selector {output.labels(r.get('selector'))}; {len(targets)} target node(s), ")
-    text.append(f"canary {output.percent(r.get('canary'))} = {', '.join(canaries) or 'none'}\n")
-    soak = r.get("soak_s")
-    text.append(f"  promote: {'automatic after ' + format(soak, 'g') + ' s healthy' if soak else 'manual'}; ")
+    if r.get("stage"):
+        text.append(f"staged first, flip {'at ' + str(r['flip_at']) if r.get('flip_at') else 'on command'}\n")
+    else:
+        text.append(f"canary {output.percent(r.get('canary'))} = {', '.join(canaries) or 'none'}\n")
+        soak = r.get("soak_s")
+        text.append(f"  promote: {'automatic after ' + format(soak, 'g') + ' s healthy' if soak else 'manual'}; ")
     text.append(f"abort above {output.percent(r.get('failure_threshold'))} failed after {r.get('min_nodes')} node(s)\n")
-    text.append(f"  ready {r.get('ready', 0)}, failed {r.get('failed', 0)} ({output.percent(r.get('failure_rate'))})")
+    staged = f"staged {r.get('staged', 0)}, " if r.get("stage") else ""
+    text.append(f"  {staged}ready {r.get('ready', 0)}, failed {r.get('failed', 0)}")
+    text.append(f" ({output.percent(r.get('failure_rate'))})")
     for node, node_state in sorted((r.get("nodes") or {}).items()):
         text.append(f"\n    {node}: ")
-        text.append(str(node_state), style="red" if node_state == "failed" else "")
+        text.append(str(node_state), style=_NODE_STYLE.get(str(node_state), ""))
         failure = (r.get("failures") or {}).get(node)
-        if node_state == "failed" and isinstance(failure, dict):
+        if node_state in ("failed", "refused") and isinstance(failure, dict):
             text.append(f" ({failure.get('reason')}: {failure.get('error') or 'no message'})", style="red")
     if r.get("reason"):
         text.append(f"\n  {r['reason']}", style="italic")
@@ -97,13 +122,20 @@ def rollout(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Start nothing: show the bytes each node and site would fetch.")
     ] = False,
+    stage: Annotated[
+        bool, typer.Option("--stage", help="Download first: nodes hold the version and switch together at a flip.")
+    ] = False,
+    flip_at: Annotated[
+        str | None, typer.Option("--flip-at", help="With --stage: when to switch (ISO 8601, central's clock).")
+    ] = None,
     json: JsonOption = False,
     central: CentralOption = None,
     token: TokenOption = None,
 ) -> None:
     """Start a staged rollout: canary nodes first, the rest after promote (or the soak time).
-    With --dry-run, show what it would cost instead: bytes per node and site, from peers and
-    from central, given what each node holds already."""
+    With --stage, every node downloads and verifies it first and they switch together at
+    --flip-at (or at `modelfleet flip`). With --dry-run, show what it would cost instead:
+    bytes per node and site, from peers and from central, given what each node holds already."""
     body: JsonObject = {
         "version": version,
         "canary": parse_canary(canary),
@@ -111,6 +143,8 @@ def rollout(
         "soak_s": soak,
         "failure_threshold": failure_threshold,
         "min_nodes": min_nodes,
+        "stage": stage or flip_at is not None,
+        "flip_at": parse_instant(flip_at) if flip_at is not None else None,
     }
     with connect(central, token) as client:
         if dry_run:
@@ -207,6 +241,21 @@ def promote(
     """Send a model's canary rollout on to every target node."""
     with connect(central, token) as client:
         _show(client.promote(name), json)
+
+
+@output.reported
+def flip(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    at: Annotated[
+        str | None, typer.Option(help="When (ISO 8601, central's clock); default: as soon as it reaches them.")
+    ] = None,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Switch a staged rollout's nodes together (or move the instant of a flip still ahead)."""
+    with connect(central, token) as client:
+        _show(client.flip(name, parse_instant(at) if at is not None else None), json)
 
 
 @output.reported
