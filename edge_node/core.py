@@ -88,6 +88,7 @@ class Edge:
             selection=self._selection(settings, factory),
             fail_after_s=settings.fetch.fail_after_s,
             to_local=self.clock.to_local,
+            load_failed=self.repository.failed,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(

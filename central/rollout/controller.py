@@ -12,11 +12,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from central.rollout import flip
+from central.rollout import flip, waved
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
-from central.rollout.model import NodeFailure, Rollout, RolloutState, matches, utc
-from central.rollout.progress import TRANSIENT_REASONS, Verdict, choose_canaries, decide, node_failure, node_progress
+from central.rollout.labels import matches
+from central.rollout.model import Rollout, RolloutState, utc
+from central.rollout.progress import Verdict, choose_canaries, decide, node_progress, retry, settle
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,10 @@ class RolloutController:
         r.targets = sorted(n for n, node_labels in labels.items() if matches(r.selector, node_labels))
         if r.stage:
             return self._evaluate_staged(r, rollout, now)
+        if r.scheduled:
+            return self._evaluate_scheduled(r, rollout, labels, now)
         waves_changed = self._pick_canaries(r, now)
-        errors = self._refresh_nodes(r, rollout)
+        errors = self._refresh_nodes(r, rollout, now)
         r.healthy_since = self._healthy_since(r, now)
         verdict = decide(r, now, errors)
         self._note_stall(r, rollout, verdict, now)
@@ -135,7 +138,7 @@ class RolloutController:
 
     def _evaluate_staged(self, r: Rollout, before: Rollout, now: float) -> Rollout:
         """A staged rollout: progress, then flip, admit late nodes, complete or roll back."""
-        flip.refresh(r, self._fleet.reported, before)
+        flip.refresh(r, self._fleet.reported, before, now)
         verdict = flip.decide(r, now, self.flip_rules)
         if verdict.decision == "flip":
             r.state = "flipping"
@@ -159,6 +162,50 @@ class RolloutController:
         if admitted:
             self._on_change()
         return r
+
+    def _evaluate_scheduled(
+        self, r: Rollout, before: Rollout, labels: dict[str, dict[str, str]], now: float
+    ) -> Rollout:
+        """A rollout by waves, rate and windows: progress, admissions, then the gate's verdict."""
+        waved.refresh(r, before, self._fleet.reported, now)
+        verdict = waved.decide(r, now, labels)
+        admitted = waved.admit(r, labels, now) if verdict.decision != "roll_back" else []
+        if admitted:
+            log.info("rollout %d of %s: %s switch to version %s", r.id, r.model, ", ".join(admitted), r.version)
+            verdict = waved.decide(r, now, labels)
+        r.healthy_since = waved.healthy_since(r, now)
+        self._note_stall(r, before, verdict, now)
+        r.reason = verdict.reason
+        if verdict.decision == "roll_back":
+            return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
+        if verdict.decision == "promote":
+            return self.next_wave(r, "after a healthy soak")
+        if verdict.decision == "complete":
+            return self.transition(r, "complete", None, "rollout_completed")
+        if r != before:
+            r.updated_at = now
+            self._book.save(r)
+        if admitted:
+            self._on_change()
+        return r
+
+    def next_wave(self, r: Rollout, why: str, actor: str | None = None) -> Rollout:
+        """Open the next wave of a scheduled rollout (``rolling`` from the second wave on)."""
+        r = r.model_copy(update={"wave": r.wave + 1, "healthy_since": None})
+        reason = f"wave {r.wave + 1} of {len(r.wave_sizes)} {why}"
+        r = self.transition(r, "rolling", reason, "rollout_promoted", actor)
+        return self.evaluate(r, time.time())
+
+    def retry(self, r: Rollout, nodes: list[str] | None, actor: str | None = None) -> list[str]:
+        """Count ``nodes`` (None: every failed one) again and send every node a new desired
+        state, on which edges retry what failed; returns the nodes retried."""
+        r = r.model_copy(deep=True)
+        chosen = retry(r, nodes, time.time())
+        if chosen:
+            self._book.save(r)
+            self._emit(rollout_event("rollout_retried", r, f"retrying {', '.join(chosen)}", actor))
+            self._on_change()
+        return chosen
 
     def flip(self, r: Rollout, at: float, actor: str | None = None) -> Rollout:
         """Set (or move) the instant ``r``'s staged nodes switch at; sent ahead by the next pass."""
@@ -195,7 +242,7 @@ class RolloutController:
         """Whether a canary has not been seen since the start and the grace to return lasts."""
         return now - self._started_at < self.canary_return_s and any(n not in self._seen for n in canaries)
 
-    def _refresh_nodes(self, r: Rollout, before: Rollout) -> dict[str, str]:
+    def _refresh_nodes(self, r: Rollout, before: Rollout, now: float) -> dict[str, str]:
         """Per-node progress (a failure sticks), counts and rate; returns node → error."""
         errors: dict[str, str] = {}
         nodes = {}
@@ -203,13 +250,9 @@ class RolloutController:
         for node_id in r.targets:
             in_wave = r.state == "rolling" or node_id in r.canary_nodes
             reported = self._fleet.reported(node_id)
-            progress = node_progress(r, in_wave, reported)
-            failure = node_failure(r, reported) if progress == "failed" else before.failures.get(node_id)
-            transient = failure is not None and failure.reason in TRANSIENT_REASONS
-            if before.nodes.get(node_id) == "failed" and not transient:
-                progress = "failed"  # a failure sticks for the rollout, unless the edge got over it
-            if progress == "failed":
-                failure = failures[node_id] = failure or NodeFailure(reason="unknown")
+            progress, failure = settle(r, before, node_id, node_progress(r, in_wave, reported), reported, now)
+            if failure is not None:
+                failures[node_id] = failure
                 errors[node_id] = failure.error or failure.reason
             nodes[node_id] = progress
         r.nodes, r.failures = nodes, failures

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from central.rollout.model import NodeFailure, NodeProgress, Rollout, describe_selector, utc
-from central.rollout.progress import TRANSIENT_REASONS, Verdict, failure_reason, node_failure
+from central.rollout.labels import describe_selector
+from central.rollout.model import NodeFailure, NodeProgress, Rollout, utc
+from central.rollout.progress import Verdict, failure_reason, settle
 from fleetwire.mqtt.payloads import ModelInfo
 
 #: node id → ``(offset_ms, error_ms)`` of central's clock against the node's; None: unknown.
@@ -82,7 +83,7 @@ def admit(r: Rollout, clocks: Clocks, rules: FlipRules, now: float) -> bool:
     return admitted
 
 
-def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], before: Rollout) -> None:
+def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], before: Rollout, now: float) -> None:
     """Per-node progress, counts and failure rate of a staged rollout (a failure sticks, except
     ``network``: the edge keeps retrying)."""
     nodes: dict[str, NodeProgress] = {}
@@ -91,13 +92,9 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
         nodes[node_id] = "offline"  # a target that left: reported until it is back, never waited for
     for node_id in r.targets:
         reported = reports(node_id)
-        progress = staged_progress(r, node_id, reported)
-        failure = node_failure(r, reported) if progress == "failed" else before.failures.get(node_id)
-        transient = failure is not None and failure.reason in TRANSIENT_REASONS
-        if before.nodes.get(node_id) == "failed" and not transient:
-            progress = "failed"
-        if progress == "failed":
-            failures[node_id] = failure or NodeFailure(reason="unknown")
+        progress, failure = settle(r, before, node_id, staged_progress(r, node_id, reported), reported, now)
+        if failure is not None:
+            failures[node_id] = failure
         nodes[node_id] = progress
     r.nodes, r.failures = nodes, failures
     r.switch_at = {n: at for n, at in r.switch_at.items() if n in r.targets}

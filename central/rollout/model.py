@@ -11,6 +11,10 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from central.rollout.labels import matches
+from central.rollout.waves import WaveSpec, normalize_waves
+from central.rollout.windows import MaintenanceWindow
+
 RolloutState = Literal["staging", "flipping", "canary", "rolling", "complete", "rolled_back"]
 NodeProgress = Literal["pending", "loading", "staged", "ready", "failed", "refused", "offline"]
 
@@ -56,17 +60,40 @@ class RolloutRequest(BaseModel):
     flip_at: AwareDatetime | None = None
     """When staged nodes switch, on central's clock (ISO 8601 with a zone, e.g.
     2026-12-04T02:00:00Z); implies ``stage``. None with ``stage``: wait for a ``flip``."""
+    waves: list[WaveSpec] | None = None
+    """Cumulative wave sizes, node counts or percentages of the targets: ``["1", "10%", "100%"]``
+    (``100%`` is added when missing). None: the canary fraction, then everyone."""
+    rate_per_min: float | None = Field(None, gt=0)
+    """At most this many nodes switch per minute (a sliding minute); None: a wave at once."""
+    windows: list[MaintenanceWindow] = Field(default_factory=list)
+    """Maintenance windows: a node one of them selects switches only while one of its windows is
+    open (it downloads the version meanwhile); nodes no window selects switch any time."""
 
     @field_validator("version")
     @classmethod
     def _strip(cls, value: str) -> str:
         return value.strip()
 
+    @field_validator("waves")
+    @classmethod
+    def _waves(cls, value: list[WaveSpec] | None) -> list[WaveSpec] | None:
+        return list(normalize_waves(value)) if value is not None else None
+
     @model_validator(mode="after")
     def _flip_implies_stage(self) -> RolloutRequest:
         if self.flip_at is not None:
             self.stage = True
+        if self.stage and self.scheduled:
+            raise ValueError(
+                "stage switches every node at one flip; waves, rate_per_min and windows switch them in steps:"
+                " use one or the other"
+            )
         return self
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether nodes switch by waves, a rate or windows (not the plain canary → everyone)."""
+        return self.waves is not None or self.rate_per_min is not None or bool(self.windows)
 
 
 class Rollout(RolloutRequest):
@@ -91,6 +118,12 @@ class Rollout(RolloutRequest):
     failed: int = 0
     staged: int = 0
     """Nodes holding the version, not serving it yet."""
+    wave: int = 0
+    """Scheduled rollouts: the wave under way (0 is the first)."""
+    wave_sizes: list[int] = Field(default_factory=list)
+    """Scheduled rollouts: cumulative nodes per wave, over today's targets."""
+    retried_at: dict[str, float] = Field(default_factory=dict)
+    """Node → when an operator last retried it (its failure cleared)."""
     failure_rate: float = 0.0
     reason: str | None = None
     created_at: float = Field(default_factory=time.time)
@@ -117,13 +150,16 @@ class Rollout(RolloutRequest):
             return False
         if self.state == "staging":
             return False
-        if self.state == "flipping":
+        if self.state == "flipping" or (self.scheduled and self.state in ("canary", "rolling")):
             return node_id in self.switch_at
         return self.state != "canary" or node_id in self.canary_nodes
 
     def stages(self, node_id: str, labels: dict[str, str]) -> bool:
-        """Whether ``node_id`` holds this rollout's version without serving it yet."""
-        return self.stage and self.in_progress and matches(self.selector, labels) and not self.in_wave(node_id, labels)
+        """Whether ``node_id`` holds this rollout's version without serving it yet: every target
+        of a staged rollout before its flip, and of one with maintenance windows before it switches."""
+        if not (self.stage or self.windows) or not self.in_progress:
+            return False
+        return matches(self.selector, labels) and not self.in_wave(node_id, labels)
 
     def serve_at(self, node_id: str) -> float | None:
         """The instant ``node_id`` switches to this version (None: at once)."""
@@ -133,16 +169,6 @@ class Rollout(RolloutRequest):
     def flip_instant(self) -> float | None:
         """``flip_at`` as Unix seconds."""
         return self.flip_at.timestamp() if self.flip_at is not None else None
-
-
-def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    """Label equality match; an empty selector matches every node."""
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-def describe_selector(selector: dict[str, str]) -> str:
-    """``zone=b,tier=gpu``, or ``(every node)``."""
-    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "(every node)"
 
 
 def utc(ts: float) -> datetime:

@@ -13,7 +13,8 @@ from central.placement import Placement, PlacementService, place, place_by_site
 from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
-from central.rollout.model import RolloutRequest, matches
+from central.rollout.labels import matches
+from central.rollout.model import RolloutRequest
 from central.rollout.plan import ServingPlan
 from central.rollout.preview import (
     PreviewNode,

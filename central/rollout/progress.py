@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from central.rollout.model import NodeFailure, NodeProgress, Rollout, describe_selector
+from central.rollout.labels import describe_selector
+from central.rollout.model import NodeFailure, NodeProgress, Rollout
 from fleetwire.mqtt.payloads import ModelInfo
 
 Decision = Literal["wait", "promote", "complete", "roll_back", "flip"]
@@ -55,6 +56,29 @@ def node_progress(rollout: Rollout, in_wave: bool, reported: Sequence[ModelInfo]
 
 #: Failures that pass: the edge keeps retrying and its node counts again once it recovers.
 TRANSIENT_REASONS: frozenset[str] = frozenset({"network"})
+
+
+#: After an operator's retry, a node's stale ``failed`` report is ignored this long (its edge
+#: retries on the next desired state and reports again within a heartbeat or two).
+RETRY_GRACE_S = 5.0
+
+
+def settle(
+    r: Rollout, before: Rollout, node_id: str, progress: NodeProgress, reported: Sequence[ModelInfo] | None, now: float
+) -> tuple[NodeProgress, NodeFailure | None]:
+    """A node's progress once the rules of failure apply: a failure sticks for the rollout,
+    except a transient one (``network``: the edge keeps retrying) and one an operator retried
+    (its stale report is ignored for ``RETRY_GRACE_S``). Returns the progress and, when failed, why."""
+    retried = now - r.retried_at.get(node_id, float("-inf")) < RETRY_GRACE_S
+    if progress == "failed" and retried:
+        progress = "loading"
+    failure = node_failure(r, reported) if progress == "failed" else before.failures.get(node_id)
+    transient = failure is not None and failure.reason in TRANSIENT_REASONS
+    if before.nodes.get(node_id) == "failed" and not transient and not retried:
+        progress = "failed"
+    if progress != "failed":
+        return progress, None
+    return progress, failure or NodeFailure(reason="unknown")
 
 
 def node_failure(rollout: Rollout, reported: Sequence[ModelInfo] | None) -> NodeFailure:
@@ -102,3 +126,17 @@ def decide(rollout: Rollout, now: float, errors: dict[str, str]) -> Verdict:
     if left <= 0:
         return Verdict("promote", None)
     return Verdict("wait", f"{healthy}; promoting in {left:.0f} s")
+
+
+def retry(r: Rollout, nodes: Sequence[str] | None, now: float) -> list[str]:
+    """Clear the failures of ``nodes`` (None: every failed node) so they count again; returns
+    those retried. Their stale reports are ignored for ``RETRY_GRACE_S`` (``settle``)."""
+    chosen = [n for n in (nodes if nodes is not None else sorted(r.failures)) if r.nodes.get(n) == "failed"]
+    for node_id in chosen:
+        r.retried_at[node_id] = now
+        r.nodes[node_id] = "loading"
+        r.failures.pop(node_id, None)
+    r.failed = sum(1 for p in r.nodes.values() if p == "failed")
+    reported = r.ready + r.failed
+    r.failure_rate = r.failed / reported if reported else 0.0
+    return chosen

@@ -12,7 +12,8 @@ from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
 from central.rollout.fleet import FleetView
-from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, matches, utc
+from central.rollout.labels import matches
+from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, utc
 from central.rollout.plan import ServingPlan
 from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
@@ -75,9 +76,26 @@ class RolloutService:
     def promote(self, model: str, actor: str | None = None) -> Rollout:
         """Send the canary rollout of ``model`` to every selected node; 409 unless in canary."""
         r = self.get(model)
+        if r.scheduled and r.in_progress and not r.stage:
+            if r.wave >= len(r.wave_sizes) - 1:
+                raise Conflict(f"rollout {r.id} of {model} is in its last wave; nothing to promote")
+            return self._controller.next_wave(r, "promoted by the operator", actor)
         if r.state != "canary":
             raise Conflict(f"rollout {r.id} of {model} is {r.state}, not canary; nothing to promote")
         return self._controller.transition(r, "rolling", "promoted by the operator", "rollout_promoted", actor)
+
+    def retry(self, model: str, nodes: list[str] | None = None, actor: str | None = None) -> Rollout:
+        """Count the failed ``nodes`` (None: all of them) of ``model``'s rollout in progress again;
+        their edges retry on the new desired state. 409 when nothing failed or it is not in progress."""
+        r = self.get(model)
+        if not r.in_progress:
+            raise Conflict(f"rollout {r.id} of {model} is {r.state}; only a rollout in progress retries nodes")
+        unknown = sorted(set(nodes or ()) - set(r.nodes))
+        if unknown:
+            raise NotFound(f"rollout {r.id} of {model} has no node {', '.join(unknown)}")
+        if not self._controller.retry(r, nodes, actor):
+            raise Conflict(f"rollout {r.id} of {model} has no failed node to retry")
+        return self._book_get(r.id)
 
     def flip(self, model: str, at: float | None = None, actor: str | None = None) -> Rollout:
         """Switch the staged rollout of ``model`` at ``at`` (Unix seconds, central's clock; None:

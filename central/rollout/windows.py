@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from central.rollout.model import describe_selector, matches
+from central.rollout.labels import describe_selector, matches
 
 __all__ = [
     "MaintenanceWindow",

@@ -28,6 +28,15 @@ class FlipRequest(BaseModel):
     the flip reaches every node (``rollout.flip_lead_s`` from now)."""
 
 
+class RetryRequest(BaseModel):
+    """The body of ``POST /api/v1/models/{name}/rollout/retry``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    nodes: list[str] | None = None
+    """The failed nodes to retry; None: every failed node."""
+
+
 def create_rollout_router(rollouts: RolloutService) -> APIRouter:
     """``/api/v1`` routes that start, show, promote and roll back rollouts."""
     router = APIRouter(prefix="/api/v1")
@@ -64,6 +73,12 @@ def create_rollout_router(rollouts: RolloutService) -> APIRouter:
         check_name("model name", name)
         at = body.at.timestamp() if body is not None and body.at is not None else None
         return rollouts.flip(name, at, actor_of(request)).public()
+
+    @router.post("/models/{name}/rollout/retry")
+    async def retry(name: str, request: Request, body: RetryRequest | None = None) -> dict[str, Any]:
+        """Count failed nodes again (all, or ``nodes``); their edges retry on a new desired state."""
+        check_name("model name", name)
+        return rollouts.retry(name, body.nodes if body is not None else None, actor_of(request)).public()
 
     @router.post("/models/{name}/rollback")
     async def rollback(name: str, request: Request) -> dict[str, Any]:

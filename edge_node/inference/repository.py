@@ -191,6 +191,11 @@ class ModelRepository:
             raise model._not_serving()
         return model
 
+    def failed(self, key: tuple[str, str]) -> bool:
+        """Whether version ``key`` (name, version) failed to load and was not loaded since."""
+        model = self._versions.get(key[0], {}).get(key[1])
+        return model is not None and model.state == "failed"
+
     def models(self) -> list[LoadedModel]:
         """Every known version (loading, ready, failed, retired), by name then load order."""
         return sorted((m for vs in self._versions.values() for m in vs.values()), key=lambda m: (m.name, m._seq))

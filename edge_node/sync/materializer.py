@@ -100,8 +100,11 @@ class Materializer:
         selection: ArtifactSelection | None = None,
         fail_after_s: float = 60.0,
         to_local: Callable[[float], float] = lambda t: t,
+        load_failed: Callable[[tuple[str, str]], bool] = lambda key: False,
     ) -> None:
-        """``to_local``: an instant of central's clock on this node's (``serve_at``)."""
+        """``to_local``: an instant of central's clock on this node's (``serve_at``);
+        ``load_failed(key)``: whether ONNX Runtime refused that version (a new state retries it)."""
+        self._load_failed = load_failed
         self._to_local = to_local
         #: The versions held (served or staged) in the latest state, by key.
         self._held: dict[tuple[str, str], DesiredVersion] = {}
@@ -155,7 +158,8 @@ class Materializer:
             now = self.progress[key].state if key in self.progress else None
             if task is None or (task.done() and now not in ("complete", "staged")):
                 self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
-            elif version.serve and now == "staged" and task.done():  # a staged version's flip
+            elif version.serve and task.done() and (now == "staged" or self._load_failed(key)):
+                # a staged version's flip, or a load that failed: a new desired state retries it
                 self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
             elif version.serve and now == "complete" and self._handed.get(key, version.serve_at) != version.serve_at:
                 self._spawn(self._serve_held(key))  # its instant moved: the waiting load re-reads it

@@ -29,7 +29,7 @@ COMMANDS: dict[str, str] = {
     "central": "services", "edge": "services", "up": "up", "push": "push",
     "models": "operator", "nodes": "operator", "events": "operator",
     "rollout": "rollout", "rollouts": "rollout", "promote": "rollout", "rollback": "rollout",
-    "flip": "rollout",
+    "flip": "rollout", "retry": "rollout",
     "doctor": "doctor", "zoo": "zoo", "token": "token", "node-token": "node_token", "keys": "keys", "pki": "pki",
 }  # fmt: skip
 

@@ -236,6 +236,10 @@ class CentralClient:
         """Switch a staged rollout's nodes together at ``at`` (ISO 8601; None: as soon as it reaches them)."""
         return dict(self.request("POST", f"/api/v1/models/{name}/rollout/flip", json={"at": at}))
 
+    def retry(self, name: str, nodes: list[str] | None) -> JsonObject:
+        """Count a rollout's failed nodes (all, or ``nodes``) again."""
+        return dict(self.request("POST", f"/api/v1/models/{name}/rollout/retry", json={"nodes": nodes}))
+
     def rollback(self, name: str) -> JsonObject:
         """Send the model back to the version before its latest rollout."""
         return dict(self.request("POST", f"/api/v1/models/{name}/rollback"))

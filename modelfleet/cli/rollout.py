@@ -35,7 +35,41 @@ def register(app: typer.Typer) -> None:
     app.command()(rollouts)
     app.command()(promote)
     app.command()(flip)
+    app.command()(retry)
     app.command()(rollback)
+
+
+_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h`` → seconds."""
+    text = value.strip().lower()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number) :] or "s"
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise UsageError(f"expected a duration like 90s, 30m or 2h, got {value!r}") from None
+    if seconds <= 0:
+        raise UsageError(f"a window lasts more than 0 s, got {value!r}")
+    return seconds
+
+
+def parse_window(value: str) -> JsonObject:
+    """``zone=a|0 2 * * *|1h|Europe/Berlin`` (selector, cron, duration, time zone; the
+    selector may be empty and the zone left out for UTC) → a maintenance window."""
+    parts = [p.strip() for p in value.split("|")]
+    if len(parts) not in (3, 4):
+        raise UsageError(f"--window takes 'selector|cron|duration[|time zone]', got {value!r}")
+    window: JsonObject = {
+        "selector": parse_selector([parts[0]] if parts[0] else []),
+        "cron": parts[1],
+        "duration_s": parse_duration(parts[2]),
+    }
+    if len(parts) == 4:
+        window["tz"] = parts[3]
+    return window
 
 
 def parse_instant(value: str) -> str:
@@ -82,6 +116,15 @@ def describe(r: JsonObject) -> Text:
     text.append(f"  selector {output.labels(r.get('selector'))}; {len(targets)} target node(s), ")
     if r.get("stage"):
         text.append(f"staged first, flip {'at ' + str(r['flip_at']) if r.get('flip_at') else 'on command'}\n")
+    elif r.get("waves") is not None or r.get("rate_per_min") or r.get("windows"):
+        sizes = r.get("wave_sizes") or []
+        text.append(f"wave {int(r.get('wave', 0)) + 1} of {len(sizes)} (nodes per wave, cumulative: {sizes})")
+        if r.get("rate_per_min"):
+            text.append(f", at most {r['rate_per_min']:g} per minute")
+        for w in r.get("windows") or []:
+            text.append(f"\n  window {output.labels(w.get('selector'))}: '{w.get('cron')}' {w.get('tz')}")
+            text.append(f" for {w.get('duration_s'):g} s")
+        text.append("\n")
     else:
         text.append(f"canary {output.percent(r.get('canary'))} = {', '.join(canaries) or 'none'}\n")
         soak = r.get("soak_s")
@@ -128,6 +171,16 @@ def rollout(
     flip_at: Annotated[
         str | None, typer.Option("--flip-at", help="With --stage: when to switch (ISO 8601, central's clock).")
     ] = None,
+    waves: Annotated[
+        str | None, typer.Option(help="Cumulative waves, counts or shares of the targets: 1,10%,50% (then 100%).")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(min=0.001, help="At most this many nodes switch per minute.")] = None,
+    window: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Maintenance window 'selector|cron|duration[|tz]', e.g. 'zone=a|0 2 * * *|1h|Europe/Berlin'."
+        ),
+    ] = None,
     json: JsonOption = False,
     central: CentralOption = None,
     token: TokenOption = None,
@@ -146,6 +199,12 @@ def rollout(
         "stage": stage or flip_at is not None,
         "flip_at": parse_instant(flip_at) if flip_at is not None else None,
     }
+    if waves is not None:
+        body["waves"] = [w.strip() for w in waves.split(",") if w.strip()]
+    if rate is not None:
+        body["rate_per_min"] = rate
+    if window:
+        body["windows"] = [parse_window(w) for w in window]
     with connect(central, token) as client:
         if dry_run:
             preview = dict(
@@ -256,6 +315,21 @@ def flip(
     """Switch a staged rollout's nodes together (or move the instant of a flip still ahead)."""
     with connect(central, token) as client:
         _show(client.flip(name, parse_instant(at) if at is not None else None), json)
+
+
+@output.reported
+def retry(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    node: Annotated[
+        list[str] | None, typer.Option(help="Only these failed nodes (default: every failed node).")
+    ] = None,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Count a rollout's failed nodes again; their edges retry on the new desired state."""
+    with connect(central, token) as client:
+        _show(client.retry(name, node or None), json)
 
 
 @output.reported
