@@ -24,7 +24,7 @@ def test_window_and_duration_shorthands() -> None:
     assert parse_window("|30 1 * * 6|90m") == {"selector": {}, "cron": "30 1 * * 6", "duration_s": 5400.0}
     assert parse_duration("45") == 45.0 and parse_duration("2d") == 172800.0
     for bad in ("zone=a|0 2 * * *", "a|b|c|d|e"):
-        with pytest.raises(UsageError, match="selector|cron|duration"):
+        with pytest.raises(UsageError, match=r"selector\|cron\|duration"):
             parse_window(bad)
     with pytest.raises(UsageError, match="duration"):
         parse_duration("1 fortnight")
