@@ -32,10 +32,12 @@ from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
 from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
+from central.rollout.drift import DriftWatch
 from central.rollout.flip import FlipRules
 from central.rollout.previewer import RolloutPreviewer
 from central.rollout.store import open_rollout_store
 from central.settings import BlobSettings, CentralSettings
+from fleetwire.manifest import Manifest
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
 
@@ -136,6 +138,15 @@ class Central:
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed_here)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
+        #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
+        self.drift = DriftWatch(
+            self._manifest_of,
+            emit=self.membership.record_event,
+            on_change=self._changed_here,
+            roll_back=self.rollouts.roll_back_version,
+        )
+        self.rollouts.forced = self.drift.forced
+        self._drift_unsubscribe = self.membership.watch_heartbeats(self.drift.harvest)
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
         self.transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
         self.desired = DesiredStateService(
@@ -280,6 +291,10 @@ class Central:
         verdict = self.verdicts.get(key, hardware_class)
         return verdict.artifact if verdict is not None else None
 
+    def _manifest_of(self, name: str, version: str) -> Manifest | None:
+        record = self.store.get_version(name, version)
+        return record.manifest if record is not None else None
+
     def _site_of(self, node_id: str) -> str | None:
         node = self.nodes.get(node_id)
         return node.site if node is not None else None
@@ -314,6 +329,7 @@ class Central:
         """Compute the initial desired state (needs the running loop)."""
         self.desired.refresh()
         self.membership.record_event(self._started_event())
+        self.drift.start()
         if self.replica is None:  # a replica runs rollouts only while it leads
             self._rollout_controller.start()  # tells the log of each rollout it resumes
 
@@ -359,6 +375,8 @@ class Central:
         self._closed = True
         self._rollouts_unsubscribe()
         self._verdicts_unsubscribe()
+        self._drift_unsubscribe()
+        self.drift.stop()
         self.rollouts.close()
         self.membership.close()
         if self.replica is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from central.distribution.assignment import NodeHolding
 from central.errors import Conflict, NotFound
@@ -38,6 +39,8 @@ class RolloutService:
         self._store = store
         self._fleet = fleet
         self._plan: ServingPlan | None = None
+        #: node id → version → the artifact it must serve (central's INT8 fallbacks; none by default).
+        self.forced: Callable[[str], dict[tuple[str, str], str]] = lambda node_id: {}
 
     # -- operator API -------------------------------------------------------------------
 
@@ -120,7 +123,16 @@ class RolloutService:
         """What ``node_id`` stages, the instants it switches at, and artifacts it must serve."""
         plan = self._plan or self._plan_now()
         staged, serve_at = plan.holding(node_id, self._fleet.labels_of(node_id))
-        return NodeHolding(staged=frozenset(staged), serve_at=serve_at)
+        return NodeHolding(staged=frozenset(staged), serve_at=serve_at, force_artifact=self.forced(node_id))
+
+    def roll_back_version(self, model: str, version: str, reason: str) -> bool:
+        """Roll back the rollout in effect that brought ``model:version`` (False: none did)."""
+        epoch = self._book.epoch(model)
+        effective = [r for r in self._book.rollouts(model) if r.state in IN_EFFECT and r.id > epoch]
+        if not effective or effective[-1].version != version or effective[-1].previous_version is None:
+            return False
+        self._controller.transition(effective[-1], "rolled_back", reason, "rollout_rolled_back")
+        return True
 
     def rollback(self, model: str, reason: str = "rolled back by the operator", actor: str | None = None) -> Rollout:
         """Take the in-progress or latest completed rollout of ``model`` back."""

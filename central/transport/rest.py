@@ -24,6 +24,7 @@ from central.membership.events import operator_event
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
 from central.registry.store import VersionRecord
+from central.transport.drift_routes import create_drift_router
 from central.transport.limits import JsonBodyLimit, UploadLimit
 from central.transport.push_options import push_options
 from central.transport.push_stream import progress_stream
@@ -340,6 +341,7 @@ def create_app(central: Central) -> FastAPI:
     app.include_router(create_metrics_router(central.metrics))
     app.include_router(create_dashboard_router(central.dashboard))
     app.include_router(create_rollout_router(central.rollouts))
+    app.include_router(create_drift_router(central.drift))
     app.include_router(create_transfer_router(central.transfer, central.membership.record_event))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway, central.registry.describe))

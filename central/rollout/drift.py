@@ -1,0 +1,236 @@
+"""INT8 watched on live traffic: central's side. Edges sample live requests on the version's
+FP32 artifact too and report the agreement counts in every heartbeat (``ModelInfo.shadow``);
+this keeps the latest counts per version and node, judges them (``shadow_judge``: a node, and the
+nodes serving the same INT8 artifact pooled, are flagged when agreement is confidently below the
+guard's threshold), and acts per the version's policy, the manifest label
+``modelfleet.drift_policy``:
+
+* ``fallback`` (the default): the flagged nodes serve the FP32 artifact (``force_artifact`` in
+  their desired state) and ``int8_fallback`` is logged;
+* ``rollback``: the version's rollout is rolled back (a version no rollout brought: fallback);
+* ``report``: only the ``int8_drift`` event and the API say so; ``off``: edges do not sample.
+
+Pooling is what makes a fleet-wide drift quick to see: at a 1 % sample, 8 edges with their own
+counts would each need ten samples (8,000 requests); pooled, the version is flagged after about
+twenty samples in all. A pooled flag falls back every node serving that INT8 artifact (some of
+whose local traffic may agree: FP32 costs them speed, never correctness); a node flagged on its
+own counts falls back alone.
+
+Judged every ``interval_s`` over the versions whose counts changed, not per heartbeat: pooling
+per heartbeat would cost O(nodes²) per interval on a large fleet. The fallbacks are kept in
+memory: after a restart an edge serves INT8 again until its counts flag it again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from central.rollout.shadow_judge import ShadowPolicy, ShadowVerdict, judge_fleet, judge_node, judging_terms
+from fleetwire.manifest import Manifest
+from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
+from fleetwire.mqtt.payloads import Event, ShadowInfo
+
+log = logging.getLogger(__name__)
+
+#: The manifest label naming what a flag does.
+POLICY_LABEL = "modelfleet.drift_policy"
+POLICIES = ("fallback", "rollback", "report", "off")
+#: The artifact a fallback serves.
+REFERENCE = "fp32"
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    """What one node last reported for one version."""
+
+    artifact: str
+    info: ShadowInfo
+    at: float
+
+
+def policy_of(manifest: Manifest) -> str:
+    """The version's drift policy (an unknown word reads as the default, ``fallback``)."""
+    value = manifest.labels.get(POLICY_LABEL, "fallback").strip().lower()
+    return value if value in POLICIES else "fallback"
+
+
+class DriftWatch:
+    """Latest live agreement per version and node; flags, fallbacks and their events."""
+
+    def __init__(
+        self,
+        manifest_of: Callable[[str, str], Manifest | None],
+        *,
+        emit: Callable[[Event], None],
+        on_change: Callable[[], None],
+        roll_back: Callable[[str, str, str], bool],
+        interval_s: float = 0.5,
+    ) -> None:
+        """``manifest_of(name, version)``: the stored manifest; ``roll_back(model, version,
+        reason)``: roll back the rollout that brought ``version`` (False: there is none)."""
+        self._manifest_of = manifest_of
+        self._emit = emit
+        self._on_change = on_change
+        self._roll_back = roll_back
+        self.interval_s = interval_s
+        self._counts: dict[Key, dict[str, NodeCounts]] = {}
+        self._dirty: set[Key] = set()
+        #: Per version: the pooled verdict (per INT8 artifact) and each node's, as last judged.
+        self._fleet: dict[Key, dict[str, ShadowVerdict]] = {}
+        self._nodes: dict[Key, dict[str, ShadowVerdict]] = {}
+        self._flagged: set[tuple[str, str, str]] = set()  # (model, version, node or "*"+artifact)
+        #: node → version → the artifact it must serve.
+        self._forced: dict[str, dict[Key, str]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- input ------------------------------------------------------------------------------
+
+    def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
+        """Keep the shadow counts a heartbeat reports (cheap: judging waits for the timer)."""
+        for m in hb.models:
+            if m.shadow is None or m.state != "ready":
+                continue
+            key = (m.name, m.version)
+            artifact = m.choice.artifact if m.choice is not None else ""
+            info = shadow_info(m.shadow)
+            previous = self._counts.get(key, {}).get(node_id)
+            if previous is not None and previous.info == info:
+                continue
+            self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time())
+            self._dirty.add(key)
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Judge every ``interval_s`` (needs the running loop)."""
+        self._tick()
+
+    def stop(self) -> None:
+        """Stop judging."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        try:
+            self.judge()
+        except Exception:  # one bad pass must not stop the timer
+            log.exception("judging live INT8 agreement failed")
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+
+    def judge(self) -> None:
+        """Judge the versions whose counts changed since the last pass, and act on new flags."""
+        dirty, self._dirty = self._dirty, set()
+        changed = False
+        for key in sorted(dirty):
+            changed |= self._judge_version(key)
+        if changed:
+            self._on_change()
+
+    def _judge_version(self, key: Key) -> bool:
+        manifest = self._manifest_of(*key)
+        if manifest is None:
+            return False
+        policy = policy_of(manifest)
+        counts = self._counts.get(key, {})
+        by_artifact: dict[str, list[str]] = {}
+        for node_id, c in counts.items():
+            if c.artifact != REFERENCE:
+                by_artifact.setdefault(c.artifact, []).append(node_id)
+        changed = False
+        for artifact, nodes in by_artifact.items():
+            ref = manifest.artifact_named(artifact)
+            terms = judging_terms(ShadowPolicy(), ref.quantization if ref is not None else manifest.quantization)
+            if terms is None:
+                continue
+            threshold, z = terms
+            pooled = judge_fleet((counts[n].info for n in nodes), threshold, z)
+            self._fleet.setdefault(key, {})[artifact] = pooled
+            own = {n: judge_node(counts[n].info, threshold, z) for n in nodes}
+            self._nodes.setdefault(key, {}).update(own)
+            flagged = nodes if pooled.flagged else [n for n, v in own.items() if v.flagged]
+            if flagged:
+                verdict = pooled if pooled.flagged else own[flagged[0]]
+                changed |= self._act(key, artifact, flagged, verdict, policy, fleet=pooled.flagged)
+        return changed
+
+    def _act(
+        self, key: Key, artifact: str, nodes: list[str], verdict: ShadowVerdict, policy: str, *, fleet: bool
+    ) -> bool:
+        """Log the flag (once per node) and apply the policy; True when a desired state changes."""
+        model, version = key
+        new = [n for n in sorted(nodes) if (model, version, n) not in self._flagged]
+        if not new:
+            return False
+        self._flagged.update((model, version, n) for n in new)
+        detail: dict[str, Any] = {
+            "model": model, "version": version, "artifact": artifact, "nodes": new, "fleet": fleet,
+            "policy": policy, **verdict.as_dict(),
+        }  # fmt: skip
+        log.warning(
+            "%s:%s %s disagrees with FP32 on live traffic on %s: %s", model, version, artifact, new, verdict.reason
+        )
+        self._emit(Event(type="int8_drift", ts=_ms(), node_id=new[0] if len(new) == 1 else None, detail=detail))
+        if policy == "report":
+            return False
+        if policy == "rollback" and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}"):
+            return False  # the rollback re-plans the fleet itself
+        for node_id in new:
+            self._forced.setdefault(node_id, {})[key] = REFERENCE
+        fallback = {"model": model, "version": version, "artifact": REFERENCE, "nodes": new}
+        self._emit(Event(type="int8_fallback", ts=_ms(), detail=fallback))
+        return True
+
+    # -- output -----------------------------------------------------------------------------
+
+    def forced(self, node_id: str) -> dict[Key, str]:
+        """Version → the artifact ``node_id`` must serve (central's fallbacks)."""
+        return dict(self._forced.get(node_id, {}))
+
+    def clear(self, model: str, version: str) -> list[str]:
+        """Forget ``model:version``'s flags and fallbacks (an operator accepts INT8 again, e.g.
+        after the traffic came back); its nodes serve their own choice on the next state."""
+        key = (model, version)
+        nodes = [n for n, forced in self._forced.items() if forced.pop(key, None) is not None]
+        self._flagged = {f for f in self._flagged if (f[0], f[1]) != key}
+        self._counts.pop(key, None)
+        self._fleet.pop(key, None)
+        self._nodes.pop(key, None)
+        if nodes:
+            self._on_change()
+        return sorted(nodes)
+
+    def report(self, model: str, version: str) -> dict[str, Any]:
+        """What central knows of ``model:version`` on live traffic, per node and pooled."""
+        key = (model, version)
+        manifest = self._manifest_of(model, version)
+        counts = self._counts.get(key, {})
+        verdicts = self._nodes.get(key, {})
+        nodes = {}
+        for node_id, c in sorted(counts.items()):
+            v = verdicts.get(node_id)
+            nodes[node_id] = {
+                "artifact": c.artifact,
+                "shadow": c.info.model_dump(mode="json"),
+                "verdict": v.as_dict() if v is not None else None,
+                "serves": self._forced.get(node_id, {}).get(key, c.artifact),
+                "reported_at": c.at,
+            }
+        return {
+            "model": model,
+            "version": version,
+            "policy": policy_of(manifest) if manifest is not None else None,
+            "fleet": {a: v.as_dict() for a, v in self._fleet.get(key, {}).items()},
+            "nodes": nodes,
+            "fallback_nodes": sorted(n for n, f in self._forced.items() if key in f),
+        }
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
