@@ -1,0 +1,119 @@
+"""Central's live INT8 watch on real heartbeat payloads (decoded as central decodes them): pooled
+counts flag a fleet-wide drift no single node could, each policy acts as it says, a node
+agreeing well is left alone, and an operator's clear undoes a fallback."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from central.rollout.drift import DriftWatch
+from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
+from fleetwire.mqtt.fast import decode_heartbeat
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Event, Heartbeat, ModelInfo, ShadowInfo
+
+INT8 = "int8-s8s8-qdq"
+_seq = itertools.count()
+
+
+def _manifest(policy: str | None = None) -> Manifest:
+    chunk = ChunkRef(digest="a" * 64, size=1)
+    int8 = ArtifactRef(
+        artifact=INT8, sha256="b" * 64, size=1, chunks=[ChunkRef(digest="b" * 64, size=1)],
+        quantization={"guard": {"threshold": 0.99, "confidence": 0.95}},
+    )  # fmt: skip
+    return Manifest(
+        name="m", version="2", sha256="a" * 64, size=1, chunks=[chunk], created_at="2026-12-04T00:00:00Z",
+        alternatives=[int8], labels={"modelfleet.drift_policy": policy} if policy else {},
+    )  # fmt: skip
+
+
+class Watch:
+    """A ``DriftWatch`` with what it called recorded."""
+
+    def __init__(self, policy: str | None = None, rollout: bool = True) -> None:
+        self.events: list[Event] = []
+        self.changes = 0
+        self.rollbacks: list[tuple[str, str, str]] = []
+        self._rollout = rollout
+        manifest = _manifest(policy)
+        self.watch = DriftWatch(
+            lambda n, v: manifest if (n, v) == ("m", "2") else None,
+            emit=self.events.append,
+            on_change=self._changed,
+            roll_back=self._roll_back,
+        )
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    def _roll_back(self, model: str, version: str, reason: str) -> bool:
+        self.rollbacks.append((model, version, reason))
+        return self._rollout
+
+    def beat(self, node_id: str, samples: int, agree: int, artifact: str = INT8) -> None:
+        cosine = 0.9999 if agree == samples else 0.9
+        shadow = ShadowInfo(
+            samples=samples, top1_agree=agree, top1_samples=samples, measure="cosine",
+            measure_sum=samples * cosine, measure_sumsq=samples * cosine * cosine,
+        )  # fmt: skip
+        choice = ArtifactChoiceInfo(artifact=artifact, source="measured")
+        model = ModelInfo(name="m", version="2", state="ready", choice=choice, shadow=shadow)
+        hb = Heartbeat(node_id=node_id, bdseq=0, seq=next(_seq), ts=int(time.time() * 1000), interval_s=1.0,
+                       models=[model])  # fmt: skip
+        self.watch.harvest(node_id, decode_heartbeat(hb.model_dump_json().encode()))
+
+    def types(self) -> list[str]:
+        return [e.type for e in self.events]
+
+
+def test_pooled_counts_flag_a_fleet_wide_drift_and_fall_every_int8_node_back() -> None:
+    w = Watch()
+    for node in ("e0", "e1", "e2", "e3"):
+        w.beat(node, samples=5, agree=2)  # five samples each: too few to judge one node
+    w.beat("e4", samples=40, agree=40, artifact="fp32")  # serves FP32 already: not judged
+    w.watch.judge()
+    assert w.types() == ["int8_drift", "int8_fallback"]
+    drift = w.events[0].detail
+    assert drift["nodes"] == ["e0", "e1", "e2", "e3"] and drift["fleet"] and drift["flagged"]
+    assert drift["samples"] == 20 and drift["measure"] == "top1"
+    assert all(w.watch.forced(n) == {("m", "2"): "fp32"} for n in ("e0", "e1", "e2", "e3"))
+    assert w.watch.forced("e4") == {} and w.changes == 1
+    report = w.watch.report("m", "2")
+    assert report["policy"] == "fallback" and report["fallback_nodes"] == ["e0", "e1", "e2", "e3"]
+    assert report["nodes"]["e0"]["serves"] == "fp32" and report["fleet"][INT8]["flagged"]
+
+    w.watch.judge()  # nothing new: no second event
+    w.beat("e0", samples=6, agree=2)
+    w.watch.judge()
+    assert w.types() == ["int8_drift", "int8_fallback"]
+
+    assert w.watch.clear("m", "2") == ["e0", "e1", "e2", "e3"]
+    assert w.watch.forced("e0") == {} and w.changes == 2
+
+
+def test_a_node_that_agrees_is_left_alone() -> None:
+    w = Watch()
+    for node in ("e0", "e1"):
+        w.beat(node, samples=200, agree=200)
+    w.watch.judge()
+    assert w.events == [] and w.watch.forced("e0") == {}
+    assert w.watch.report("m", "2")["nodes"]["e0"]["verdict"]["flagged"] is False
+
+
+@pytest.mark.parametrize(("policy", "rollout", "expected", "forced"), [
+    ("report", True, ["int8_drift"], False),
+    ("rollback", True, ["int8_drift"], False),
+    ("rollback", False, ["int8_drift", "int8_fallback"], True),
+])  # fmt: skip
+def test_each_policy_acts_as_it_says(policy: str, rollout: bool, expected: list[str], forced: bool) -> None:
+    w = Watch(policy, rollout)
+    w.beat("e0", samples=30, agree=10)
+    w.watch.judge()
+    assert w.types() == expected
+    assert (w.watch.forced("e0") != {}) is forced
+    assert bool(w.rollbacks) is (policy == "rollback")
+    if w.rollbacks:
+        assert "INT8 drift on live traffic" in w.rollbacks[0][2]
