@@ -232,7 +232,10 @@ class DesiredStateFollower:
                 log.info("synced with central %s at desired state %d", address, state.generation)
             self.autonomous_since = None
             self.connected.set()
-            self.apply(state)
+            try:
+                self.apply(state)
+            except Exception:  # a bug acting on one state must not end the link (no state would follow)
+                log.exception("could not act on desired state %d; waiting for the next", state.generation)
 
     def _adopt_partition(self, reply: registry_pb2.RegisterReply) -> None:
         """Remember where central wants this node's heartbeats and pass it on. Every replica
