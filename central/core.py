@@ -262,7 +262,7 @@ class Central:
         fleet = (
             DirectoryFleet(self.nodes, self.membership)
             if self.replica is None
-            else DirectoryFleet(self.nodes, reports=self.replica.view.reported)
+            else DirectoryFleet(self.nodes, reports=self.replica.view.reported, clocks=self.replica.view.clock)
         )
         self._rollout_book = book = RolloutBook(
             open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"),

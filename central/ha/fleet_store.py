@@ -44,9 +44,10 @@ _BUMP = (
     " SELECT gen, pg_notify(%s, gen::text) FROM b"
 )
 _UPSERT_LIVENESS = (
-    "INSERT INTO ha_liveness (node_id, partition, state, http_address, models, gen)"
-    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node_id) DO UPDATE SET partition = EXCLUDED.partition,"
-    " state = EXCLUDED.state, http_address = EXCLUDED.http_address, models = EXCLUDED.models, gen = EXCLUDED.gen"
+    "INSERT INTO ha_liveness (node_id, partition, state, http_address, models, gen, clock)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (node_id) DO UPDATE SET partition = EXCLUDED.partition,"
+    " state = EXCLUDED.state, http_address = EXCLUDED.http_address, models = EXCLUDED.models, gen = EXCLUDED.gen,"
+    " clock = EXCLUDED.clock"
 )
 
 
@@ -62,6 +63,8 @@ class NodeLiveness:
     models: tuple[dict[str, Any], ...]
     """The models the node last reported: ``name``, ``version``, ``state`` and ``error`` of each
     (what routing and rollouts decide from; not its counters, which change every beat)."""
+    clock: tuple[float, float] | None = None
+    """``(offset_ms, error_ms)`` of central's clock against the node's; None: unknown."""
 
     def __post_init__(self) -> None:
         if self.state not in LIVENESS_STATES:
@@ -111,9 +114,14 @@ def _current_gen(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
+def _clock(row: NodeLiveness) -> Jsonb | None:
+    return Jsonb(list(row.clock)) if row.clock is not None else None
+
+
 def _liveness(row: tuple[Any, ...]) -> NodeLiveness:
     models = tuple(dict(m) for m in row[4])
-    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models)
+    clock = (float(row[5][0]), float(row[5][1])) if isinstance(row[5], list) and len(row[5]) == 2 else None
+    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models, clock)
 
 
 class FleetStore:
@@ -180,7 +188,10 @@ class FleetStore:
             with conn.cursor() as cur:
                 cur.executemany(
                     _UPSERT_LIVENESS,
-                    [(r.node_id, r.partition, r.state, r.http_address, Jsonb(list(r.models)), gen) for r in mine],
+                    [
+                        (r.node_id, r.partition, r.state, r.http_address, Jsonb(list(r.models)), gen, _clock(r))
+                        for r in mine
+                    ],
                 )
             return gen
 
@@ -223,7 +234,7 @@ class FleetStore:
             nodes = {str(r[0]): dict(r[1]) for r in conn.execute("SELECT node_id, record FROM ha_nodes")}
             liveness = {
                 str(r[0]): _liveness(r)
-                for r in conn.execute("SELECT node_id, partition, state, http_address, models FROM ha_liveness")
+                for r in conn.execute("SELECT node_id, partition, state, http_address, models, clock FROM ha_liveness")
             }
             placement = conn.execute("SELECT body, epoch FROM ha_placement WHERE id = 1").fetchone()
         if placement is None:
@@ -250,7 +261,7 @@ class FleetStore:
             liveness = {
                 str(r[0]): _liveness(r)
                 for r in conn.execute(
-                    "SELECT node_id, partition, state, http_address, models FROM ha_liveness WHERE gen > %s",
+                    "SELECT node_id, partition, state, http_address, models, clock FROM ha_liveness WHERE gen > %s",
                     (since_gen,),
                 )
             }

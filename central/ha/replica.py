@@ -236,7 +236,7 @@ class Replica:
             state = parts.tracker.state_of(node_id)
             if state is None or state is Liveness.DEAD:
                 log.warning("node %s: alive in the shared liveness, not heard by its new owner: dead", node_id)
-                self._queue(node_id, "dead", row.http_address, list(self.view.reported(node_id) or []))
+                self._queue(node_id, "dead", row.http_address, list(self.view.reported(node_id) or []), row.clock)
 
     def partitions_released(self, released: set[int]) -> None:
         """Stop following these partitions; their nodes are the new owner's from now."""
@@ -270,25 +270,31 @@ class Replica:
             if known is not None:
                 models = list(self.view.reported(node_id) or [])
                 address = address or known.http_address
-        self._queue(node_id, new.value, address, models)
+        clock = _clock_of(view.clock_offset_ms, view.clock_error_ms)
+        self._queue(node_id, new.value, address, models, clock)
 
     def _on_heartbeat(self, node_id: str, hb: AnyHeartbeat) -> None:
         # Every heartbeat of this replica's partitions passes here (10,000 a second at 1 Hz):
         # compare in place, and build a row only when what the node reports changed.
         last = self._written.get(node_id)
         models = tuple((m.name, m.version, m.state, m.error) for m in hb.models)
-        if last is not None and last[2] == models and last[1] == hb.http_address:
+        clock = _clock_of(hb.clock_offset_ms, hb.clock_error_ms)
+        if last is not None and last[2] == models and last[1] == hb.http_address and _same_clock(last[3], clock):
             return
         state = last[0] if last is not None else "alive"
-        self._queue(node_id, state, hb.http_address, list(hb.models))
+        self._queue(node_id, state, hb.http_address, list(hb.models), clock)
 
-    def _queue(self, node_id: str, state: str, http_address: str, models: list[Any]) -> None:
+    def _queue(
+        self, node_id: str, state: str, http_address: str, models: list[Any], clock: tuple[float, float] | None = None
+    ) -> None:
         """Queue the row of ``node_id`` for the next batch (remembering what it says)."""
         body = models_to_json(models)
-        signature = (state, http_address, tuple((m["name"], m["version"], m["state"], m["error"]) for m in body))
+        signature = (
+            state, http_address, tuple((m["name"], m["version"], m["state"], m["error"]) for m in body), clock,
+        )  # fmt: skip
         self._written[node_id] = signature
         partition = partition_of(node_id, self._settings.ha.partitions)
-        self._pending[node_id] = NodeLiveness(node_id, partition, state, http_address, tuple(body))
+        self._pending[node_id] = NodeLiveness(node_id, partition, state, http_address, tuple(body), clock)
         if self._flush_handle is None and not self._closed:
             self._flush_handle = asyncio.get_running_loop().call_later(_FLUSH_DELAY_S, self._start_flush)
 
@@ -397,3 +403,19 @@ class Replica:
         except Exception as exc:  # they catch up at their next poll of the generation
             self.write_errors += 1
             log.warning("could not bump the fleet generation: %s", exc)
+
+
+#: A node's clock estimate is written again only when it moved this much (ms): offsets are
+#: re-measured every minute and wobble by fractions of a millisecond.
+_CLOCK_STEP_MS = 10.0
+
+
+def _clock_of(offset_ms: float | None, error_ms: float | None) -> tuple[float, float] | None:
+    return (offset_ms, error_ms) if offset_ms is not None and error_ms is not None else None
+
+
+def _same_clock(written: tuple[float, float] | None, now: tuple[float, float] | None) -> bool:
+    """Whether ``now`` says what ``written`` said, within ``_CLOCK_STEP_MS``."""
+    if written is None or now is None:
+        return written is now
+    return abs(written[0] - now[0]) < _CLOCK_STEP_MS and abs(written[1] - now[1]) < _CLOCK_STEP_MS

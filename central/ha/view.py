@@ -139,6 +139,11 @@ class SharedView:
                 out.append(Candidate(node_id, address))
         return out
 
+    def clock(self, node_id: str) -> tuple[float, float] | None:
+        """``(offset_ms, error_ms)`` of the node's clock as its partition's owner last wrote it."""
+        row = self.liveness.get(node_id)
+        return row.clock if row is not None else None
+
     def reported(self, node_id: str) -> list[ModelInfo] | None:
         """The models ``node_id`` last reported (None before any report)."""
         return self._reported.get(node_id)

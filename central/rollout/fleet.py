@@ -12,6 +12,8 @@ from fleetwire.mqtt.payloads import ModelInfo
 
 #: node id → the models it last reported (None before any report).
 Reports = Callable[[str], "list[ModelInfo] | None"]
+#: node id → ``(offset_ms, error_ms)`` of its clock (None: unknown).
+Clocks = Callable[[str], "tuple[float, float] | None"]
 
 
 class FleetView(Protocol):
@@ -36,9 +38,16 @@ class DirectoryFleet:
     tracker, or (a replica) the shared liveness its partitions' owners wrote."""
 
     def __init__(
-        self, nodes: NodeDirectory, tracker: MembershipTracker | None = None, *, reports: Reports | None = None
+        self,
+        nodes: NodeDirectory,
+        tracker: MembershipTracker | None = None,
+        *,
+        reports: Reports | None = None,
+        clocks: Clocks | None = None,
     ) -> None:
-        """``reports(node_id)``: where reports come from instead of ``tracker``."""
+        """``reports(node_id)`` and ``clocks(node_id)``: where reports and clock offsets come from
+        instead of ``tracker`` (a replica: the shared liveness)."""
+        self._clocks = clocks
         self._nodes = nodes
         self._tracker = tracker
         self._reports = reports
@@ -61,7 +70,9 @@ class DirectoryFleet:
         return None if view is None or view.last_heartbeat_at is None else view.models
 
     def clock(self, node_id: str) -> tuple[float, float] | None:
-        """What ``node_id``'s last heartbeat said of its clock (a replica: not shared, None)."""
+        """What ``node_id``'s last heartbeat said of its clock."""
+        if self._clocks is not None:
+            return self._clocks(node_id)
         view = self._tracker.get(node_id) if self._tracker is not None else None
         if view is None or view.clock_offset_ms is None or view.clock_error_ms is None:
             return None

@@ -156,3 +156,15 @@ def wait_until_blocked_by(url: str, pid: int) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("the old owner's write never waited on the election's lock")
+
+
+def test_a_nodes_clock_offset_reaches_the_other_replicas(
+    postgres_url: str, store: FleetStore, other: FleetStore
+) -> None:
+    sql(postgres_url, "INSERT INTO ha_partitions (partition, epoch, replica_id) VALUES (5, 1, 'r1')")
+    timed = NodeLiveness("edge-c", 5, "alive", "http://edge-c:8080", (), clock=(-12.5, 0.4))
+    gen = store.put_liveness(5, 1, [timed, alive("edge-d", 5)])
+    seen = snap(other).liveness
+    assert seen["edge-c"].clock == (-12.5, 0.4) and seen["edge-d"].clock is None
+    changes = other.changes(gen - 1)
+    assert changes is not None and changes.liveness["edge-c"].clock == (-12.5, 0.4)
