@@ -99,10 +99,14 @@ def _relative_error(predicted: int, measured: int) -> float:
     return abs(predicted - measured) / max(measured, predicted, 1)
 
 
-def preview_then_roll_out(fleet: Fleet, name: str, version: str, path: Path, timeout_s: float) -> dict[str, Any]:
-    """Push ``version`` held back, preview its rollout to every node, run it, compare per node."""
+def preview_then_roll_out(
+    fleet: Fleet, name: str, version: str, path: Path, interval_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """Push ``version`` held back, preview its rollout to every node, run it, compare per node.
+    The preview reads what nodes hold from their heartbeats: two intervals pass first."""
     pushed = push_raw(fleet, name, version, path, activate="false")
     before = settled_counters(fleet)
+    time.sleep(2 * interval_s)
     request = {"version": version, "canary": 1.0, "soak_s": 0}
     url = f"/api/v1/models/{name}/rollouts"
     answer = central_call(fleet, "POST", url, params={"dry_run": "true"}, json=request)
@@ -139,13 +143,15 @@ def preview_then_roll_out(fleet: Fleet, name: str, version: str, path: Path, tim
     }
 
 
-def measure_preview(fleet: Fleet, models: Path, *, width: int, layers: int, timeout_s: float) -> dict[str, Any]:
+def measure_preview(
+    fleet: Fleet, models: Path, *, width: int, layers: int, interval_s: float, timeout_s: float
+) -> dict[str, Any]:
     """A new model version (all chunks new) then a delta (a new head only), each previewed."""
     full = cached_mlp(models, width=width, hidden_layers=layers, seed=2)
     delta = cached_mlp(models, width=width, hidden_layers=layers, seed=2, head_seed=1)
     runs = [
-        preview_then_roll_out(fleet, FLIP_MODEL, "3", full, timeout_s),
-        preview_then_roll_out(fleet, FLIP_MODEL, "4", delta, timeout_s),
+        preview_then_roll_out(fleet, FLIP_MODEL, "3", full, interval_s, timeout_s),
+        preview_then_roll_out(fleet, FLIP_MODEL, "4", delta, interval_s, timeout_s),
     ]
     return {
         "preview_error": max(r["worst_error"] for r in runs),
@@ -163,6 +169,25 @@ def _artifact(status: dict[str, Any], key: str) -> str | None:
     return choice.get("artifact") if choice else None
 
 
+def _guard(report: dict[str, Any]) -> dict[str, Any]:
+    """What the push's accuracy guard measured on the calibration data."""
+    keys = ("served", "method", "lower_bound", "threshold")
+    return {**{k: report[k] for k in keys if k in report}, "guard": report.get("guard")}
+
+
+def _fp32_decisions(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"input": x})[0]).argmax(axis=1)
+
+
+def _decision(doc: dict[str, Any]) -> int:
+    """Top-1 class of one OIP v2 answer (its ``logits`` output, one row)."""
+    output = next(o for o in doc["outputs"] if o["name"] == "logits")
+    return int(np.argmax(output["data"]))
+
+
 def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: float) -> dict[str, Any]:
     """Serve the drift classifier in INT8, send shifted inputs until central raises
     ``int8_drift``, then time the fallback to FP32 on every edge. Absent feature: says so."""
@@ -177,7 +202,8 @@ def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: fl
     served = {n: _artifact(s, key) for n, s in fleet.statuses().items()}
     result: dict[str, Any] = {
         "shadow_artifacts_before": served,
-        "shadow_guard": pushed.report.get("guard") or pushed.report.get("accuracy"),
+        "shadow_served_artifact": pushed.manifest.get("artifact"),
+        "shadow_guard": _guard(pushed.manifest.get("quantization") or {}),
     }
     if not all(a and a.startswith("int8") for a in served.values()):
         return {**result, "shadow_available": False, "shadow_reason": f"INT8 not served on every edge: {served}"}
@@ -189,6 +215,8 @@ def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: fl
     ]  # fmt: skip
     last = max((e.get("seq", 0) for e in events_since(fleet, None)), default=0)
     headers = {"content-type": "application/json"}
+    expected = _fp32_decisions(model.onnx_path, x)
+    agreed: list[bool] = []
     sent = failed = 0
     drift: dict[str, Any] | None = None
     started = time.monotonic()
@@ -198,6 +226,8 @@ def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: fl
             f"{fleet.edges[node].http_url}/v2/models/{DRIFT_MODEL}/infer", content=bodies[sent % len(bodies)],
             headers=headers,
         )  # fmt: skip
+        if r.status_code == 200 and len(agreed) < len(bodies):
+            agreed.append(_decision(r.json()) == expected[sent % len(bodies)])
         sent += 1
         failed += r.status_code != 200
         if sent % 25 == 0:
@@ -206,7 +236,8 @@ def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: fl
                 if event.get("type") == "int8_drift" and event.get("detail", {}).get("model") == DRIFT_MODEL:
                     drift = event
                     break
-    result.update({"shadow_requests_sent": sent, "shadow_requests_failed": failed})
+    live = round(sum(agreed) / len(agreed), 4) if agreed else None
+    result.update({"shadow_requests_sent": sent, "shadow_requests_failed": failed, "shadow_live_agreement": live})
     if drift is None:
         reason = f"no int8_drift event after {sent} shifted requests (edge shadow sampling or central judging absent?)"
         return {**result, "shadow_available": False, "shadow_reason": reason}

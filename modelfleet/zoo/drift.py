@@ -108,7 +108,7 @@ def build_drift_classifier(
     onnx.save(_graph(prototypes), str(onnx_path))
     x, _ = drift_samples(prototypes, calibration_samples, seed=seed + 1)
     buffer = io.BytesIO()
-    np.savez(buffer, **{INPUT_NAME: x})
+    np.savez(buffer, **{INPUT_NAME: x})  # type: ignore[arg-type]
     calibration_path = directory / "calibration.npz"
     calibration_path.write_bytes(buffer.getvalue())
     return DriftClassifier(onnx_path, calibration_path, prototypes)
