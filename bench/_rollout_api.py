@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from bench._fleet import Fleet, FleetError
+from bench._fleet import Fleet
 
 _POLL_S = 0.05
 
@@ -163,9 +163,3 @@ class SwitchWatch:
         if self.last_old_sent is None or self.first_new_received is None:
             return None
         return (self.first_new_received - self.last_old_sent) / 2
-
-
-def check(fleet: Fleet, ok: bool, message: str) -> None:
-    """A FleetError (no log tails) unless ``ok``."""
-    if not ok:
-        raise FleetError(message)

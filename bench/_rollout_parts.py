@@ -21,7 +21,6 @@ from bench._rollout_api import (
     wait_until,
 )
 from bench.failover import oip_bodies
-from bench.heartbeat_scale import percentile
 
 FLIP_MODEL = "mlp"
 DRIFT_MODEL = "drift"
@@ -255,9 +254,3 @@ def measure_shadow(fleet: Fleet, work: Path, *, max_requests: int, timeout_s: fl
         "fallback_s": _r(fp32_at - detected_at, 3) if fp32_at is not None else None,
         "shadow_artifacts_after": {n: _artifact(s, key) for n, s in fleet.statuses().items()},
     }
-
-
-def summarize_switches(offsets: dict[str, float | None]) -> dict[str, float | None]:
-    """p50 / max of |switch − instant| over the edges that switched."""
-    values = [abs(v) for v in offsets.values() if v is not None]
-    return {"p50": _r(percentile(values, 50)) if values else None, "max": _r(max(values)) if values else None}

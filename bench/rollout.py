@@ -147,6 +147,8 @@ def _shadow(
         figures = _part("shadow", errors, lambda: measure_shadow(
             fleet, shadow_dir, max_requests=args.shadow_max_requests, timeout_s=args.timeout_s))  # fmt: skip
         log(f"shadow: {figures.get('shadow_detect_requests') or figures.get('shadow_reason')}")
+        if not figures:  # the part failed: its fleet's logs go with the error
+            figures["shadow_log_tails"] = fleet.tails()
     return figures
 
 
