@@ -99,7 +99,7 @@ def _graph(prototypes: np.ndarray) -> onnx.ModelProto:
 
 
 def build_drift_classifier(
-    directory: Path, *, features: int = 32, classes: int = 4, calibration_samples: int = 400, seed: int = 0
+    directory: Path, *, features: int = 32, classes: int = 4, calibration_samples: int = 1200, seed: int = 0
 ) -> DriftClassifier:
     """Write ``model.onnx`` and ``calibration.npz`` (inputs in [0, 1]) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,7 @@ async def test_int8_passes_the_guard_then_disagrees_with_fp32_on_drifted_inputs(
         manifest = response.json()["manifest"]
     report = manifest["quantization"]
     assert manifest["artifact"].startswith("int8-") and report["lower_bound"] >= report["threshold"]
+    assert report["lower_bound"] >= 0.98, report  # a margin, not a one-sample pass
     await wait_for(lambda: edge.edge.repository.ready(), 60, "drift ready")
     int8 = edge.edge.files.model_path("drift", "1")
     assert int8.parent.name == manifest["artifact"]
