@@ -27,7 +27,7 @@ __all__ = ["BENCHES", "FIGURES", "Figure", "machine", "main", "render", "rows"]
 #: The benchmarks in report order: each writes ``bench/out/<name>.json``.
 BENCHES = (
     "placement", "distribution", "delta", "quantization", "zoo", "serving", "warm_start", "failover", "heartbeat_scale",
-    "central_ha", "placement_sites", "sites", "autonomy",
+    "central_ha", "placement_sites", "sites", "autonomy", "rollout",
 )  # fmt: skip
 
 
@@ -179,6 +179,22 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ),
     ("autonomy", "resync_s"): Figure(
         "resync_s", "<=", "central back to every edge synced (s)", "outage {outage_s} s",
+    ),
+    ("rollout", "flip_skew_s"): Figure(
+        "flip_skew_s", "<=", "staged flip: last edge's switch − first's (s)",
+        "{edges} edges; worst |switch − instant| {flip_error_s} s, bracket ± {flip_resolution_s} s;"
+        " clock offsets ≤ {clock_offset_abs_max_ms} ms",
+    ),
+    ("rollout", "preview_error"): Figure(
+        "preview_error", "<=", "rollout preview vs bytes each edge fetched, worst relative error",
+        "new version {preview_error_full}; delta version {preview_error_delta}",
+    ),
+    ("rollout", "shadow_detect_requests"): Figure(
+        "shadow_detect_requests", "<=", "drifted live requests until central raises int8_drift",
+        "live INT8/FP32 agreement {shadow_live_agreement}; shadow sample {settings[shadow_sample]}",
+    ),
+    ("rollout", "fallback_s"): Figure(
+        "fallback_s", "<=", "int8_drift to every edge serving FP32 (s)", "{edges} edges",
     ),
 }  # fmt: skip
 

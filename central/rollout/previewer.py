@@ -127,19 +127,24 @@ class RolloutPreviewer:
         self, record: NodeRecord, plan: ServingPlan, reports: list[ModelInfo] | None, timing: bool
     ) -> set[str]:
         """Chunks of what the node serves now: the versions its last heartbeat reports ready
-        (the artifact it names), else, without a heartbeat, what the plan has it serve."""
+        (the artifact it names, or every one when it timed them), else, without a heartbeat,
+        what the plan has it serve."""
         held: set[str] = set()
         if reports is not None:
             served = [
-                (m.name, m.version, m.choice.artifact if m.choice else None) for m in reports if m.state == "ready"
-            ]
+                (m.name, m.version, m.choice.artifact if m.choice else None, _timed(m)) for m in reports
+                if m.state == "ready"
+            ]  # fmt: skip
         else:
-            served = [(n, v, None) for n, v in plan.serving(record.node_id, record.labels)]
-        for name, version, artifact in served:
+            served = [(n, v, None, False) for n, v in plan.serving(record.node_id, record.labels)]
+        for name, version, artifact, timed in served:
             stored = self._store.get_version(name, version)
             if stored is None:
                 continue
             m = stored.manifest
+            if timed:
+                held |= chunks_of(m.artifacts())
+                continue
             named = m.artifact_named(artifact) if artifact else None
             held |= chunks_of(
                 [named] if named else artifacts_to_fetch(m, self._verdict(m, record.hardware_class), timing)
@@ -162,6 +167,13 @@ def _owned_by_node(
             for owner in owners:
                 owned.setdefault(owner, {}).setdefault(key, set()).add(digest)
     return owned
+
+
+def _timed(report: ModelInfo) -> bool:
+    """Whether the node timed every artifact of the version itself: it fetched them all to
+    do so, and keeps the ones it does not serve in its cache (a delta of any of them is
+    cheap for it), so all of them count as held, not only the one it serves."""
+    return report.choice is not None and report.choice.source == "measured"
 
 
 def _timing_off(reports: list[ModelInfo] | None) -> bool:

@@ -116,3 +116,29 @@ async def test_preview_of_artifacts_that_every_node_times(
         for node in run.preview["nodes"]:  # no verdict yet: every node times (so fetches) both
             assert node["artifacts"] == ["fp32", "int8-fast"] and node["bytes_total"] > sum(chunks.values())
         assert run.worst <= MAX_ERROR, (run.preview["nodes"], run.measured)
+
+
+async def test_preview_after_timing_counts_the_artifacts_a_node_timed_but_does_not_serve(
+    artifact_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    """A node that timed v1's artifacts fetched them all and keeps them, whichever it serves;
+    v2 shares every chunk with v1 (the same graphs), so it costs nobody anything. Counting
+    only the served artifact as held would predict v2's other artifact fetched in full."""
+    options = {
+        "heartbeat": {"enabled": True, "interval_s": 0.3},
+        "broker": {"host": mosquitto.host, "port": mosquitto.port},
+        "inference": {"choice": {"budget_s": 1.0, "min_rounds": 3, "max_rounds": 6}},
+    }
+    edges = {n: await make_edge(n, artifact_central, labels={"zone": z}, **options) for n, z in ZONES.items()}
+    await wait_for(lambda: len(artifact_central.central.nodes.nodes()) == len(ZONES), what="registered edges")
+    fp32 = build_fp32(tmp_path / "fp32.onnx")
+    async with httpx.AsyncClient(base_url=artifact_central.http_url, timeout=30.0) as api:
+        assert (await push(api, "m", fp32, version="1", activate="false")).status_code == 201
+        await preview_then_roll_out(api, edges, "m", "1", sorted(ZONES))
+        await wait_for(
+            lambda: len(artifact_central.central.membership.ready_endpoints("m", "1")) == len(ZONES), 30, "v1 ready"
+        )
+        assert (await push(api, "m", fp32, version="2", activate="false")).status_code == 201
+        run = await preview_then_roll_out(api, edges, "m", "2", sorted(ZONES))
+        assert all(n["bytes_total"] == 0 for n in run.preview["nodes"]), run.preview["nodes"]
+        assert run.worst <= MAX_ERROR, (run.preview["nodes"], run.measured)
