@@ -218,6 +218,10 @@ class Edge:
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
             "clock": asdict(self.clock.estimate) if self.clock.estimate is not None else None,
+            "loaded": [
+                {"name": m.name, "version": m.version, "state": m.state, "switched_at": m.switched_at}
+                for m in self.repository.models()
+            ],
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
