@@ -121,11 +121,14 @@ class Agreement:
 
 def per_sample(outputs: Sequence[OutputSpec], ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> Agreement:
     """INT8 (``got``) against FP32 (``ref``) on one batch, sample by sample: top-1 equality for
-    classifiers, and cosine where they have a float scores output, else 1 − relative error."""
+    classifiers, and cosine (floored at 0) where they have a float scores output, else
+    max(0, 1 − relative error)."""
     found = classifier_output(outputs, ref)
     top1 = None if found is None else np.asarray(decisions(ref, found) == decisions(got, found))
     scores = scores_output(outputs, ref) if found is not None else None
     if scores is not None:
-        return Agreement(top1, cosine(ref[scores], got[scores]), "cosine")
+        # Floored at 0 like the relative error: an opposite row is as wrong as an unrelated one,
+        # and the sums stay non-negative (``ShadowInfo``).
+        return Agreement(top1, np.maximum(0.0, cosine(ref[scores], got[scores])), "cosine")
     values = np.maximum(0.0, 1.0 - relative_errors(outputs, ref, got))
     return Agreement(top1, values, "relative_error")

@@ -1,0 +1,172 @@
+"""INT8 watched on live traffic: a small sample of the requests an INT8 artifact served is
+run again on the version's FP32 artifact, off the serving path, and how far the two agree
+is counted (``fleetwire.agreement``, the accuracy guard's own measures) for the heartbeat.
+
+Central judges the counts across nodes and may send the version back to FP32
+(``force_artifact``). The cost on the serving path is one ``random()`` draw per request;
+a sampled request's tensors are copied into a small bounded queue (dropped and counted
+when it is full, never waited on) and one background thread runs them on a plain CPU
+session with one intra-op thread, so the reference never takes the cores serving uses."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from fleetwire.agreement import per_sample
+from fleetwire.manifest import ArtifactRef, Manifest, TensorSpec
+from fleetwire.mqtt.payloads import ShadowInfo
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DRIFT_POLICY_LABEL", "REFERENCE_ARTIFACT", "ShadowSampler", "reference_session", "shadow_reference"]
+
+#: The artifact INT8 is checked against.
+REFERENCE_ARTIFACT = "fp32"
+#: Manifest label; ``off`` turns live sampling off for the version.
+DRIFT_POLICY_LABEL = "modelfleet.drift_policy"
+
+Tensors = Mapping[str, np.ndarray]
+
+
+def shadow_reference(manifest: Manifest, served: str, sample: float) -> ArtifactRef | None:
+    """The artifact ``served`` (an artifact of ``manifest``) is checked against on live traffic,
+    or None: sampling is off, the served artifact is not quantized, the version has no FP32
+    artifact, or its label ``modelfleet.drift_policy`` is ``off``."""
+    if sample <= 0 or served == REFERENCE_ARTIFACT or manifest.labels.get(DRIFT_POLICY_LABEL) == "off":
+        return None
+    chosen = manifest.artifact_named(served)
+    if chosen is None or chosen.quantization is None:
+        return None
+    return manifest.artifact_named(REFERENCE_ARTIFACT)
+
+
+def reference_session(path: Path) -> ort.InferenceSession:
+    """A plain CPU session with one thread each way: the reference must not compete with
+    the serving sessions for cores."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass
+class _Counts:
+    """``ShadowInfo``'s counts while they grow (the payload itself is frozen)."""
+
+    samples: int = 0
+    top1_agree: int = 0
+    top1_samples: int = 0
+    measure: str = ""
+    measure_sum: float = 0.0
+    measure_sumsq: float = 0.0
+    dropped: int = 0
+
+
+class ShadowSampler:
+    """Samples one served INT8 version's requests and compares them with its FP32 reference.
+
+    ``offer`` is called after each request completed; ``info`` is what the heartbeat reports;
+    ``close`` stops the worker (what is queued then is not run)."""
+
+    def __init__(
+        self,
+        reference: ort.InferenceSession,
+        outputs: Sequence[TensorSpec],
+        *,
+        sample: float,
+        queue_size: int = 8,
+        reference_name: str = REFERENCE_ARTIFACT,
+        name: str = "shadow",
+    ) -> None:
+        self.sample = sample
+        self._session = reference
+        self._outputs = list(outputs)
+        self._input_names = [i.name for i in reference.get_inputs()]
+        self._queue: queue.Queue[tuple[dict[str, np.ndarray], list[np.ndarray]] | None] = queue.Queue(
+            maxsize=max(1, queue_size)
+        )
+        self._lock = threading.Lock()
+        self._reference_name = reference_name
+        self._counts = _Counts()
+        self._failed = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def offer(self, inputs: Tensors, outputs: Tensors) -> None:
+        """Maybe sample one completed request (all its rows); never blocks."""
+        if random.random() >= self.sample or self._closed:
+            return
+        try:
+            kept = {k: np.array(inputs[k], copy=True) for k in self._input_names}
+            got = [np.array(outputs[o.name], copy=True) for o in self._outputs]
+        except KeyError:  # an output the version does not give: nothing to compare
+            return
+        try:
+            self._queue.put_nowait((kept, got))
+        except queue.Full:
+            with self._lock:
+                self._counts.dropped += 1
+
+    def info(self) -> ShadowInfo:
+        """The counts so far."""
+        with self._lock:
+            return ShadowInfo(reference=self._reference_name, **asdict(self._counts))
+
+    def join(self) -> None:
+        """Wait until every queued sample was compared (tests and benchmarks)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Stop the worker: queued samples are dropped, the reference session released."""
+        if self._closed:
+            return
+        self._closed = True
+        while True:
+            try:
+                self._queue.get_nowait()
+                self._queue.task_done()
+            except queue.Empty:
+                break
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._compare(*item)
+            finally:
+                self._queue.task_done()
+
+    def _compare(self, inputs: dict[str, np.ndarray], got: list[np.ndarray]) -> None:
+        try:
+            ref = self._session.run([o.name for o in self._outputs], inputs)
+            agreement = per_sample(self._outputs, [np.asarray(r) for r in ref], got)
+        except Exception as exc:  # the reference failing must never touch serving; said once
+            if not self._failed:
+                self._failed = True
+                log.warning("shadow %s: the reference run failed (%s); skipping such samples", self._thread.name, exc)
+            return
+        values = agreement.values.astype(np.float64)
+        with self._lock:
+            info = self._counts
+            info.samples += int(values.size)
+            info.measure = agreement.measure
+            info.measure_sum += float(np.sum(values))
+            info.measure_sumsq += float(np.sum(values**2))
+            if agreement.top1 is not None:
+                info.top1_samples += int(agreement.top1.size)
+                info.top1_agree += int(np.sum(agreement.top1))
