@@ -27,7 +27,14 @@ from fleetwire.mqtt.payloads import ShadowInfo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DRIFT_POLICY_LABEL", "REFERENCE_ARTIFACT", "ShadowSampler", "reference_session", "shadow_reference"]
+__all__ = [
+    "DRIFT_POLICY_LABEL",
+    "REFERENCE_ARTIFACT",
+    "ShadowFactory",
+    "ShadowSampler",
+    "reference_session",
+    "shadow_reference",
+]
 
 #: The artifact INT8 is checked against.
 REFERENCE_ARTIFACT = "fp32"
@@ -170,3 +177,30 @@ class ShadowSampler:
             if agreement.top1 is not None:
                 info.top1_samples += int(agreement.top1.size)
                 info.top1_agree += int(np.sum(agreement.top1))
+
+
+class ShadowFactory:
+    """Makes the sampler of a version as it loads, when it is shadowed: its served artifact
+    is INT8 and the FP32 reference was assembled beside it (``<version>/<artifact>/model.onnx``)."""
+
+    def __init__(self, sample: float, queue_size: int) -> None:
+        self.sample = sample
+        self.queue_size = queue_size
+
+    def __call__(self, manifest: Manifest, path: Path) -> ShadowSampler | None:
+        """The sampler of ``manifest`` (as it is served) loaded from ``path``, or None (blocking)."""
+        reference = shadow_reference(manifest, manifest.artifact, self.sample)
+        if reference is None:
+            return None
+        reference_path = path.parent.parent / reference.artifact / path.name
+        if not reference_path.is_file():
+            log.info("%s:%s: no %s on disk, not sampled", manifest.name, manifest.version, reference.artifact)
+            return None
+        return ShadowSampler(
+            reference_session(reference_path),
+            manifest.outputs,
+            sample=self.sample,
+            queue_size=self.queue_size,
+            reference_name=reference.artifact,
+            name=f"shadow {manifest.name}:{manifest.version}",
+        )

@@ -138,11 +138,23 @@ class Materializer:
             if key in self.refusals:
                 continue
             task = self._tasks.get(key)
-            if task is None or (task.done() and self.progress[key].state != "complete"):
+            if task is None or (task.done() and (self.progress[key].state != "complete" or self._redecided(version))):
                 self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
         for version in state.versions:
             if not version.serve:
                 self._spawn_seed(version)
+
+    def _redecided(self, version: DesiredVersion) -> bool:
+        """True when ``version`` is served as another artifact than it should be now: central
+        ordered a fallback (``force_artifact``) or ended one. Its task runs again, which serves
+        an artifact already on disk (FP32 is, beside a shadowed INT8) without fetching."""
+        current = self.selection.choices.get(version.manifest.key)
+        if current is None:
+            return False
+        decided = self.selection.decided(version)
+        if decided is None:  # a fallback ended and nothing is decided: time the artifacts again
+            return current.source == "central"
+        return decided.artifact != current.artifact
 
     def _set_pins(self, state: EdgeDesiredState) -> None:
         """Pin the chunks of the artifacts each served version needs (all of them while they are
@@ -242,7 +254,7 @@ class Materializer:
             progress.fail("signature", refusal)
             return
         decided = self.selection.decided(version)
-        if decided is not None and await asyncio.to_thread(self._files.is_complete, served_as(m, decided.artifact)):
+        if decided is not None and await asyncio.to_thread(self._assembled, version, decided.artifact):
             progress.state, progress.chunks_present, progress.completed_at = (
                 "complete",
                 progress.chunks_total,
@@ -267,8 +279,26 @@ class Materializer:
             self.selection.adopt(m, choice)
             if self._state is not None:
                 self._set_pins(self._state)
+        await asyncio.to_thread(self._assemble_reference, version, choice.artifact)
         await asyncio.to_thread(self._files.assemble, served_as(m, choice.artifact), self._fetcher.read)
         return choice
+
+    def _assembled(self, version: DesiredVersion, artifact: str) -> bool:
+        """``version`` is on disk as ``artifact``, with its shadow reference if it has one."""
+        m = version.manifest
+        reference = self.selection.reference(version, artifact)
+        if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
+            return False
+        return self._files.is_complete(served_as(m, artifact))
+
+    def _assemble_reference(self, version: DesiredVersion, artifact: str) -> None:
+        """Assemble the artifact ``version`` served as ``artifact`` is checked against on live
+        traffic (``edge_node.inference.shadow``), if any and not on disk yet. Before the served
+        one: the artifact completed last is the one served after a restart."""
+        m = version.manifest
+        reference = self.selection.reference(version, artifact)
+        if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
+            self._files.assemble(served_as(m, reference.artifact), self._fetcher.read)
 
     async def _time_candidates(self, m: Manifest) -> ArtifactChoice:
         """Assemble every artifact of ``m`` apart from the served versions and time them."""

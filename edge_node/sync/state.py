@@ -30,6 +30,9 @@ class DesiredVersion:
     placement: dict[str, list[str]]
     #: Central's verdict for this node's class; None: time the artifacts here.
     verdict: SharedVerdict | None = None
+    #: Serve this artifact whatever the pin, the verdict or timing say (central's fallback of
+    #: INT8 to FP32 when they disagree on live traffic); None: no override.
+    force_artifact: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
                 serve=v.serve,
                 placement={p.digest: list(p.owners) for p in v.placement},
                 verdict=_verdict_from_pb(v),
+                force_artifact=v.force_artifact or None,
             )
             for v in pb.versions
         ],
