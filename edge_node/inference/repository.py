@@ -254,6 +254,7 @@ class ModelRepository:
             self._retire_later(model, grace=0.0)
             return
         versions[model.version] = model
+        serving._metrics = None  # the new session's series carry the version's labels now: keep them
         self._promote(model)
         log.info("%s version %s now serves artifact %s", model.name, model.version, model.artifact)
         self._retire_later(serving, grace=self.retire_grace_s)

@@ -139,10 +139,29 @@ class Materializer:
                 continue
             task = self._tasks.get(key)
             if task is None or (task.done() and (self.progress[key].state != "complete" or self._redecided(version))):
-                self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+                self._start(version)
         for version in state.versions:
             if not version.serve:
                 self._spawn_seed(version)
+
+    def _start(self, version: DesiredVersion) -> None:
+        """Materialize ``version``; once done, again if the decision changed meanwhile (central's
+        fallback order arrived while it was still being fetched or loaded)."""
+        key = version.manifest.key
+        task = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+        self._tasks[key] = task
+
+        task.add_done_callback(lambda done: self._recheck(key, done))
+
+    def _recheck(self, key: tuple[str, str], done: asyncio.Task[None]) -> None:
+        """After ``done`` (the work on ``key``) ended: start again if it served what the latest
+        desired state no longer decides."""
+        if done.cancelled() or self._tasks.get(key) is not done or self._state is None:
+            return
+        latest = next((v for v in self._state.versions if v.serve and v.manifest.key == key), None)
+        progress = self.progress.get(key)
+        if latest is not None and progress is not None and progress.state == "complete" and self._redecided(latest):
+            self._start(latest)
 
     def _redecided(self, version: DesiredVersion) -> bool:
         """True when ``version`` is served as another artifact than it should be now: central
