@@ -6,7 +6,11 @@ Central judges the counts across nodes and may send the version back to FP32
 (``force_artifact``). The cost on the serving path is one ``random()`` draw per request;
 a sampled request's tensors are copied into a small bounded queue (dropped and counted
 when it is full, never waited on) and one background thread runs them on a plain CPU
-session with one intra-op thread, so the reference never takes the cores serving uses."""
+session with one intra-op thread, so the reference never takes the cores serving uses.
+
+The thread gathers samples for up to ``GATHER_S`` (or ``BATCH_ROWS`` rows) and runs them as
+one batch: a large model at batch 1 is bound by reading its weights, which a batch reads once
+(a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +45,12 @@ __all__ = [
 REFERENCE_ARTIFACT = "fp32"
 #: Manifest label; ``off`` turns live sampling off for the version.
 DRIFT_POLICY_LABEL = "modelfleet.drift_policy"
+#: How long the worker gathers samples before running them as one batch (seconds).
+GATHER_S = 1.0
+#: Most rows run in one reference batch (the edge's default largest batch).
+BATCH_ROWS = 32
+
+_Sample = tuple[dict[str, np.ndarray], list[np.ndarray]]
 
 Tensors = Mapping[str, np.ndarray]
 
@@ -94,14 +105,18 @@ class ShadowSampler:
         queue_size: int = 8,
         reference_name: str = REFERENCE_ARTIFACT,
         name: str = "shadow",
+        gather_s: float = GATHER_S,
+        batch_rows: int = BATCH_ROWS,
     ) -> None:
         self.sample = sample
+        self._gather_s = gather_s
+        self._batch_rows = batch_rows
         self._session = reference
+        # Samples stack into one batch only on a variable first axis.
+        self._stackable = all(not isinstance(i.shape[0], int) if i.shape else False for i in reference.get_inputs())
         self._outputs = list(outputs)
         self._input_names = [i.name for i in reference.get_inputs()]
-        self._queue: queue.Queue[tuple[dict[str, np.ndarray], list[np.ndarray]] | None] = queue.Queue(
-            maxsize=max(1, queue_size)
-        )
+        self._queue: queue.Queue[_Sample | None] = queue.Queue(maxsize=max(1, queue_size))
         self._lock = threading.Lock()
         self._reference_name = reference_name
         self._counts = _Counts()
@@ -150,13 +165,50 @@ class ShadowSampler:
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                self._compare(*item)
-            finally:
+            first = self._queue.get()
+            if first is None:
                 self._queue.task_done()
+                return
+            gathered, stop = self._gather(first)
+            try:
+                for inputs, got in self._stacked(gathered):
+                    self._compare(inputs, got)
+            finally:
+                for _ in range(len(gathered) + stop):
+                    self._queue.task_done()
+            if stop:
+                return
+
+    def _gather(self, first: _Sample) -> tuple[list[_Sample], bool]:
+        """``first`` and what arrives within ``gather_s`` up to ``batch_rows`` rows; and whether
+        ``close`` was met on the way."""
+        gathered, rows = [first], _rows(first)
+        deadline = time.monotonic() + self._gather_s
+        while rows < self._batch_rows:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is None:
+                return gathered, True
+            gathered.append(item)
+            rows += _rows(item)
+        return gathered, False
+
+    def _stacked(self, gathered: list[_Sample]) -> list[_Sample]:
+        """``gathered`` as one batch when their shapes allow it, else as they are."""
+        if len(gathered) == 1 or not self._stackable:
+            return gathered
+        first_in, first_out = gathered[0]
+        for inputs, got in gathered[1:]:
+            if any(v.ndim == 0 or v.shape[1:] != first_in[k].shape[1:] or v.dtype != first_in[k].dtype
+                   for k, v in inputs.items()):  # fmt: skip
+                return gathered
+            if any(g.ndim == 0 or g.shape[1:] != f.shape[1:] for g, f in zip(got, first_out, strict=True)):
+                return gathered
+        inputs = {k: np.concatenate([g[0][k] for g in gathered]) for k in first_in}
+        got = [np.concatenate([g[1][i] for g in gathered]) for i in range(len(first_out))]
+        return [(inputs, got)]
 
     def _compare(self, inputs: dict[str, np.ndarray], got: list[np.ndarray]) -> None:
         try:
@@ -177,6 +229,11 @@ class ShadowSampler:
             if agreement.top1 is not None:
                 info.top1_samples += int(agreement.top1.size)
                 info.top1_agree += int(np.sum(agreement.top1))
+
+
+def _rows(sample: _Sample) -> int:
+    first = next(iter(sample[0].values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
 class ShadowFactory:

@@ -28,9 +28,12 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sampler_of(mlp: Path) -> Iterator[object]:
     made: list[ShadowSampler] = []
 
-    def make(sample: float, queue_size: int = 64, path: Path = mlp) -> ShadowSampler:
-        made.append(ShadowSampler(reference_session(path), OUTPUTS, sample=sample, queue_size=queue_size))
-        return made[-1]
+    def make(sample: float, queue_size: int = 64, path: Path = mlp, batch_rows: int = 32) -> ShadowSampler:
+        sampler = ShadowSampler(
+            reference_session(path), OUTPUTS, sample=sample, queue_size=queue_size, gather_s=0.2, batch_rows=batch_rows
+        )
+        made.append(sampler)
+        return sampler
 
     yield make
     for s in made:
@@ -44,7 +47,7 @@ def _request(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
 def test_identical_outputs_agree_fully(mlp: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
     served = ort.InferenceSession(str(mlp), providers=["CPUExecutionProvider"])
     sampler = sampler_of(1.0)
-    for seed in range(5):
+    for seed in range(5):  # gathered and run on FP32 as one batch of 15 rows
         inputs = _request(3, seed)
         sampler.offer(inputs, {"logits": served.run(None, inputs)[0]})
     sampler.join()
@@ -68,9 +71,20 @@ def test_a_disagreement_is_counted(mlp: Path, sampler_of) -> None:  # type: igno
     assert info.measure_sum == pytest.approx(3.0)  # cosines 1, 1, 1 and -1 floored at 0
 
 
+def test_requests_of_other_shapes_are_compared_one_by_one(mlp: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
+    sampler = sampler_of(1.0)
+    served = ort.InferenceSession(str(mlp), providers=["CPUExecutionProvider"])
+    for rows in (1, 4, 2):
+        inputs = _request(rows, rows)
+        sampler.offer(inputs, {"logits": served.run(None, inputs)[0]})
+    sampler.offer({"input": np.zeros((1, WIDTH + 1), dtype=np.float32)}, {"logits": np.zeros((1, 10), np.float32)})
+    sampler.join()
+    assert sampler.info().samples == 7 and sampler.info().top1_agree == 7  # the odd one fails alone, uncounted
+
+
 def test_a_full_queue_drops_and_counts_without_waiting(tmp_path: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
     slow = _slow_model(tmp_path / "slow.onnx")
-    sampler = sampler_of(1.0, queue_size=1, path=slow)
+    sampler = sampler_of(1.0, queue_size=1, path=slow, batch_rows=1)  # one sample per slow run
     inputs = {"input": np.ones((1, 512), dtype=np.float32)}
     outputs = {"logits": np.ones((1, 10), dtype=np.float32)}
     for _ in range(50):
