@@ -260,7 +260,9 @@ class Runner:
 def measure_shadow(runner: Runner, path: str, body: bytes, rounds: int) -> dict[str, Any]:
     """bench-mlp on fresh batched edges, shadow sampling off and at the default, alternating
     ``rounds`` times, each edge alone on the machine: the figures ``--shadow`` adds."""
-    fleet, on, off = runner.fleet, [], []
+    fleet = runner.fleet
+    on: list[dict[str, Any]] = []
+    off: list[dict[str, Any]] = []
     shadow: dict[str, Any] | None = None
     for i in range(rounds):
         for sample, kept in ((0.0, off), (DEFAULT_SHADOW_SAMPLE, on)):

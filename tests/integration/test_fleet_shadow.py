@@ -76,7 +76,9 @@ async def test_int8_is_sampled_against_fp32_and_central_can_force_fp32(
 
     for rows in (1, 2, 3):
         await _infer(edge, rows)
-    edge.edge.repository.get("m").shadow.join()  # type: ignore[union-attr]
+    sampler = edge.edge.repository.get("m").shadow
+    assert sampler is not None
+    sampler.join()
     shadow = (await _status(edge))["shadow"]["m:1"]
     assert shadow["artifact"] == int8 and shadow["reference"] == "fp32"
     assert shadow["samples"] == 6 and shadow["top1_samples"] == 6 and shadow["measure"] == "cosine"
