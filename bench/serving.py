@@ -41,8 +41,9 @@ artifact an error (exit 3) instead of a note.
    (``MODELFLEET_INFERENCE__SHADOW_SAMPLE=0``) and at the default 1 %, alternating
    ``--shadow-rounds`` times, artifact timing off so both serve central's INT8:
    ``shadow_off_rps`` and ``shadow_rps`` (medians), ``shadow_cost`` = 1 - ``shadow_rps`` /
-   ``shadow_off_rps`` (target <= 0.03), and ``shadow`` (the edge's sampled counts after its
-   last run). The other runs use the edges' default (1 %) too.
+   ``shadow_off_rps`` (target <= 0.03), ``shadow_cpu_cost`` = the edge's CPU per request with
+   sampling over without, - 1 (medians; steadier than req/s on a shared machine), and ``shadow``
+   (the edge's sampled counts after its last run). The other runs use the edges' default (1 %) too.
 
 Targets: ``speedup >= 3.0``, ``ceiling_ratio >= 0.6``, ``compute_ratio >= 0.6``,
 ``grpc_over_rest >= 1.0``, ``errors == 0``.
@@ -278,6 +279,9 @@ def measure_shadow(runner: Runner, path: str, body: bytes, rounds: int) -> dict[
     on_rps = float(np.median([r["rps"] for r in on]))
     off_rps = float(np.median([r["rps"] for r in off]))
     cost = 1.0 - on_rps / off_rps if off_rps else 0.0
+    # The edge's CPU per request: what sampling adds, less moved by other load on the machine than req/s.
+    on_cpu = float(np.median([r["edge_cpu_ms_per_request"] for r in on]))
+    off_cpu = float(np.median([r["edge_cpu_ms_per_request"] for r in off]))
     runner.log(
         f"  shadow     {DEFAULT_SHADOW_SAMPLE:.0%} sampled {on_rps:.1f} req/s, off {off_rps:.1f}: cost {cost:.3f}"
     )
@@ -285,6 +289,9 @@ def measure_shadow(runner: Runner, path: str, body: bytes, rounds: int) -> dict[
         "shadow_rps": on_rps,
         "shadow_off_rps": off_rps,
         "shadow_cost": cost,
+        "shadow_cpu_ms_per_request": on_cpu,
+        "shadow_off_cpu_ms_per_request": off_cpu,
+        "shadow_cpu_cost": on_cpu / off_cpu - 1.0 if off_cpu else 0.0,
         "shadow_sample": DEFAULT_SHADOW_SAMPLE,
         "shadow_target": SHADOW_COST_TARGET,
         "shadow_met": cost <= SHADOW_COST_TARGET,
@@ -460,7 +467,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(
             f"shadow_cost (1 - {result['shadow_sample']:.0%} sampled/off, {result['shadow_rps']:.1f} vs"
             f" {result['shadow_off_rps']:.1f} req/s) {result['shadow_cost']:.3f} (target <= {result['shadow_target']})"
-            f" {'met' if result['shadow_met'] else 'MISSED'}; sampled {result['shadow']}"
+            f" {'met' if result['shadow_met'] else 'MISSED'}; edge CPU per request"
+            f" {result['shadow_cpu_cost']:+.3f}; sampled {result['shadow']}"
         )
 
 

@@ -71,6 +71,8 @@ def test_serving_bench_writes_sane_json(
     assert data["shadow_sample"] == 0.01 and data["shadow_target"] == 0.03 and isinstance(data["shadow_met"], bool)
     assert data["shadow_rps"] > 0 and data["shadow_off_rps"] > 0
     assert data["shadow_cost"] == pytest.approx(1 - data["shadow_rps"] / data["shadow_off_rps"])
+    cpu = data["shadow_cpu_ms_per_request"] / data["shadow_off_cpu_ms_per_request"] - 1
+    assert data["shadow_cpu_cost"] == pytest.approx(cpu)
     assert [len(data["shadow_runs"][k]) for k in ("on", "off")] == [1, 1] and "shadow_cost" in printed
     if data["artifacts"]["bench-mlp"].startswith("int8-"):
         assert data["shadow"]["reference"] == "fp32" and data["shadow"]["samples"] >= 0
