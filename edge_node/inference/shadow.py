@@ -10,15 +10,11 @@ session with one intra-op thread, so the reference never takes the cores serving
 
 The thread gathers samples for up to ``GATHER_S`` (or ``BATCH_ROWS`` rows) and runs them as
 one batch: a large model at batch 1 is bound by reading its weights, which a batch reads once
-(a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one). On
-Linux the thread also runs at the lowest scheduling priority (nice 19): with one intra-op thread
-ORT computes in it, so under load the kernel gives serving's threads the cores first."""
+(a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
 import random
 import threading
@@ -53,8 +49,6 @@ DRIFT_POLICY_LABEL = "modelfleet.drift_policy"
 GATHER_S = 1.0
 #: Most rows run in one reference batch (the edge's default largest batch).
 BATCH_ROWS = 32
-#: The worker thread's nice value (Linux: per thread).
-WORKER_NICE = 19
 
 _Sample = tuple[dict[str, np.ndarray], list[np.ndarray]]
 
@@ -170,8 +164,6 @@ class ShadowSampler:
         self._thread.join(timeout=10)
 
     def _work(self) -> None:
-        with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: default priority
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
         while True:
             first = self._queue.get()
             if first is None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edge_node.inference.shadow import WORKER_NICE, ShadowSampler, reference_session, shadow_reference
+from edge_node.inference.shadow import ShadowSampler, reference_session, shadow_reference
 from fleetwire.manifest import ArtifactRef, Manifest, TensorSpec
 from modelfleet.zoo import build_mlp
 
@@ -142,12 +140,3 @@ def _slow_model(path: Path) -> Path:
     model.ir_version = 9
     onnx.save(model, str(path))
     return path
-
-
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread priority is Linux's")
-def test_the_reference_runs_at_the_lowest_priority(mlp: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
-    sampler = sampler_of(1.0)
-    sampler.offer(_request(1), {"logits": np.zeros((1, 10), dtype=np.float32)})
-    sampler.join()  # the worker is past its start-up
-    assert os.getpriority(os.PRIO_PROCESS, sampler._thread.native_id) == WORKER_NICE
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != WORKER_NICE  # serving's threads keep theirs
