@@ -65,7 +65,7 @@ class Edge:
             factory,
             batching=inference.batching,
             retire_grace_s=inference.retire_grace_s,
-            shadows=ShadowFactory(inference.shadow_sample, inference.shadow_queue),
+            shadows=ShadowFactory(inference.shadow_sample, inference.shadow_queue, inference.shadow_cpu_share),
         )
         caps = settings.limits
         #: The inference service every transport (REST, KServe v2 gRPC) serves.

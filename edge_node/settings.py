@@ -235,6 +235,15 @@ class InferenceSettings(BaseModel):
         le=1024,
         description="Most sampled requests waiting for their FP32 run; more are dropped (and counted), never awaited.",
     )
+    shadow_cpu_share: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description=(
+            "CPU time the FP32 runs of sampled requests may take, as a share of this node's cores (0: no limit);"
+            " samples beyond it are dropped and counted. FP32 of a sample can cost several times serving it."
+        ),
+    )
 
 
 class LimitSettings(BaseModel):

@@ -10,11 +10,19 @@ session with one intra-op thread, so the reference never takes the cores serving
 
 The thread gathers samples for up to ``GATHER_S`` (or ``BATCH_ROWS`` rows) and runs them as
 one batch: a large model at batch 1 is bound by reading its weights, which a batch reads once
-(a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one)."""
+(a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one).
+
+FP32 of a sample can still cost several times what serving the request did (that MLP: ~5x,
+so 1 % sampled took ~5 % of the edge's CPU). So the worker keeps to a CPU budget: after each
+batch it rests until its CPU time is at most ``cpu_share`` of the node's cores; samples beyond
+what the queue holds meanwhile are dropped and counted (``ShadowInfo.dropped``), so central sees
+how far the sample fell short. The thread keeps the default priority: it holds the GIL between
+ORT calls, and descheduled at nice 19 it stalled the event loop (priority inversion)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import random
 import threading
@@ -49,6 +57,8 @@ DRIFT_POLICY_LABEL = "modelfleet.drift_policy"
 GATHER_S = 1.0
 #: Most rows run in one reference batch (the edge's default largest batch).
 BATCH_ROWS = 32
+#: The worker's CPU time at most, as a share of the node's cores.
+CPU_SHARE = 0.01
 
 _Sample = tuple[dict[str, np.ndarray], list[np.ndarray]]
 
@@ -107,10 +117,13 @@ class ShadowSampler:
         name: str = "shadow",
         gather_s: float = GATHER_S,
         batch_rows: int = BATCH_ROWS,
+        cpu_share: float = CPU_SHARE,
     ) -> None:
         self.sample = sample
         self._gather_s = gather_s
         self._batch_rows = batch_rows
+        #: CPU seconds the worker may use per second of wall time (0 or less: no limit).
+        self._cpu_per_s = cpu_share * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
         self._session = reference
         # Samples stack into one batch only on a variable first axis.
         self._stackable = all(not isinstance(i.shape[0], int) if i.shape else False for i in reference.get_inputs())
@@ -122,6 +135,7 @@ class ShadowSampler:
         self._counts = _Counts()
         self._failed = False
         self._closed = False
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
@@ -154,6 +168,7 @@ class ShadowSampler:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         while True:
             try:
                 self._queue.get_nowait()
@@ -170,14 +185,22 @@ class ShadowSampler:
                 self._queue.task_done()
                 return
             gathered, stop = self._gather(first)
+            started = time.thread_time()
             try:
                 for inputs, got in self._stacked(gathered):
                     self._compare(inputs, got)
             finally:
                 for _ in range(len(gathered) + stop):
                     self._queue.task_done()
-            if stop:
+            if stop or self._rest(time.thread_time() - started):
                 return
+
+    def _rest(self, cpu_s: float) -> bool:
+        """Rest so that ``cpu_s`` just spent stays within the budget; True once closed."""
+        if self._cpu_per_s <= 0 or self._cpu_per_s >= 1:
+            return self._closed
+        self._closing.wait(cpu_s / self._cpu_per_s - cpu_s)
+        return self._closed
 
     def _gather(self, first: _Sample) -> tuple[list[_Sample], bool]:
         """``first`` and what arrives within ``gather_s`` up to ``batch_rows`` rows; and whether
@@ -240,9 +263,10 @@ class ShadowFactory:
     """Makes the sampler of a version as it loads, when it is shadowed: its served artifact
     is INT8 and the FP32 reference was assembled beside it (``<version>/<artifact>/model.onnx``)."""
 
-    def __init__(self, sample: float, queue_size: int) -> None:
+    def __init__(self, sample: float, queue_size: int, cpu_share: float = CPU_SHARE) -> None:
         self.sample = sample
         self.queue_size = queue_size
+        self.cpu_share = cpu_share
 
     def __call__(self, manifest: Manifest, path: Path) -> ShadowSampler | None:
         """The sampler of ``manifest`` (as it is served) loaded from ``path``, or None (blocking)."""
@@ -259,5 +283,6 @@ class ShadowFactory:
             sample=self.sample,
             queue_size=self.queue_size,
             reference_name=reference.artifact,
+            cpu_share=self.cpu_share,
             name=f"shadow {manifest.name}:{manifest.version}",
         )

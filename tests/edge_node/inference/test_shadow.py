@@ -28,10 +28,13 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sampler_of(mlp: Path) -> Iterator[object]:
     made: list[ShadowSampler] = []
 
-    def make(sample: float, queue_size: int = 64, path: Path = mlp, batch_rows: int = 32) -> ShadowSampler:
+    def make(
+        sample: float, queue_size: int = 64, path: Path = mlp, batch_rows: int = 32, cpu_share: float = 0.0
+    ) -> ShadowSampler:
         sampler = ShadowSampler(
-            reference_session(path), OUTPUTS, sample=sample, queue_size=queue_size, gather_s=0.2, batch_rows=batch_rows
-        )
+            reference_session(path), OUTPUTS, sample=sample, queue_size=queue_size, gather_s=0.2,
+            batch_rows=batch_rows, cpu_share=cpu_share,
+        )  # fmt: skip
         made.append(sampler)
         return sampler
 
@@ -92,6 +95,18 @@ def test_a_full_queue_drops_and_counts_without_waiting(tmp_path: Path, sampler_o
     sampler.join()
     info = sampler.info()
     assert info.dropped > 0 and info.samples + info.dropped == 50
+
+
+def test_beyond_its_cpu_budget_the_reference_rests_and_samples_are_dropped(mlp: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
+    sampler = sampler_of(1.0, queue_size=1, batch_rows=1, cpu_share=1e-6)
+    outputs = {"logits": np.zeros((1, 10), dtype=np.float32)}
+    sampler.offer(_request(1), outputs)
+    sampler.join()  # compared; the worker now rests far longer than this test runs
+    for _ in range(5):
+        sampler.offer(_request(1), outputs)
+    info = sampler.info()
+    assert info.samples == 1 and info.dropped == 4  # one waits in the queue, the rest are dropped
+    sampler.close()  # a resting worker stops at once
 
 
 def test_a_zero_rate_samples_nothing(mlp: Path, sampler_of) -> None:  # type: ignore[no-untyped-def]
