@@ -36,12 +36,21 @@ artifact an error (exit 3) instead of a note.
    (``grpc_digits_over_rest`` likewise). The two load generators differ (wrk is C; the gRPC
    client is Python and costs the shared cores more), which these ratios include.
 
+5. With ``--shadow``: the cost of checking INT8 on live traffic (``edge_node.inference.shadow``).
+   Fresh edges, one at a time, serve bench-mlp batched with shadow sampling off
+   (``MODELFLEET_INFERENCE__SHADOW_SAMPLE=0``) and at the default 1 %, alternating
+   ``--shadow-rounds`` times, artifact timing off so both serve central's INT8:
+   ``shadow_off_rps`` and ``shadow_rps`` (medians), ``shadow_cost`` = 1 - ``shadow_rps`` /
+   ``shadow_off_rps`` (target <= 0.03), ``shadow_cpu_cost`` = the edge's CPU per request with
+   sampling over without, - 1 (medians; steadier than req/s on a shared machine), and ``shadow``
+   (the edge's sampled counts after its last run). The other runs use the edges' default (1 %) too.
+
 Targets: ``speedup >= 3.0``, ``ceiling_ratio >= 0.6``, ``compute_ratio >= 0.6``,
 ``grpc_over_rest >= 1.0``, ``errors == 0``.
 
 Usage: ``python -m bench.serving --clients 64 --json out.json [--duration-s 5]
 [--requests-per-client N] [--width 2048 --layers 7] [--load-generator auto|wrk|python]
-[--require-int8] [--edge-env K=V ...] [--central-env K=V ...]``
+[--require-int8] [--shadow [--shadow-rounds N]] [--edge-env K=V ...] [--central-env K=V ...]``
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ from bench.grpc_loadgen import METHOD as GRPC_METHOD
 from bench.grpc_loadgen import run_grpc_load
 from bench.loadgen import run_load, wrk_path
 from edge_node.inference.session import SessionFactory, session_specs
+from edge_node.settings import InferenceSettings
 from fleetwire.kserve import grpc_predict_v2_pb2 as kserve
 from modelfleet.zoo import build_bench_model, build_digits
 
@@ -77,6 +87,10 @@ UNBATCHED_NODE = "e1"
 #: The edge's default ``inference.batching.max_batch_size``: the compute limit's batch.
 EDGE_MAX_BATCH = 32
 COMPUTE_SECONDS = 2.0
+#: The edge's default share of an INT8 version's requests checked against FP32.
+DEFAULT_SHADOW_SAMPLE = InferenceSettings().shadow_sample
+#: ``shadow_cost`` at most this (``--shadow``).
+SHADOW_COST_TARGET = 0.03
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -244,6 +258,48 @@ class Runner:
         return run
 
 
+def measure_shadow(runner: Runner, path: str, body: bytes, rounds: int) -> dict[str, Any]:
+    """bench-mlp on fresh batched edges, shadow sampling off and at the default, alternating
+    ``rounds`` times, each edge alone on the machine: the figures ``--shadow`` adds."""
+    fleet = runner.fleet
+    on: list[dict[str, Any]] = []
+    off: list[dict[str, Any]] = []
+    shadow: dict[str, Any] | None = None
+    for i in range(rounds):
+        for sample, kept in ((0.0, off), (DEFAULT_SHADOW_SAMPLE, on)):
+            node = f"s{2 * i + (sample > 0)}"
+            # Timing off: both serve central's default, the INT8 artifact (timing may pick FP32 at small sizes).
+            env = {"MODELFLEET_INFERENCE__SHADOW_SAMPLE": str(sample), "MODELFLEET_INFERENCE__CHOICE__ENABLED": "false"}
+            fleet.start_edge(node, env=env)
+            fleet.wait_model_ready(node, BENCH_MODEL, timeout_s=runner.args.timeout_s)
+            kept.append(runner.measure("shadow_on" if sample else "shadow_off", node, path, body, BENCH_MODEL))
+            if sample:
+                shadow = fleet.edge_status(node)["shadow"].get(f"{BENCH_MODEL}:{VERSION}")
+            fleet.stop_edge(node)
+    on_rps = float(np.median([r["rps"] for r in on]))
+    off_rps = float(np.median([r["rps"] for r in off]))
+    cost = 1.0 - on_rps / off_rps if off_rps else 0.0
+    # The edge's CPU per request: what sampling adds, less moved by other load on the machine than req/s.
+    on_cpu = float(np.median([r["edge_cpu_ms_per_request"] for r in on]))
+    off_cpu = float(np.median([r["edge_cpu_ms_per_request"] for r in off]))
+    runner.log(
+        f"  shadow     {DEFAULT_SHADOW_SAMPLE:.0%} sampled {on_rps:.1f} req/s, off {off_rps:.1f}: cost {cost:.3f}"
+    )
+    return {
+        "shadow_rps": on_rps,
+        "shadow_off_rps": off_rps,
+        "shadow_cost": cost,
+        "shadow_cpu_ms_per_request": on_cpu,
+        "shadow_off_cpu_ms_per_request": off_cpu,
+        "shadow_cpu_cost": on_cpu / off_cpu - 1.0 if off_cpu else 0.0,
+        "shadow_sample": DEFAULT_SHADOW_SAMPLE,
+        "shadow_target": SHADOW_COST_TARGET,
+        "shadow_met": cost <= SHADOW_COST_TARGET,
+        "shadow": shadow,
+        "shadow_runs": {"on": on, "off": off},
+    }
+
+
 def _artifact(fleet: Fleet, name: str) -> dict[str, Any]:
     manifest = fleet.manifest(name, VERSION)
     return {"artifact": manifest.get("artifact"), "quantization": manifest.get("quantization")}
@@ -304,6 +360,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         fleet.start_edge(UNBATCHED_NODE, env={"MODELFLEET_INFERENCE__BATCHING__MAX_BATCH_SIZE": "1"})
         fleet.wait_model_ready(UNBATCHED_NODE, BENCH_MODEL, timeout_s=args.timeout_s)
         runs["unbatched"] = runner.measure("unbatched", UNBATCHED_NODE, path_bench, bench_body, BENCH_MODEL)
+        fleet.stop_edge(UNBATCHED_NODE)
+        shadow = measure_shadow(runner, path_bench, bench_body, args.shadow_rounds) if args.shadow else {}
         warmup_errors = runner.warmup_errors
     b, u, d, n = runs["batched"], runs["unbatched"], runs["digits"], runs["noop"]
     gb, gd = runs["grpc_batched"], runs["grpc_digits"]
@@ -313,6 +371,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
     compute_limit_rps = compute["rows_per_s"]
     compute_ratio = b["rps"] / compute_limit_rps if compute_limit_rps else 0.0
     errors = sum(r["errors"] for r in runs.values())
+    errors += sum(r["errors"] for kept in shadow.get("shadow_runs", {}).values() for r in kept)
     return {
         "clients": args.clients,
         "load_generator": tool,
@@ -366,6 +425,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             "platform": platform.platform(),
         },
         "runs": runs,
+        **shadow,
     }
 
 
@@ -403,6 +463,13 @@ def print_table(result: dict[str, Any]) -> None:
         f"{'met' if m['grpc_over_rest'] else 'MISSED'}\n"
         f"errors {result['errors']} (target {t['errors']}) {'met' if m['errors'] else 'MISSED'}"
     )
+    if "shadow_cost" in result:
+        print(
+            f"shadow_cost (1 - {result['shadow_sample']:.0%} sampled/off, {result['shadow_rps']:.1f} vs"
+            f" {result['shadow_off_rps']:.1f} req/s) {result['shadow_cost']:.3f} (target <= {result['shadow_target']})"
+            f" {'met' if result['shadow_met'] else 'MISSED'}; edge CPU per request"
+            f" {result['shadow_cpu_cost']:+.3f}; sampled {result['shadow']}"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-generator", choices=("auto", "wrk", "python"), default="auto")
     p.add_argument("--wrk-threads", type=int, default=None, help="wrk threads (default: cores/4, at least 1)")
     p.add_argument("--require-int8", action="store_true", help="fail (exit 3) unless both models are served INT8")
+    p.add_argument("--shadow", action="store_true", help="also measure the cost of shadow sampling (see 5.)")
+    p.add_argument("--shadow-rounds", type=int, default=1, help="--shadow: off/on pairs of runs (medians)")
     p.add_argument("--edge-env", action="append", default=[], metavar="K=V", help="extra env var for the edges")
     p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
     p.add_argument("--timeout-s", type=float, default=300.0, help="how long to wait for a model to be served")

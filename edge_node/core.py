@@ -15,6 +15,7 @@ from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources, LoadTracke
 from edge_node.inference import ModelRepository, SessionFactory, available_providers
 from edge_node.inference.chooser import ArtifactChooser
 from edge_node.inference.hardware import detect_hardware
+from edge_node.inference.shadow import ShadowFactory
 from edge_node.observability import EdgeStateCollector
 from edge_node.oip.dataplane import DataPlane, OipLimits
 from edge_node.peer import PeerServicer
@@ -61,7 +62,12 @@ class Edge:
         self.fetcher = ChunkFetcher(self.node_id, self.store, self.view, peers, origin, settings.fetch)
         factory = self._session_factory(settings)
         inference = settings.inference
-        self.repository = ModelRepository(factory, batching=inference.batching, retire_grace_s=inference.retire_grace_s)
+        self.repository = ModelRepository(
+            factory,
+            batching=inference.batching,
+            retire_grace_s=inference.retire_grace_s,
+            shadows=ShadowFactory(inference.shadow_sample, inference.shadow_queue, inference.shadow_cpu_share),
+        )
         caps = settings.limits
         #: The inference service every transport (REST, KServe v2 gRPC) serves.
         self.plane = DataPlane(
@@ -157,7 +163,9 @@ class Edge:
         choice = settings.inference.choice
         chooser = ArtifactChooser(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
         records = ChoiceRecords(settings.data_dir / "choices.json")
-        return ArtifactSelection(self.hardware_class, self.node_id, chooser, records)
+        return ArtifactSelection(
+            self.hardware_class, self.node_id, chooser, records, shadow_sample=settings.inference.shadow_sample
+        )
 
     def _heartbeat_sources(self) -> HeartbeatSources:
         return HeartbeatSources(
@@ -223,6 +231,7 @@ class Edge:
                 for m in self.repository.models()
             ],
             "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
+            "shadow": self._shadow_status(),
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
             "peer": {
@@ -230,6 +239,15 @@ class Edge:
                 "bytes_served": self.peer_servicer.bytes_served,
             },
             "transfer": self.transfer.as_dict(),
+        }
+
+    def _shadow_status(self) -> dict[str, dict[str, Any]]:
+        """``name:version`` → the served artifact and its agreement with FP32 on live samples,
+        for every ready version that is sampled (``edge_node.inference.shadow``)."""
+        return {
+            f"{m.name}:{m.version}": {"artifact": m.artifact, **info.model_dump()}
+            for m in self.repository.models()
+            if m.state == "ready" and (info := m.shadow_info) is not None
         }
 
     def restore(self) -> None:

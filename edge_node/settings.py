@@ -219,6 +219,31 @@ class InferenceSettings(BaseModel):
     choice: ChoiceSettings = Field(
         default_factory=ChoiceSettings, description="Timing a version's artifacts to serve the fastest here."
     )
+    shadow_sample: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description=(
+            "Share of the requests an INT8 artifact serves that are run again on the version's FP32 artifact,"
+            " off the serving path, to report their agreement in the heartbeat (0: off; FP32 is then not fetched"
+            " for it either). The manifest label modelfleet.drift_policy=off turns it off per version."
+        ),
+    )
+    shadow_queue: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Most sampled requests waiting for their FP32 run; more are dropped (and counted), never awaited.",
+    )
+    shadow_cpu_share: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description=(
+            "CPU time the FP32 runs of sampled requests may take, as a share of this node's cores (0: no limit);"
+            " samples beyond it are dropped and counted. FP32 of a sample can cost several times serving it."
+        ),
+    )
 
 
 class LimitSettings(BaseModel):

@@ -30,13 +30,12 @@ import onnxruntime as ort
 from central.errors import BadRequest
 from central.quantize.calibration import Samples, batches
 from central.quantize.verdict import Measure, mean_lower_bound, samples_needed, wilson_lower_bound
+from fleetwire.agreement import classifier_output, cosine, decisions, relative_error, scores_output
 from fleetwire.manifest import TensorSpec
 
 GUARD_BATCH = 64
 #: FP32's top-1 probability minus its runner-up's, at or above which a generated sample counts for top-1.
 DECISIVE_MARGIN = 0.5
-_INT_DTYPES = {"int64", "int32"}
-_FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16"}
 
 
 def _session(path: Path) -> ort.InferenceSession:
@@ -55,48 +54,6 @@ def run_outputs(path: Path, samples: Samples, names: list[str], size: int, fixed
     if not parts or not parts[0]:
         raise BadRequest(f"no complete batch of {size} samples to compare INT8 with FP32 on")
     return [np.concatenate(p) if p[0].ndim else np.stack(p) for p in parts]
-
-
-def _scores_output(outputs: list[TensorSpec], values: list[np.ndarray]) -> int | None:
-    """The first float ``[N, C≥2]`` output (logits or probabilities), if any."""
-    for i, spec in enumerate(outputs):
-        if spec.dtype in _FLOAT_DTYPES and values[i].ndim == 2 and values[i].shape[1] >= 2:
-            return i
-    return None
-
-
-def classifier_output(outputs: list[TensorSpec], values: list[np.ndarray]) -> tuple[int, str] | None:
-    """(index, how) of the output that carries the decision, or None for non-classifiers."""
-    for i, spec in enumerate(outputs):
-        if spec.dtype in _INT_DTYPES and len(spec.shape) == 1:
-            return i, "label"
-    scores = _scores_output(outputs, values)
-    return None if scores is None else (scores, "argmax")
-
-
-def decisions(values: list[np.ndarray], found: tuple[int, str]) -> np.ndarray:
-    """Per-sample class decisions of a classifier's outputs."""
-    index, how = found
-    return np.asarray(values[index]) if how == "label" else np.argmax(values[index], axis=1)
-
-
-def _cosine(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """Per-row cosine similarity; 1 where both rows are zero, 0 where only one is."""
-    a, b = ref.astype(np.float64), got.astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    dots = np.sum(a * b, axis=1)
-    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
-    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), np.where(both_zero, 1.0, 0.0))
-
-
-def _relative_error(outputs: list[TensorSpec], ref: list[np.ndarray], got: list[np.ndarray]) -> tuple[float, list[str]]:
-    """||int8 − fp32||₂ / ||fp32||₂ over the float outputs (all outputs if none is float)."""
-    chosen = [i for i, spec in enumerate(outputs) if spec.dtype in _FLOAT_DTYPES] or list(range(len(outputs)))
-    diff = sum(float(np.sum((got[i].astype(np.float64) - ref[i].astype(np.float64)) ** 2)) for i in chosen)
-    norm = sum(float(np.sum(ref[i].astype(np.float64) ** 2)) for i in chosen)
-    if norm == 0.0:
-        return (0.0 if diff == 0.0 else float("inf")), [outputs[i].name for i in chosen]
-    return float(np.sqrt(diff / norm)), [outputs[i].name for i in chosen]
 
 
 def _probabilities(scores: np.ndarray) -> np.ndarray:
@@ -145,16 +102,16 @@ def compare(
     count = int(ref[0].shape[0]) if ref[0].ndim else 1
     found = classifier_output(outputs, ref)
     if found is None:
-        error, compared = _relative_error(outputs, ref, got)
+        error, compared = relative_error(outputs, ref, got)
         value = max(0.0, 1.0 - error)
         detail = f"relative L2 error {error:.4g} over outputs {compared}"
         return [Measure("relative_error", value, value, count, detail)]
     same = np.asarray(decisions(ref, found) == decisions(got, found))
-    scores = _scores_output(outputs, ref)
+    scores = scores_output(outputs, ref)
     fp32_scores = ref[scores] if scores is not None else None
     measures = [_top1(same, found, outputs[found[0]].name, fp32_scores, generated, z, threshold)]
     if scores is not None:
-        cosines = _cosine(ref[scores], got[scores])
+        cosines = cosine(ref[scores], got[scores])
         detail = f"cosine of output {outputs[scores].name!r} per sample"
         measures.append(Measure("cosine", float(np.mean(cosines)), mean_lower_bound(cosines, z), count, detail))
     return measures

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from edge_node.cache import CacheStats
 from edge_node.heartbeat.load import LoadTracker
-from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo, ShadowInfo
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]
 
@@ -63,6 +63,8 @@ class ModelReport(Protocol):
     def error(self) -> str | None: ...
     @property
     def errors(self) -> int: ...
+    @property
+    def shadow_info(self) -> ShadowInfo | None: ...
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class HeartbeatSources:
                 reason="load" if m.state in ("failed", "error") else None,
                 errors=m.errors,
                 choice=choices.get((m.name, m.version)),
+                shadow=m.shadow_info if m.state == "ready" else None,
             )
             for m in self.models()
         ]

@@ -59,7 +59,7 @@ FP32 = "fp32"
 BATCHES = (1, 8)
 
 #: Where a served artifact's choice came from.
-ChoiceSource = Literal["measured", "verdict", "pinned", "only", "default"]
+ChoiceSource = Literal["measured", "verdict", "pinned", "only", "default", "central"]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -31,8 +32,10 @@ from edge_node.inference.batcher import DynamicBatcher, Tensors
 from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
 from edge_node.inference.metrics import ModelMetrics, render
 from edge_node.inference.session import SessionFactory, batchable, check_inputs, dummy_inputs, reconcile_manifest
+from edge_node.inference.shadow import ShadowSampler
 from edge_node.settings import BatchSettings
 from fleetwire.manifest import ArtifactRef, Manifest
+from fleetwire.mqtt.payloads import ShadowInfo
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ ModelState = Literal["loading", "staged", "ready", "failed", "retired"]
 #: The longest single sleep while a staged version waits for its instant (it re-reads the
 #: instant after each, so a flip moved earlier is not missed).
 _SWITCH_POLL_S = 0.5
+#: Makes the live-traffic sampler of a version as it loads (blocking), or None: not sampled.
+ShadowMaker = Callable[[Manifest, Path], ShadowSampler | None]
 
 
 class LoadedModel:
@@ -53,6 +58,10 @@ class LoadedModel:
         self.name = manifest.name
         self.version = manifest.version
         self.manifest = manifest
+        #: The artifact this session serves (a version may switch artifacts: central's fallback).
+        self.artifact = manifest.artifact
+        #: Checks a sample of the requests against the FP32 artifact (INT8 only), or None.
+        self.shadow: ShadowSampler | None = None
         self.state: ModelState = "loading"
         self.error: str | None = None
         self.cache_hit: bool | None = None
@@ -81,6 +90,11 @@ class LoadedModel:
         return self._metrics.errors if self._metrics is not None else 0
 
     @property
+    def shadow_info(self) -> ShadowInfo | None:
+        """Agreement with the FP32 reference on live samples so far (None: not sampled)."""
+        return self.shadow.info() if self.shadow is not None else None
+
+    @property
     def active_requests(self) -> int:
         """Requests inside ``infer`` right now (queued or running)."""
         return self._active
@@ -101,9 +115,12 @@ class LoadedModel:
             raise
         self._active += 1
         try:
-            return await self._batcher.submit(arrays, priority)
+            outputs = await self._batcher.submit(arrays, priority)
         finally:
             self._active -= 1
+        if self.shadow is not None:
+            self.shadow.offer(arrays, outputs)  # a random draw; a sampled copy is queued, never awaited
+        return outputs
 
     def _not_serving(self) -> Exception:
         if self.state == "retired":
@@ -130,6 +147,8 @@ class LoadedModel:
         if self._batcher is not None:
             await self._batcher.close()
         self._session = None
+        if self.shadow is not None:
+            await asyncio.to_thread(self.shadow.close)  # waits out the sample running, if any
         if self._metrics is not None:
             self._metrics.retire()
 
@@ -160,8 +179,10 @@ class ModelRepository:
         batching: BatchSettings | None = None,
         metrics_registry: CollectorRegistry | None = None,
         retire_grace_s: float = 5.0,
+        shadows: ShadowMaker | None = None,
     ) -> None:
         self._factory = factory
+        self._shadows = shadows
         self.batching = batching or BatchSettings()
         self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
         self.retire_grace_s = retire_grace_s
@@ -227,6 +248,9 @@ class ModelRepository:
         if existing is not None and existing.state == "staged":
             existing.switch_at = switch_at  # the waiting load re-reads it
             return
+        if existing is not None and existing.state == "ready" and existing.artifact != manifest.artifact:
+            await self._switch_artifact(existing, manifest, Path(path))
+            return
         if existing is not None and existing.state in ("ready", "loading"):
             if existing.state == "ready" and self._default.get(manifest.name) != manifest.version:
                 existing._seq = next(self._seq)  # a rollback to a version still in its grace period
@@ -259,6 +283,27 @@ class ModelRepository:
             self._retire_later(model, grace=0.0)
             raise
 
+    async def _switch_artifact(self, serving: LoadedModel, manifest: Manifest, path: Path) -> None:
+        """Serve ``serving``'s version as another artifact (central's fallback, or its end):
+        the new session is brought up beside the one serving, then takes its place in one
+        step; the old one is retired like a displaced version. If it fails, the old one stays."""
+        model = LoadedModel(manifest, next(self._seq))
+        try:
+            await self._bring_up(model, path)
+        except Exception as exc:
+            log.warning("%s version %s: cannot switch to %s (%s: %s); %s keeps serving", model.name,
+                        model.version, model.artifact, type(exc).__name__, exc, serving.artifact)  # fmt: skip
+            return
+        versions = self._versions.get(model.name, {})
+        if versions.get(model.version) is not serving:  # unloaded or replaced meanwhile
+            self._retire_later(model, grace=0.0)
+            return
+        versions[model.version] = model
+        serving._metrics = None  # the new session's series carry the version's labels now: keep them
+        self._promote(model)
+        log.info("%s version %s now serves artifact %s", model.name, model.version, model.artifact)
+        self._retire_later(serving, grace=self.retire_grace_s)
+
     async def _bring_up(self, model: LoadedModel, path: Path) -> None:
         """Create the session (in a thread), reconcile its signature, warm it up, attach.
         ORT reads the graph's external-data files from ``path``'s directory."""
@@ -270,6 +315,18 @@ class ModelRepository:
         await asyncio.to_thread(created.session.run, None, dummy_inputs(model.manifest.inputs))
         metrics = ModelMetrics(self.metrics_registry, model.name, model.version)
         model._attach(created.session, self._batcher_for(model, metrics), metrics)
+        model.shadow = await self._shadow_for(model, path)
+
+    async def _shadow_for(self, model: LoadedModel, path: Path) -> ShadowSampler | None:
+        """The version's live-traffic sampler; a failure to make one never fails the load."""
+        if self._shadows is None:
+            return None
+        try:
+            return await asyncio.to_thread(self._shadows, model.manifest, path)
+        except Exception as exc:
+            log.warning("%s version %s: not sampled against FP32 (%s: %s)", model.name, model.version,
+                        type(exc).__name__, exc)  # fmt: skip
+            return None
 
     def _batcher_for(self, model: LoadedModel, metrics: ModelMetrics) -> DynamicBatcher:
         s = self.batching

@@ -156,8 +156,8 @@ class Materializer:
                 continue
             task = self._tasks.get(key)
             now = self.progress[key].state if key in self.progress else None
-            if task is None or (task.done() and now not in ("complete", "staged")):
-                self._tasks[key] = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+            if task is None or (task.done() and (now not in ("complete", "staged") or self._redecided(version))):
+                self._start(version)
             elif version.serve and task.done() and (now == "staged" or self._load_failed(key)):
                 # a staged version's flip, or a load that failed: a new desired state retries it
                 self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
@@ -166,6 +166,37 @@ class Materializer:
         for version in state.versions:
             if not version.serve:
                 self._spawn_seed(version)
+
+    def _start(self, version: DesiredVersion) -> None:
+        """Materialize ``version``; once done, again if the decision changed meanwhile (central's
+        fallback order arrived while it was still being fetched or loaded)."""
+        key = version.manifest.key
+        task = asyncio.create_task(self._materialize(version), name=f"materialize {key}")
+        self._tasks[key] = task
+
+        task.add_done_callback(lambda done: self._recheck(key, done))
+
+    def _recheck(self, key: tuple[str, str], done: asyncio.Task[None]) -> None:
+        """After ``done`` (the work on ``key``) ended: start again if it served what the latest
+        desired state no longer decides."""
+        if done.cancelled() or self._tasks.get(key) is not done or self._state is None:
+            return
+        latest = next((v for v in self._state.versions if v.serve and v.manifest.key == key), None)
+        progress = self.progress.get(key)
+        if latest is not None and progress is not None and progress.state == "complete" and self._redecided(latest):
+            self._start(latest)
+
+    def _redecided(self, version: DesiredVersion) -> bool:
+        """True when ``version`` is served as another artifact than it should be now: central
+        ordered a fallback (``force_artifact``) or ended one. Its task runs again, which serves
+        an artifact already on disk (FP32 is, beside a shadowed INT8) without fetching."""
+        current = self.selection.choices.get(version.manifest.key)
+        if current is None:
+            return False
+        decided = self.selection.decided(version)
+        if decided is None:  # a fallback ended and nothing is decided: time the artifacts again
+            return current.source == "central"
+        return decided.artifact != current.artifact
 
     def _set_pins(self, state: EdgeDesiredState) -> None:
         """Pin the chunks of the artifacts each served version needs (all of them while they are
@@ -265,7 +296,7 @@ class Materializer:
             progress.fail("signature", refusal)
             return
         decided = self.selection.decided(version)
-        if decided is not None and await asyncio.to_thread(self._files.is_complete, served_as(m, decided.artifact)):
+        if decided is not None and await asyncio.to_thread(self._assembled, version, decided.artifact):
             progress.chunks_present, progress.completed_at = progress.chunks_total, time.time()
             await self._hold(m, progress, decided)  # assembled before a restart: serve it again
             return
@@ -310,8 +341,26 @@ class Materializer:
             self.selection.adopt(m, choice)
             if self._state is not None:
                 self._set_pins(self._state)
+        await asyncio.to_thread(self._assemble_reference, version, choice.artifact)
         await asyncio.to_thread(self._files.assemble, served_as(m, choice.artifact), self._fetcher.read)
         return choice
+
+    def _assembled(self, version: DesiredVersion, artifact: str) -> bool:
+        """``version`` is on disk as ``artifact``, with its shadow reference if it has one."""
+        m = version.manifest
+        reference = self.selection.reference(version, artifact)
+        if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
+            return False
+        return self._files.is_complete(served_as(m, artifact))
+
+    def _assemble_reference(self, version: DesiredVersion, artifact: str) -> None:
+        """Assemble the artifact ``version`` served as ``artifact`` is checked against on live
+        traffic (``edge_node.inference.shadow``), if any and not on disk yet. Before the served
+        one: the artifact completed last is the one served after a restart."""
+        m = version.manifest
+        reference = self.selection.reference(version, artifact)
+        if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
+            self._files.assemble(served_as(m, reference.artifact), self._fetcher.read)
 
     async def _time_candidates(self, m: Manifest) -> ArtifactChoice:
         """Assemble every artifact of ``m`` apart from the served versions and time them."""

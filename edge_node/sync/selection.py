@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from edge_node.inference.chooser import PIN_LABEL, ArtifactChoice, ArtifactChooser
+from edge_node.inference.shadow import shadow_reference
 from edge_node.sync.state import DesiredVersion
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 
@@ -136,8 +137,12 @@ class ArtifactSelection:
         node_id: str = "",
         chooser: ArtifactChooser | None = None,
         records: ChoiceRecords | None = None,
+        shadow_sample: float = 0.0,
     ) -> None:
         self.hardware_class = hardware_class
+        #: Share of an INT8 version's requests checked against FP32 (``edge_node.inference.shadow``):
+        #: above 0, FP32 is fetched and assembled beside the INT8 artifact served.
+        self.shadow_sample = shadow_sample
         self.node_id = node_id
         self._chooser = chooser
         self._records = records
@@ -150,6 +155,11 @@ class ArtifactSelection:
     def decided(self, version: DesiredVersion) -> ArtifactChoice | None:
         """The artifact ``version`` is served as without timing anything, or None: time them."""
         m = version.manifest
+        forced = version.force_artifact
+        if forced is not None:
+            if m.artifact_named(forced) is not None:
+                return self._choice(forced, "central", "fallback by central")
+            log.warning("%s:%s: central forces %r, which it has no artifact of; ignoring it", m.name, m.version, forced)
         pin = m.labels.get(PIN_LABEL)
         if pin is not None:
             if m.artifact_named(pin) is not None:
@@ -160,8 +170,8 @@ class ArtifactSelection:
         mine = self.choices.get(m.key)
         if mine is None and self._records is not None:
             mine = self._records.get(m, self.hardware_class)
-        if mine is not None and m.artifact_named(mine.artifact) is not None:
-            return mine
+        if mine is not None and mine.source != "central" and m.artifact_named(mine.artifact) is not None:
+            return mine  # a fallback central ordered is not this node's choice: it ends with the order
         v = version.verdict
         if v is not None and m.artifact_named(v.artifact) is not None:
             reason = f"verdict of class {v.hardware_class} from node {v.node_id}"
@@ -173,13 +183,20 @@ class ArtifactSelection:
         return None
 
     def plan(self, version: DesiredVersion) -> list[ArtifactRef]:
-        """The artifacts to fetch for serving ``version``: the decided one, or all to time."""
+        """The artifacts to fetch for serving ``version``: the decided one (and its FP32
+        reference when it is INT8 checked on live traffic), or all to time."""
         m = version.manifest
         decided = self.decided(version)
         if decided is None:
             return m.artifacts()
-        chosen = m.artifact_named(decided.artifact)
-        return [chosen] if chosen is not None else [m.served()]
+        chosen = m.artifact_named(decided.artifact) or m.served()
+        reference = self.reference(version, decided.artifact)
+        return [chosen] if reference is None else [chosen, reference]
+
+    def reference(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
+        """The artifact ``version`` served as ``served`` is checked against on live traffic
+        (``edge_node.inference.shadow``), or None."""
+        return shadow_reference(version.manifest, served, self.shadow_sample)
 
     def serving_chunks(self, version: DesiredVersion) -> list[ChunkRef]:
         """Unique chunks of the planned artifacts, in file order."""

@@ -40,6 +40,10 @@ class DesiredVersion:
         """Whether this node assembles the version (served or staged), not only seeds its chunks."""
         return self.serve or self.stage
 
+    #: Serve this artifact whatever the pin, the verdict or timing say (central's fallback of
+    #: INT8 to FP32 when they disagree on live traffic); None: no override.
+    force_artifact: str | None = None
+
 
 @dataclass(frozen=True)
 class EdgeDesiredState:
@@ -93,6 +97,7 @@ def state_from_pb(pb: registry_pb2.DesiredState) -> EdgeDesiredState:
                 verdict=_verdict_from_pb(v),
                 stage=v.stage and not v.serve,
                 serve_at=v.serve_at_ms / 1000 if v.serve and v.serve_at_ms else None,
+                force_artifact=v.force_artifact or None,
             )
             for v in pb.versions
         ],

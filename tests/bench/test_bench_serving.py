@@ -21,7 +21,7 @@ def test_serving_bench_writes_sane_json(
     argv = [
         "--json", str(out), "--clients", "4", "--width", "64", "--layers", "2", "--duration-s", "1",
         "--warmup-s", "0.5", "--requests-per-client", "25", "--work-dir", str(tmp_path / "fleets"),
-        "--timeout-s", "60",
+        "--timeout-s", "60", "--shadow",
     ]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -67,6 +67,15 @@ def test_serving_bench_writes_sane_json(
     assert set(runs) == {"batched", "digits", "noop", "grpc_batched", "grpc_digits", "unbatched"}
     for run in runs.values():
         assert run["requests"] > 0 and run["errors"] == 0 and run["edge_cpu_ms_per_request"] >= 0
+    # --shadow: sampling at the default 1 % against none, on fresh edges serving bench-mlp.
+    assert data["shadow_sample"] == 0.01 and data["shadow_target"] == 0.03 and isinstance(data["shadow_met"], bool)
+    assert data["shadow_rps"] > 0 and data["shadow_off_rps"] > 0
+    assert data["shadow_cost"] == pytest.approx(1 - data["shadow_rps"] / data["shadow_off_rps"])
+    cpu = data["shadow_cpu_ms_per_request"] / data["shadow_off_cpu_ms_per_request"] - 1
+    assert data["shadow_cpu_cost"] == pytest.approx(cpu)
+    assert [len(data["shadow_runs"][k]) for k in ("on", "off")] == [1, 1] and "shadow_cost" in printed
+    if data["artifacts"]["bench-mlp"].startswith("int8-"):
+        assert data["shadow"]["reference"] == "fp32" and data["shadow"]["samples"] >= 0
     # The fleet cleaned up after itself.
     assert not list((tmp_path / "fleets").iterdir())
 

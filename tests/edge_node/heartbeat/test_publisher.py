@@ -34,7 +34,7 @@ from edge_node.heartbeat import (
 from edge_node.heartbeat.publisher import first_reconnect_delay_s
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
-from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo
+from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo, ShadowInfo
 from fleetwire.mqtt.topics import Topics
 
 REPO = Path(__file__).resolve().parents[3]
@@ -566,8 +566,8 @@ def test_load_tracker_measures_real_cpu() -> None:
 
 def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
     models = [
-        SimpleNamespace(name="m", version="1", state="failed", error="x" * 5000, errors=0),
-        SimpleNamespace(name="m", version="2", state="ready", error=None, errors=3),
+        SimpleNamespace(name="m", version="1", state="failed", error="x" * 5000, errors=0, shadow_info=None),
+        SimpleNamespace(name="m", version="2", state="ready", error=None, errors=3, shadow_info=ShadowInfo(samples=4)),
     ]
     refusals = {("m", "1"): "already listed", ("big", "7"): "needs 9 GB, the cache holds 1 GB"}
     stats = CacheStats(
@@ -591,6 +591,7 @@ def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
     failed, ready, unfetched, refused = snap.models
     assert failed.state == "failed" and failed.error == "x" * 512 and failed.reason == "load"
     assert (ready.version, ready.state, ready.errors, ready.error, ready.reason) == ("2", "ready", 3, None, None)
+    assert failed.shadow is None and ready.shadow == ShadowInfo(samples=4)  # INT8 against FP32 on live samples
     # a version the materializer failed is reported with its reason code, unless the runtime knows it
     assert (unfetched.version, unfetched.state, unfetched.reason) == ("3", "failed", "network")
     assert unfetched.error == "no source delivered"

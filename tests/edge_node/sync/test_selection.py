@@ -10,9 +10,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edge_node.inference.chooser import PIN_LABEL, ArtifactChoice
 from edge_node.sync.selection import ArtifactSelection, ChoiceRecords, served_as, signed_form
-from edge_node.sync.state import DesiredVersion, SharedVerdict
+from edge_node.sync.state import DesiredVersion, SharedVerdict, state_from_pb
+from fleetwire.convert import manifest_to_pb
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 from fleetwire.signing import SignatureError, raw_public_key, sign_manifest, verify_manifest
+from fleetwire.v1 import registry_pb2
 
 CLASS = "x86_64/avx2/2c/cpu"
 KEY = Ed25519PrivateKey.generate()
@@ -114,3 +116,43 @@ def test_an_own_timing_is_kept_across_restarts_for_the_same_class_and_manifest(t
     selection = _timing_selection(tmp_path)
     selection.keep([])
     assert _timing_selection(tmp_path).decided(_version(m)) is None
+
+
+def test_central_forcing_an_artifact_beats_pin_verdict_and_own_choice_until_it_ends() -> None:
+    pinned = _manifest(labels={PIN_LABEL: "int8-b"})
+    verdict = SharedVerdict("int8-b", CLASS, "edge-a")
+    selection = _timing_selection()
+    forced = DesiredVersion(manifest=pinned, serve=True, placement={}, verdict=verdict, force_artifact="fp32")
+    choice = selection.decided(forced)
+    assert choice is not None and (choice.artifact, choice.source, choice.reason) == (
+        "fp32",
+        "central",
+        "fallback by central",
+    )
+    selection.adopt(pinned, choice)
+    # The order ends: the node's own decision again, not the fallback it was serving.
+    back = selection.decided(_version(pinned, verdict))
+    assert back is not None and (back.artifact, back.source) == ("int8-b", "pinned")
+    unknown = DesiredVersion(manifest=pinned, serve=True, placement={}, force_artifact="int8-zz")
+    assert selection.decided(unknown) is not None and selection.decided(unknown).artifact == "int8-b"  # type: ignore[union-attr]
+
+
+def test_an_int8_artifact_checked_on_live_traffic_has_fp32_fetched_beside_it() -> None:
+    verdict = SharedVerdict("int8-a", CLASS, "edge-a")
+    shadowing = ArtifactSelection(CLASS, "edge-b", chooser=object(), shadow_sample=0.01)  # type: ignore[arg-type]
+    assert [a.artifact for a in shadowing.plan(_version(_manifest(), verdict))] == ["int8-a", "fp32"]
+    off = _manifest(labels={"modelfleet.drift_policy": "off"})
+    assert [a.artifact for a in shadowing.plan(_version(off, verdict))] == ["int8-a"]
+    # int8-b carries no quantization report in these manifests: not INT8 as far as sampling knows
+    assert [a.artifact for a in shadowing.plan(_version(_manifest(), SharedVerdict("int8-b", CLASS, "e")))] == [
+        "int8-b"
+    ]
+    assert [a.artifact for a in _timing_selection().plan(_version(_manifest(), verdict))] == ["int8-a"]
+
+
+def test_the_desired_state_carries_central_s_fallback_order() -> None:
+    pb = registry_pb2.DesiredState(generation=3)
+    pb.versions.add(serve=True, force_artifact="fp32").manifest.CopyFrom(manifest_to_pb(_manifest()))
+    pb.versions.add(serve=True).manifest.CopyFrom(manifest_to_pb(_manifest()))
+    first, second = state_from_pb(pb).versions
+    assert first.force_artifact == "fp32" and second.force_artifact is None
