@@ -121,18 +121,23 @@ class RolloutController:
         errors = self._refresh_nodes(r, rollout, now)
         r.healthy_since = self._healthy_since(r, now)
         verdict = decide(r, now, errors)
-        self._note_stall(r, rollout, verdict, now)
+        if verdict.decision == "promote":
+            return self.transition(r, "rolling", "promoted after a healthy soak", "rollout_promoted")
+        return self._conclude(r, rollout, verdict, now, waves_changed)
+
+    def _conclude(self, r: Rollout, before: Rollout, verdict: Verdict, now: float, replan: bool) -> Rollout:
+        """Act on ``verdict`` (roll back, complete, or wait), persist what changed, and re-plan the
+        fleet when the nodes serving the version changed (``replan``)."""
+        self._note_stall(r, before, verdict, now)
         r.reason = verdict.reason
         if verdict.decision == "roll_back":
             return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
-        if verdict.decision == "promote":
-            return self.transition(r, "rolling", "promoted after a healthy soak", "rollout_promoted")
         if verdict.decision == "complete":
-            return self.transition(r, "complete", None, "rollout_completed")
-        if r != rollout:
+            return self.transition(r, "complete", verdict.reason, "rollout_completed")
+        if r != before:
             r.updated_at = now
             self._book.save(r)
-        if waves_changed:
+        if replan:
             self._on_change()
         return r
 
@@ -150,44 +155,23 @@ class RolloutController:
         admitted = r.state == "flipping" and flip.admit(r, self._fleet.clock, self.flip_rules, now)
         if r.state == "flipping" and verdict.decision == "wait":
             verdict = flip.decide(r, now, self.flip_rules)  # the admissions change the words
-        self._note_stall(r, before, verdict, now)
-        r.reason = verdict.reason
-        if verdict.decision == "roll_back":
-            return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
-        if verdict.decision == "complete":
-            return self.transition(r, "complete", verdict.reason, "rollout_completed")
-        if r != before:
-            r.updated_at = now
-            self._book.save(r)
-        if admitted:
-            self._on_change()
-        return r
+        return self._conclude(r, before, verdict, now, admitted)
 
     def _evaluate_scheduled(
         self, r: Rollout, before: Rollout, labels: dict[str, dict[str, str]], now: float
     ) -> Rollout:
         """A rollout by waves, rate and windows: progress, admissions, then the gate's verdict."""
         waved.refresh(r, before, self._fleet.reported, now)
+        r.healthy_since = waved.healthy_since(r, now)
         verdict = waved.decide(r, now, labels)
         admitted = waved.admit(r, labels, now) if verdict.decision != "roll_back" else []
         if admitted:
             log.info("rollout %d of %s: %s switch to version %s", r.id, r.model, ", ".join(admitted), r.version)
+            r.healthy_since = waved.healthy_since(r, now)
             verdict = waved.decide(r, now, labels)
-        r.healthy_since = waved.healthy_since(r, now)
-        self._note_stall(r, before, verdict, now)
-        r.reason = verdict.reason
-        if verdict.decision == "roll_back":
-            return self.transition(r, "rolled_back", verdict.reason, "rollout_rolled_back")
         if verdict.decision == "promote":
             return self.next_wave(r, "after a healthy soak")
-        if verdict.decision == "complete":
-            return self.transition(r, "complete", None, "rollout_completed")
-        if r != before:
-            r.updated_at = now
-            self._book.save(r)
-        if admitted:
-            self._on_change()
-        return r
+        return self._conclude(r, before, verdict, now, bool(admitted))
 
     def next_wave(self, r: Rollout, why: str, actor: str | None = None) -> Rollout:
         """Open the next wave of a scheduled rollout (``rolling`` from the second wave on)."""

@@ -60,7 +60,7 @@ class RolloutRequest(BaseModel):
     flip_at: AwareDatetime | None = None
     """When staged nodes switch, on central's clock (ISO 8601 with a zone, e.g.
     2026-12-04T02:00:00Z); implies ``stage``. None with ``stage``: wait for a ``flip``."""
-    waves: list[WaveSpec] | None = None
+    waves: list[WaveSpec] | None = Field(None, min_length=1)
     """Cumulative wave sizes, node counts or percentages of the targets: ``["1", "10%", "100%"]``
     (``100%`` is added when missing). None: the canary fraction, then everyone."""
     rate_per_min: float | None = Field(None, gt=0)
@@ -74,10 +74,11 @@ class RolloutRequest(BaseModel):
     def _strip(cls, value: str) -> str:
         return value.strip()
 
-    @field_validator("waves")
+    @field_validator("waves", mode="before")
     @classmethod
-    def _waves(cls, value: list[WaveSpec] | None) -> list[WaveSpec] | None:
-        return list(normalize_waves(value)) if value is not None else None
+    def _waves(cls, value: object) -> object:
+        # Before pydantic's coercion, so that true or 1.5 in the JSON body is refused, not read as 1.
+        return list(normalize_waves(value)) if isinstance(value, list) and value else value
 
     @model_validator(mode="after")
     def _flip_implies_stage(self) -> RolloutRequest:

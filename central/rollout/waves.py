@@ -13,20 +13,15 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 __all__ = [
     "WINDOW_S",
-    "AbortRule",
     "WaveSpec",
-    "WavesRequest",
     "admit",
     "canary_waves",
     "next_admission_at",
     "normalize_waves",
     "order_targets",
     "parse_wave",
-    "should_abort",
     "wave_sizes",
 ]
 
@@ -143,53 +138,3 @@ def next_admission_at(admitted: dict[str, float], rate_per_min: float | None, no
     if len(recent) < allowed:
         return now
     return recent[len(recent) - allowed] + window
-
-
-class AbortRule(BaseModel):
-    """When a wave's failures stop the rollout and roll it back."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    failure_threshold: float = Field(0.25, ge=0, le=1)
-    """Roll back when the failed fraction of the nodes reporting on the version exceeds this."""
-    min_nodes: int = Field(1, ge=1)
-    """Reports on the new version needed before the failure rate counts."""
-    max_failed: int | None = Field(None, ge=1)
-    """Roll back as soon as this many nodes failed, whatever the rate; None: no such limit."""
-
-
-def should_abort(rule: AbortRule, ready: int, failed: int) -> str | None:
-    """Why the rollout must roll back (in words), or None while it may go on."""
-    if rule.max_failed is not None and failed >= rule.max_failed:
-        return f"{failed} nodes failed (limit {rule.max_failed})"
-    reported = ready + failed
-    if reported < rule.min_nodes or reported == 0:
-        return None
-    rate = failed / reported
-    if rate > rule.failure_threshold:
-        return f"{failed} of {reported} nodes failed ({rate:.0%} > threshold {rule.failure_threshold:.0%})"
-    return None
-
-
-def _default_waves() -> list[WaveSpec]:
-    return ["10%", _ALL]  # today's default canary fraction, then everyone
-
-
-class WavesRequest(BaseModel):
-    """The waves part of a rollout request: the wave list, the rate, and the abort rule."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    waves: list[WaveSpec] = Field(default_factory=_default_waves, min_length=1)
-    """Cumulative node counts or percentages of the targets (``["1", "10%", "50%", "100%"]``);
-    ``100%`` is appended when the last is not it."""
-    rate_per_min: float | None = Field(None, gt=0)
-    """At most this many nodes start switching in any minute; None: a whole wave at once."""
-    abort: AbortRule = Field(default_factory=AbortRule)
-    """When failures roll the rollout back."""
-
-    @field_validator("waves", mode="before")
-    @classmethod
-    def _waves(cls, value: object) -> object:
-        # Before pydantic's coercion, so that true or 1.5 in the JSON body is refused, not read as 1.
-        return list(normalize_waves(value)) if isinstance(value, list) and value else value

@@ -1,22 +1,19 @@
 """Waves: cumulative sizes from counts and percentages, the stable node order (today's canaries
-as wave 1), the rate limit's sliding window, and the abort rule."""
+as wave 1), the rate limit's sliding window, and the rollout request's wave list."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from central.rollout.model import Rollout
+from central.rollout.model import Rollout, RolloutRequest
 from central.rollout.progress import choose_canaries
 from central.rollout.waves import (
-    AbortRule,
-    WavesRequest,
     admit,
     canary_waves,
     next_admission_at,
     normalize_waves,
     order_targets,
-    should_abort,
     wave_sizes,
 )
 
@@ -46,18 +43,19 @@ def test_bad_wave_specs_are_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="wave"):
         wave_sizes(["1", bad], 10)  # type: ignore[list-item]
     with pytest.raises(ValidationError, match="wave"):
-        WavesRequest(waves=["1", bad])
+        RolloutRequest(version="2", waves=["1", bad])
 
 
 def test_normalized_waves_are_stable_strings() -> None:
     assert normalize_waves([1, " 10 % ", "50%"]) == ["1", "10%", "50%", "100%"]
     assert normalize_waves(normalize_waves(["2", "12.5%"])) == ["2", "12.5%", "100%"]
-    assert WavesRequest().waves == ["10%", "100%"]
-    assert WavesRequest.model_validate({"waves": [1, "25%"], "rate_per_min": 5}).waves == ["1", "25%", "100%"]
+    assert RolloutRequest(version="2").waves is None  # the canary fraction, then everyone
+    request = RolloutRequest.model_validate({"version": "2", "waves": [1, "25%"], "rate_per_min": 5})
+    assert request.waves == ["1", "25%", "100%"]
     with pytest.raises(ValidationError):
-        WavesRequest(waves=[])
+        RolloutRequest(version="2", waves=[])
     with pytest.raises(ValidationError):
-        WavesRequest(rate_per_min=0)
+        RolloutRequest(version="2", rate_per_min=0)
 
 
 def test_order_is_stable_and_differs_per_version() -> None:
@@ -119,14 +117,3 @@ def test_rate_below_one_per_minute_spaces_nodes_out() -> None:
     assert admit(wave, {"a": 0.0}, 0.5, 120.0) == ["b"]
     with pytest.raises(ValueError, match="rate_per_min"):
         admit(wave, {}, 0, 0.0)
-
-
-def test_abort_rule() -> None:
-    rule = AbortRule(failure_threshold=0.25, min_nodes=4)
-    assert should_abort(rule, ready=0, failed=2) is None  # 2 reports < min_nodes
-    assert should_abort(rule, ready=3, failed=1) is None  # 25% is not above 25%
-    assert should_abort(rule, ready=2, failed=2) == "2 of 4 nodes failed (50% > threshold 25%)"
-    capped = AbortRule(failure_threshold=1.0, max_failed=3)
-    assert should_abort(capped, ready=100, failed=2) is None
-    assert should_abort(capped, ready=100, failed=3) == "3 nodes failed (limit 3)"
-    assert should_abort(AbortRule(), ready=0, failed=0) is None
