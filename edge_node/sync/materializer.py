@@ -218,10 +218,23 @@ class Materializer:
             self.progress.pop(key, None)
         for key, version in wanted.items():
             m = version.manifest
+            checked = key not in self.selection.unchecked
+            self.selection.unchecked.discard(key)
             needed = sum(c.size for c in self.selection.serving_chunks(version))
             if needed <= capacity:
                 self.refusals.pop(key, None)
                 continue
+            self.selection.unchecked.add(key)  # what it serves may fit without its FP32 reference
+            if sum(c.size for c in self.selection.serving_chunks(version)) <= capacity:
+                self.refusals.pop(key, None)
+                if checked:
+                    log.warning(
+                        "%s:%s: the cache (%d bytes) cannot hold the FP32 reference beside the artifact served;"
+                        " serving it without live checks",
+                        m.name, m.version, capacity,
+                    )  # fmt: skip
+                continue
+            self.selection.unchecked.discard(key)
             if key not in self.refusals:
                 reason = (
                     f"cache too small: {m.name}:{m.version} needs {needed} bytes of chunks, the cache cap is"

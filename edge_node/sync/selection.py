@@ -143,6 +143,8 @@ class ArtifactSelection:
         #: Share of an INT8 version's requests checked against FP32 (``edge_node.inference.shadow``):
         #: above 0, FP32 is fetched and assembled beside the INT8 artifact served.
         self.shadow_sample = shadow_sample
+        #: Versions served unchecked: the cache cannot hold their FP32 reference beside them.
+        self.unchecked: set[Key] = set()
         self.node_id = node_id
         self._chooser = chooser
         self._records = records
@@ -196,6 +198,8 @@ class ArtifactSelection:
     def reference(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
         """The artifact ``version`` served as ``served`` is checked against on live traffic
         (``edge_node.inference.shadow``), or None."""
+        if version.manifest.key in self.unchecked:
+            return None
         return shadow_reference(version.manifest, served, self.shadow_sample)
 
     def serving_chunks(self, version: DesiredVersion) -> list[ChunkRef]:

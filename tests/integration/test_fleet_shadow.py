@@ -101,3 +101,25 @@ async def test_int8_is_sampled_against_fp32_and_central_can_force_fp32(
     await wait_for(lambda: _served(edge) == int8, 5, "INT8 served again once the order ended")
     await _infer(edge, 1)
     assert (await _status(edge))["artifacts"]["m:1"]["artifact"] == int8
+
+
+async def test_a_cache_too_small_for_the_fp32_reference_serves_int8_unchecked(
+    quantizing_central: CentralServer, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    model = build_mlp(tmp_path / "m.onnx", width=512, hidden_layers=3)  # the cache's floor is 1 MiB
+    async with httpx.AsyncClient(base_url=quantizing_central.http_url, timeout=120) as api:
+        response = await push(api, "m", model)
+        assert response.status_code == 201, response.text
+        manifest = response.json()["manifest"]
+    int8 = manifest["artifact"]
+    fp32 = next(a for a in manifest["alternatives"] if a["artifact"] == "fp32")
+    int8_bytes = sum(c["size"] for c in manifest["chunks"])
+    # Room for the INT8 artifact served, not for its FP32 reference beside it.
+    cap = int8_bytes + sum(c["size"] for c in fp32["chunks"]) // 2
+    assert cap >= 1 << 20
+    inference = {"choice": {"enabled": False}, "shadow_sample": 1.0}
+    edge = await make_edge("edge-1", quantizing_central, inference=inference, cache_bytes=cap)
+    await wait_for(edge.edge.repository.ready, 60, "m served")
+    assert _served(edge) == int8 and edge.edge.materializer.refusals == {}
+    assert edge.edge.repository.get("m").shadow is None
+    assert ("m", "1") in edge.edge.materializer.selection.unchecked
