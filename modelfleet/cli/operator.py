@@ -1,4 +1,5 @@
-"""Read commands against central: ``models``, ``models show N``, ``nodes``, ``events``.
+"""Read commands against central: ``models``, ``models show N``, ``models agreement N V``,
+``nodes``, ``events``.
 
 Each prints a table for people or, with ``--json``, the data for scripts."""
 
@@ -89,6 +90,53 @@ def show(
     out.print(output.table(columns, [_version_row(v) for v in versions], title=f"model {name}"))
     if rollout is not None:
         out.print(describe(rollout))
+
+
+def _fraction(part: object, whole: object) -> str:
+    return f"{int(part) / int(whole):.3f}" if isinstance(whole, int) and whole and isinstance(part, int) else "-"
+
+
+def _agreement_row(node: str, n: JsonObject) -> tuple[str, ...]:
+    shadow, verdict = n.get("shadow") or {}, n.get("verdict") or {}
+    samples = shadow.get("samples", 0)
+    measure = shadow.get("measure") or "-"
+    mean = f"{shadow['measure_sum'] / samples:.4f}" if samples and shadow.get("measure_sum") is not None else "-"
+    flag = "FLAGGED" if verdict.get("flagged") else ("ok" if verdict else "-")
+    return (
+        node, str(n.get("artifact", "")), str(samples), _fraction(shadow.get("top1_agree"), shadow.get("top1_samples")),
+        f"{measure} {mean}", str(shadow.get("dropped", 0)), flag, str(n.get("serves", "")),
+    )  # fmt: skip
+
+
+@models_app.command("agreement")
+@output.reported
+def agreement(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[str, typer.Argument(help="Version.")],
+    clear: Annotated[bool, typer.Option("--clear", help="Forget its flags and fallbacks: INT8 served again.")] = False,
+    json: JsonOption = False,
+    central: CentralOption = None,
+    token: TokenOption = None,
+) -> None:
+    """INT8 against FP32 on live traffic: each node's sampled counts, the verdicts, the fallbacks."""
+    path = f"/api/v1/models/{name}/versions/{version}/agreement"
+    with connect(central, token) as client:
+        report = dict(client.request("DELETE" if clear else "GET", path))
+    if json:
+        output.print_json(report)
+        return
+    out = output.console()
+    if clear:
+        out.print(f"cleared {name}:{version} on {', '.join(report['cleared_nodes']) or 'no node'}")
+        return
+    columns = ("NODE", "ARTIFACT", "SAMPLES", "TOP-1", "MEASURE", "DROPPED", "VERDICT", "SERVES")
+    rows = [_agreement_row(node, n) for node, n in sorted((report.get("nodes") or {}).items())]
+    title = f"{name}:{version} on live traffic (policy {report.get('policy')})"
+    out.print(output.table(columns, rows, title=title) if rows else "no live samples reported yet")
+    for artifact, verdict in sorted((report.get("fleet") or {}).items()):
+        out.print(f"pooled {artifact}: {verdict.get('reason')}")
+    if report.get("fallback_nodes"):
+        out.print(f"serving FP32 by central's fallback: {', '.join(report['fallback_nodes'])}")
 
 
 def _merged_nodes(client: CentralClient) -> list[JsonObject]:
