@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -219,7 +219,7 @@ class DesiredStateFollower:
         finally:
             clock.cancel()
 
-    async def _follow_stream(self, stream: AsyncIterator[registry_pb2.DesiredState], address: str) -> None:
+    async def _follow_stream(self, stream: AsyncIterable[registry_pb2.DesiredState], address: str) -> None:
         async for pb in stream:
             if not self._streaming and len(self.centrals.addresses) > 1:
                 log.info("following central %s", address)

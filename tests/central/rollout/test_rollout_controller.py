@@ -125,7 +125,8 @@ async def test_failed_nodes_say_why_and_only_a_network_failure_passes(harness: R
         "n1": ("network", "no source"),
         "n2": ("inference", "inference errors reported"),
     }
-    assert r.public()["failures"]["n0"] == {"reason": "signature", "error": "manifest refused"}
+    public = r.public()["failures"]
+    assert isinstance(public, dict) and public["n0"] == {"reason": "signature", "error": "manifest refused"}
     for node in ("n0", "n1", "n2"):  # every edge gets over it: only the network failure was passing
         harness.report(node, ready("2"))
     harness.controller.evaluate_all()
