@@ -52,6 +52,8 @@ class NodeCounts:
     artifact: str
     info: ShadowInfo
     at: float
+    #: The counts as the edge sent them (``info`` less any baseline).
+    raw: ShadowInfo
 
 
 def policy_of(manifest: Manifest) -> str:
@@ -80,6 +82,8 @@ class DriftWatch:
         self._roll_back = roll_back
         self.interval_s = interval_s
         self._counts: dict[Key, dict[str, NodeCounts]] = {}
+        #: Counts a clear or a rollback set aside, subtracted from later reports of the same load.
+        self._baseline: dict[Key, dict[str, ShadowInfo]] = {}
         self._dirty: set[Key] = set()
         #: Per version: the pooled verdict (per INT8 artifact) and each node's, as last judged.
         self._fleet: dict[Key, dict[str, ShadowVerdict]] = {}
@@ -98,11 +102,12 @@ class DriftWatch:
                 continue
             key = (m.name, m.version)
             artifact = m.choice.artifact if m.choice is not None else ""
-            info = shadow_info(m.shadow)
+            raw = shadow_info(m.shadow)
             previous = self._counts.get(key, {}).get(node_id)
-            if previous is not None and previous.info == info:
+            if previous is not None and previous.raw == raw:
                 continue
-            self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time())
+            info = _since(raw, self._baseline.get(key, {}).get(node_id))
+            self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time(), raw)
             self._dirty.add(key)
 
     # -- judging ----------------------------------------------------------------------------
@@ -180,6 +185,7 @@ class DriftWatch:
         if policy == "report":
             return False
         if policy == "rollback" and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}"):
+            self._forget(key)  # rolled out again later, it is judged afresh
             return False  # the rollback re-plans the fleet itself
         for node_id in new:
             self._forced.setdefault(node_id, {})[key] = REFERENCE
@@ -198,13 +204,18 @@ class DriftWatch:
         after the traffic came back); its nodes serve their own choice on the next state."""
         key = (model, version)
         nodes = [n for n, forced in self._forced.items() if forced.pop(key, None) is not None]
-        self._flagged = {f for f in self._flagged if (f[0], f[1]) != key}
-        self._counts.pop(key, None)
-        self._fleet.pop(key, None)
-        self._nodes.pop(key, None)
+        self._forget(key)
         if nodes:
             self._on_change()
         return sorted(nodes)
+
+    def _forget(self, key: Key) -> None:
+        """Judge ``key`` afresh: its flags go, and the counts so far become the baseline (edges
+        report counts since the version loaded, so the samples before this point stay out)."""
+        self._flagged = {f for f in self._flagged if (f[0], f[1]) != key}
+        self._baseline[key] = {n: c.raw for n, c in self._counts.pop(key, {}).items()}
+        self._fleet.pop(key, None)
+        self._nodes.pop(key, None)
 
     def report(self, model: str, version: str) -> dict[str, Any]:
         """What central knows of ``model:version`` on live traffic, per node and pooled."""
@@ -230,6 +241,23 @@ class DriftWatch:
             "nodes": nodes,
             "fallback_nodes": sorted(n for n, f in self._forced.items() if key in f),
         }
+
+
+def _since(info: ShadowInfo, baseline: ShadowInfo | None) -> ShadowInfo:
+    """``info`` less ``baseline`` when it counts on from it (the same load), else ``info`` (a new
+    load starts its counts at zero)."""
+    if baseline is None or info.samples < baseline.samples or info.measure != baseline.measure:
+        return info
+    return info.model_copy(
+        update={
+            "samples": info.samples - baseline.samples,
+            "top1_agree": max(0, info.top1_agree - baseline.top1_agree),
+            "top1_samples": max(0, info.top1_samples - baseline.top1_samples),
+            "measure_sum": max(0.0, info.measure_sum - baseline.measure_sum),
+            "measure_sumsq": max(0.0, info.measure_sumsq - baseline.measure_sumsq),
+            "dropped": max(0, info.dropped - baseline.dropped),
+        }
+    )
 
 
 def _ms() -> int:

@@ -39,7 +39,7 @@ def staged_progress(r: Rollout, node_id: str, reported: Sequence[ModelInfo] | No
     info = next((m for m in reported or () if m.name == r.model and m.version == r.version), None)
     if info is None:
         return "loading"
-    if info.state in ("failed", "error") or info.errors > 0:
+    if info.state in ("failed", "error") or (info.errors > 0 and info.state != "retired"):
         return "failed"
     if info.state == "ready":
         return "ready"
@@ -97,7 +97,7 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
             failures[node_id] = failure
         nodes[node_id] = progress
     r.nodes, r.failures = nodes, failures
-    r.switch_at = {n: at for n, at in r.switch_at.items() if n in r.targets}
+    # An admitted node that leaves keeps its instant: back, it serves the version it switched to.
     r.ready = sum(1 for p in nodes.values() if p == "ready")
     r.failed = sum(1 for p in nodes.values() if p == "failed")
     r.staged = sum(1 for p in nodes.values() if p == "staged")

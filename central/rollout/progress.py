@@ -49,7 +49,7 @@ def node_progress(rollout: Rollout, in_wave: bool, reported: Sequence[ModelInfo]
     info = next((m for m in reported or () if m.name == rollout.model and m.version == rollout.version), None)
     if info is None:
         return "loading"
-    if info.state in ("failed", "error") or info.errors > 0:
+    if info.state in ("failed", "error") or (info.errors > 0 and info.state != "retired"):
         return "failed"
     return "ready" if info.state == "ready" else "loading"
 

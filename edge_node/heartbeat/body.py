@@ -103,6 +103,10 @@ class HeartbeatSources:
         grpc_address, http_address = self.addresses()
         stats = self.cache()
         choices = self.choices()
+        failures, refusals, staged = self.failures(), self.refusals(), list(self.staged())
+        # A version retired here and wanted again (staged, failed, refused) reports what happens
+        # to it now, not that an older load of it was retired.
+        again = set(failures) | set(refusals) | set(staged)
         models = [
             ModelInfo(
                 name=m.name,
@@ -115,21 +119,22 @@ class HeartbeatSources:
                 shadow=m.shadow_info if m.state == "ready" else None,
             )
             for m in self.models()
+            if not (m.state == "retired" and (m.name, m.version) in again)
         ]
         known = {(m.name, m.version) for m in models}
         models += [
             ModelInfo(name=name, version=ver, state="failed", reason=reason, error=error[:MAX_ERROR_CHARS])
-            for (name, ver), (reason, error) in self.failures().items()
+            for (name, ver), (reason, error) in failures.items()
             if (name, ver) not in known
         ]
         known = {(m.name, m.version) for m in models}
         models += [
             ModelInfo(name=name, version=ver, state="failed", reason="cache_too_small", error=reason[:MAX_ERROR_CHARS])
-            for (name, ver), reason in self.refusals().items()
+            for (name, ver), reason in refusals.items()
             if (name, ver) not in known
         ]
         known = {(m.name, m.version) for m in models}
-        models += [ModelInfo(name=n, version=v, state="staged") for n, v in self.staged() if (n, v) not in known]
+        models += [ModelInfo(name=n, version=v, state="staged") for n, v in staged if (n, v) not in known]
         offset_ms, error_ms = self.clock()
         return HeartbeatBody(
             state=self.state(),

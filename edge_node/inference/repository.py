@@ -245,43 +245,46 @@ class ModelRepository:
         the new version serves (or is recorded as failed); the previous default is retired in
         the background (see ``wait_retirements``)."""
         existing = self._versions.get(manifest.name, {}).get(manifest.version)
-        if existing is not None and existing.state == "staged":
-            existing.switch_at = switch_at  # the waiting load re-reads it
+        if existing is not None and existing.state in ("staged", "loading") and existing.artifact == manifest.artifact:
+            existing.switch_at = switch_at  # the load under way reads it once the session is up
             return
         if existing is not None and existing.state == "ready" and existing.artifact != manifest.artifact:
             await self._switch_artifact(existing, manifest, Path(path))
             return
-        if existing is not None and existing.state in ("ready", "loading"):
-            if existing.state == "ready" and self._default.get(manifest.name) != manifest.version:
+        if existing is not None and existing.state == "ready":
+            if self._default.get(manifest.name) != manifest.version:
                 existing._seq = next(self._seq)  # a rollback to a version still in its grace period
                 self._promote(existing)
             return
         model = LoadedModel(manifest, next(self._seq))
+        model.switch_at = switch_at
         self._versions.setdefault(manifest.name, {})[manifest.version] = model
         try:
             await self._bring_up(model, Path(path))
-        except Exception as exc:
-            self._record_failure(model, exc)
-            return
-        if switch_at is not None and switch_at > time.time():
-            await self._wait_for_switch(model, switch_at)
-        self._promote(model)
-        model.switched_at = time.time()
-
-    async def _wait_for_switch(self, model: LoadedModel, switch_at: float) -> None:
-        """Hold ``model`` loaded and ``staged`` until its instant; cancelled (the flip called
-        off), it is released and forgotten."""
-        model.state, model.switch_at = "staged", switch_at
-        log.info("%s version %s staged; switching in %.3f s", model.name, model.version, switch_at - time.time())
-        try:
-            while (left := (model.switch_at or 0.0) - time.time()) > 0:
-                await asyncio.sleep(min(left, _SWITCH_POLL_S))
-        except asyncio.CancelledError:
+            if model.switch_at is not None and model.switch_at > time.time():
+                await self._wait_for_switch(model)
+                model._seq = next(self._seq)  # the flip is the newest decision about this model
+        except asyncio.CancelledError:  # unwanted meanwhile (a rollback, a new state): forget it
             versions = self._versions.get(model.name, {})
             if versions.get(model.version) is model:
                 del versions[model.version]
             self._retire_later(model, grace=0.0)
             raise
+        except Exception as exc:
+            self._record_failure(model, exc)
+            return
+        self._promote(model)
+        model.switched_at = time.time()
+
+    async def _wait_for_switch(self, model: LoadedModel) -> None:
+        """Hold ``model`` loaded and ``staged`` until its instant (``switch_at``, which a later
+        load may move)."""
+        model.state = "staged"
+        log.info(
+            "%s version %s staged; switching in %.3f s", model.name, model.version, (model.switch_at or 0) - time.time()
+        )
+        while (left := (model.switch_at or 0.0) - time.time()) > 0:
+            await asyncio.sleep(min(left, _SWITCH_POLL_S))
 
     async def _switch_artifact(self, serving: LoadedModel, manifest: Manifest, path: Path) -> None:
         """Serve ``serving``'s version as another artifact (central's fallback, or its end):

@@ -21,6 +21,7 @@ ORT calls, and descheduled at nice 19 it stalled the event loop (priority invers
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -175,7 +176,8 @@ class ShadowSampler:
                 self._queue.task_done()
             except queue.Empty:
                 break
-        self._queue.put(None)
+        with contextlib.suppress(queue.Full):  # refilled meanwhile: the closing flag stops the worker
+            self._queue.put_nowait(None)
         self._thread.join(timeout=10)
 
     def _work(self) -> None:

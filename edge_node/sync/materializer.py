@@ -160,7 +160,8 @@ class Materializer:
                 self._start(version)
             elif version.serve and task.done() and (now == "staged" or self._load_failed(key)):
                 # a staged version's flip, or a load that failed: a new desired state retries it
-                self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
+                task = self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
+                task.add_done_callback(lambda done, key=key: self._recheck(key, done))  # type: ignore[misc]
             elif version.serve and now == "complete" and self._handed.get(key, version.serve_at) != version.serve_at:
                 self._spawn(self._serve_held(key))  # its instant moved: the waiting load re-reads it
         for version in state.versions:
@@ -462,6 +463,10 @@ class Materializer:
             artifact = choice.artifact if choice is not None else None
             path = self._files.model_path(manifest.name, manifest.version, artifact)
             switch_at = self._to_local(serve_at) if serve_at is not None else None
+            if switch_at is not None and switch_at > time.time():
+                # Until the instant the model is served as before; right after a restart nothing
+                # is loaded yet, so the newest other version on disk serves meanwhile.
+                self._spawn(self._keep_serving(manifest))
             await self._on_complete(manifest, path, switch_at)
 
     async def _fetch_all(self, version: DesiredVersion, progress: VersionProgress, keep_failed: bool = False) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hashlib
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -226,3 +227,37 @@ async def test_batching_disabled_runs_alone(tmp_path: Path, versions: dict[str, 
     assert 'modelfleet_inference_batch_size_sum{model="mlp",version="v1"} 12.0' in text
     assert 'modelfleet_inference_batch_size_count{model="mlp",version="v1"} 6.0' in text
     await r.close()
+
+
+async def test_a_staged_version_switches_at_its_instant_and_a_moved_instant_counts(
+    repo: ModelRepository, versions: dict[str, Path]
+) -> None:
+    await repo.load(manifest_for(versions["v1"], "v1"), versions["v1"])
+    first = time.time() + 30
+    loading = asyncio.create_task(repo.load(manifest_for(versions["v2"], "v2"), versions["v2"], switch_at=first))
+    await asyncio.sleep(0)  # the load is under way (bringing the session up): the instant moves now
+    moved = time.time() + 1.0
+    await repo.load(manifest_for(versions["v2"], "v2"), versions["v2"], switch_at=moved)
+    for _ in range(500):
+        if any(m.version == "v2" and m.state == "staged" for m in repo.models()):
+            break
+        await asyncio.sleep(0.01)
+    assert repo.get("mlp").version == "v1"  # loaded beside it, not serving yet
+    await asyncio.wait_for(loading, 10)
+    switched = next(m for m in repo.models() if m.version == "v2").switched_at
+    assert switched is not None and moved <= switched < moved + 0.5
+    assert repo.get("mlp").version == "v2"
+
+
+async def test_a_load_cancelled_while_its_session_comes_up_leaves_nothing_behind(
+    repo: ModelRepository, versions: dict[str, Path]
+) -> None:
+    await repo.load(manifest_for(versions["v1"], "v1"), versions["v1"])
+    loading = asyncio.create_task(repo.load(manifest_for(versions["v2"], "v2"), versions["v2"]))
+    await asyncio.sleep(0)
+    loading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loading
+    assert all(m.version != "v2" or m.state == "retired" for m in repo.models())
+    await repo.load(manifest_for(versions["v2"], "v2"), versions["v2"])  # loads again, not "loading" for ever
+    assert repo.get("mlp").version == "v2"
