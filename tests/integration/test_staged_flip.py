@@ -135,6 +135,9 @@ async def test_a_node_with_an_unknown_clock_is_refused_the_flip(
         await wait_for(lambda: all(e.edge.clock.estimate is not None for e in edges), 10, "clock offsets measured")
         edges[1].edge.clock.estimate = None  # as if it never measured (an older edge, a failed probe)
         edges[1].edge.clock.interval_s = 3600
+        past = {"version": "2", "flip_at": "2001-01-01T00:00:00Z"}
+        refused = await api.post("/api/v1/models/tiny/rollouts", json=past)
+        assert refused.status_code == 409 and "has passed" in refused.json()["error"]
         body = {"version": "2", "stage": True, "flip_at": datetime.fromtimestamp(time.time() + 4, UTC).isoformat()}
         assert (await api.post("/api/v1/models/tiny/rollouts", json=body)).status_code == 201
         rollout = await _wait_rollout(api, "edge-1 refused", lambda r: r["nodes"].get("edge-1") == "refused")
