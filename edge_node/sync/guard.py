@@ -65,7 +65,8 @@ class StateGuard:
             try:
                 write_atomic(self._path, pb.SerializeToString(), 0o600)
             except OSError as exc:  # a full disk: act on it anyway; a restart falls back to the older file
-                log.error("cannot keep desired state %d in %s: %s", pb.generation, self._path, exc)
+                # a warning: on a full disk the version that cannot be written is the one ERROR to read
+                log.warning("cannot keep desired state %d in %s: %s", pb.generation, self._path, exc)
         self._hold(pb, seal)
         return state
 
