@@ -17,7 +17,7 @@ from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
 from central.rollout.model import Rollout, RolloutState, utc
-from central.rollout.progress import Verdict, choose_canaries, decide, node_progress, retry, settle
+from central.rollout.progress import Verdict, choose_canaries, decide, node_progress, retry, settle, tally
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
@@ -240,10 +240,7 @@ class RolloutController:
                 errors[node_id] = failure.error or failure.reason
             nodes[node_id] = progress
         r.nodes, r.failures = nodes, failures
-        r.ready = sum(1 for p in nodes.values() if p == "ready")
-        r.failed = sum(1 for p in nodes.values() if p == "failed")
-        reported_count = r.ready + r.failed
-        r.failure_rate = r.failed / reported_count if reported_count else 0.0
+        tally(r)
         return errors
 
     @staticmethod

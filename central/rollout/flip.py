@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from central.rollout.labels import describe_selector
 from central.rollout.model import NodeFailure, NodeProgress, Rollout, utc
-from central.rollout.progress import Verdict, failure_reason, settle
+from central.rollout.progress import Verdict, failure_reason, settle, tally
 from fleetwire.mqtt.payloads import ModelInfo
 
 #: node id → ``(offset_ms, error_ms)`` of central's clock against the node's; None: unknown.
@@ -98,11 +98,7 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
         nodes[node_id] = progress
     r.nodes, r.failures = nodes, failures
     # An admitted node that leaves keeps its instant: back, it serves the version it switched to.
-    r.ready = sum(1 for p in nodes.values() if p == "ready")
-    r.failed = sum(1 for p in nodes.values() if p == "failed")
-    r.staged = sum(1 for p in nodes.values() if p == "staged")
-    reported_count = r.ready + r.failed + r.staged
-    r.failure_rate = r.failed / reported_count if reported_count else 0.0
+    tally(r, staged_count=True)
 
 
 def decide(r: Rollout, now: float, rules: FlipRules) -> Verdict:

@@ -136,7 +136,17 @@ def retry(r: Rollout, nodes: Sequence[str] | None, now: float) -> list[str]:
         r.retried_at[node_id] = now
         r.nodes[node_id] = "loading"
         r.failures.pop(node_id, None)
-    r.failed = sum(1 for p in r.nodes.values() if p == "failed")
-    reported = r.ready + r.failed
-    r.failure_rate = r.failed / reported if reported else 0.0
+    tally(r, staged_count=r.stage)
     return chosen
+
+
+def tally(r: Rollout, *, staged_count: bool = False) -> None:
+    """``ready``, ``failed``, ``staged`` and the failure rate from ``r.nodes``; ``staged_count``:
+    a staged node has reported on the version too (a staged rollout, where it is a success so far)."""
+    counts = {p: 0 for p in ("ready", "failed", "staged")}
+    for p in r.nodes.values():
+        if p in counts:
+            counts[p] += 1
+    r.ready, r.failed, r.staged = counts["ready"], counts["failed"], counts["staged"]
+    reported = r.ready + r.failed + (r.staged if staged_count else 0)
+    r.failure_rate = r.failed / reported if reported else 0.0

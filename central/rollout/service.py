@@ -76,7 +76,9 @@ class RolloutService:
             return f"the selected nodes already serve {model} version {request.version}"
         now = time.time()
         if request.flip_at is not None and request.flip_at.timestamp() < now:
-            return f"the flip instant {request.flip_at.isoformat()} has passed (central's clock: {utc(now).isoformat()})"
+            return (
+                f"the flip instant {request.flip_at.isoformat()} has passed (central's clock: {utc(now).isoformat()})"
+            )
         return None
 
     def promote(self, model: str, actor: str | None = None) -> Rollout:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from central.rollout.labels import describe_selector, matches
 from central.rollout.model import NodeFailure, NodeProgress, Rollout
-from central.rollout.progress import Verdict, failure_reason, node_progress, settle
+from central.rollout.progress import Verdict, failure_reason, node_progress, settle, tally
 from central.rollout.waves import admit as rate_admit
 from central.rollout.waves import canary_waves, next_admission_at, order_targets, wave_sizes
 from central.rollout.windows import describe_window, may_switch
@@ -46,11 +46,7 @@ def refresh(r: Rollout, before: Rollout, reports: Callable[[str], Sequence[Model
             failures[node_id] = failure
         nodes[node_id] = progress
     r.nodes, r.failures = nodes, failures
-    r.ready = sum(1 for p in nodes.values() if p == "ready")
-    r.failed = sum(1 for p in nodes.values() if p == "failed")
-    r.staged = sum(1 for p in nodes.values() if p == "staged")
-    reported_count = r.ready + r.failed
-    r.failure_rate = r.failed / reported_count if reported_count else 0.0
+    tally(r)
 
 
 def _reports_state(r: Rollout, reported: Sequence[ModelInfo] | None, state: str) -> bool:
