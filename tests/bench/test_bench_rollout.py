@@ -32,7 +32,7 @@ def test_rollout_bench_writes_sane_json(tmp_path: Path, capsys: pytest.CaptureFi
     # Part 1: both edges switched, each bracketed, near the instant (same host: clocks agree).
     offsets = data["flip_switch_offsets_s"]
     assert set(offsets) == {"e0", "e1"} and all(v is not None and abs(v) < 2.0 for v in offsets.values())
-    assert 0 <= data["flip_skew_s"] <= data["flip_error_s"] * 2 + 1e-9
+    assert 0 <= data["flip_skew_s"] <= data["flip_error_s"] * 2 + 2e-4  # each figure is rounded to 0.1 ms
     assert set(data["flip_nodes_staged"].values()) == {"staged"}
     assert all(v is not None and abs(v) < 100 for v in data["clock_offsets_ms"].values())
 
