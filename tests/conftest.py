@@ -285,3 +285,23 @@ def sealed_state(
     )
     seal_state(state, node_id, 1_765_000_000_000, key.sign)
     return state
+
+
+async def wait_rollout(
+    api: httpx.AsyncClient,
+    what: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    model: str = "tiny",
+    timeout: float = 40.0,
+) -> dict[str, Any]:
+    """Poll ``model``'s rollout (``GET /api/v1/models/{model}/rollout``) until ``predicate`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await api.get(f"/api/v1/models/{model}/rollout")
+        assert response.status_code == 200, response.text
+        rollout: dict[str, Any] = response.json()
+        if predicate(rollout):
+            return rollout
+        if time.monotonic() > deadline:
+            raise AssertionError(f"rollout never reached {what}: {rollout}")
+        await asyncio.sleep(0.05)

@@ -4,11 +4,8 @@ and a version the edges cannot load is rolled back by itself."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import onnx
@@ -17,7 +14,7 @@ from onnx import TensorProto, helper
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
 
@@ -54,25 +51,6 @@ def _serving(edge: EdgeServer) -> str | None:
         return None
 
 
-async def _rollout(api: httpx.AsyncClient) -> dict[str, Any]:
-    response = await api.get("/api/v1/models/tiny/rollout")
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def _wait_rollout(
-    api: httpx.AsyncClient, what: str, predicate: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """Poll the model's rollout until ``predicate`` holds (30 s at most)."""
-    deadline = time.monotonic() + 30
-    while not predicate(rollout := await _rollout(api)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"rollout never reached {what}: {rollout}")
-        await asyncio.sleep(0.05)
-    return rollout
-
-
 async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_load(
     fleet_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory, tmp_path: Path
 ) -> None:
@@ -103,12 +81,12 @@ async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_
         assert started["state"] == "canary" and started["previous_version"] == "1"
         assert started["targets"] == ["edge-a1", "edge-a2"] and len(started["canary_nodes"]) == 1
         (canary,) = started["canary_nodes"]
-        rollout = await _wait_rollout(api, "healthy canary", lambda r: r["nodes"].get(canary) == "ready")
+        rollout = await wait_rollout(api, "healthy canary", lambda r: r["nodes"].get(canary) == "ready")
         assert rollout["reason"] == "canary healthy on 1 node; waiting for a manual promote"
         assert {n: _serving(e) for n, e in edges.items()} == {n: "2" if n == canary else "1" for n in zones}
 
         assert (await api.post("/api/v1/models/tiny/rollout/promote")).status_code == 200
-        rollout = await _wait_rollout(api, "complete", lambda r: r["state"] == "complete")
+        rollout = await wait_rollout(api, "complete", lambda r: r["state"] == "complete")
         assert rollout["ready"] == 2 and rollout["failed"] == 0
         await wait_for(lambda: _serving(edges["edge-a1"]) == _serving(edges["edge-a2"]) == "2", 30, "zone a on v2")
         assert _serving(edges["edge-b1"]) == "1"  # outside the selector
@@ -117,7 +95,7 @@ async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_
         assert (await push(api, "tiny", bad, version="3", activate="false")).status_code == 201
         response = await api.post("/api/v1/models/tiny/rollouts", json={"version": "3", "canary": 1.0})
         assert response.status_code == 201, response.text
-        rollout = await _wait_rollout(api, "rolled back", lambda r: r["state"] == "rolled_back")
+        rollout = await wait_rollout(api, "rolled back", lambda r: r["state"] == "rolled_back")
         assert rollout["failed"] >= 1 and "failed on version 3" in rollout["reason"]
         assert "ONNXRuntimeError" in rollout["reason"] or "Fail" in rollout["reason"]
         events = (await api.get("/api/v1/events", params={"limit": 1000})).json()

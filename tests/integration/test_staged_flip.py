@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from modelfleet.cli.rollout import describe
 from modelfleet.zoo import build_mlp
@@ -40,21 +40,6 @@ async def flip_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncItera
 async def _edge(make_edge: EdgeFactory, node_id: str, central: CentralServer, mosquitto: MosquittoBroker) -> EdgeServer:
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     return await make_edge(node_id, central, heartbeat=HEARTBEAT, broker=broker)
-
-
-async def _wait_rollout(
-    api: httpx.AsyncClient, what: str, predicate: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    deadline = time.monotonic() + 40
-    while True:
-        response = await api.get("/api/v1/models/tiny/rollout")
-        assert response.status_code == 200, response.text
-        rollout: dict[str, Any] = response.json()
-        if predicate(rollout):
-            return rollout
-        if time.monotonic() > deadline:
-            raise AssertionError(f"rollout never reached {what}: {rollout}")
-        await asyncio.sleep(0.05)
 
 
 def _serving(edge: EdgeServer) -> str | None:
@@ -93,7 +78,7 @@ async def test_staged_nodes_flip_together_and_a_node_down_during_staging_is_repo
         assert started.json()["state"] == "staging"
         assert sorted(started.json()["targets"]) == ["edge-0", "edge-1", "edge-2"]
         await edges[2].stop(unregister=False)  # down while the others stage
-        staged = await _wait_rollout(
+        staged = await wait_rollout(
             api, "two nodes staged", lambda r: [r["nodes"].get(f"edge-{i}") for i in (0, 1)] == ["staged", "staged"]
         )
         assert staged["nodes"]["edge-2"] == "offline"
@@ -108,7 +93,7 @@ async def test_staged_nodes_flip_together_and_a_node_down_during_staging_is_repo
         at = datetime.fromtimestamp(flip_at, UTC).isoformat()
         flipped = await api.post("/api/v1/models/tiny/rollout/flip", json={"at": at})
         assert flipped.status_code == 200, flipped.text
-        await _wait_rollout(api, "flipping", lambda r: r["state"] == "flipping")
+        await wait_rollout(api, "flipping", lambda r: r["state"] == "flipping")
         assert all(_serving(e) == "1" for e in edges[:2])  # loaded ahead, not switched yet
         await wait_for(lambda: all(_serving(e) == "2" for e in edges[:2]), 15, "the flip")
         switched = [_switched_at(e, "2") or 0.0 for e in edges[:2]]
@@ -116,7 +101,7 @@ async def test_staged_nodes_flip_together_and_a_node_down_during_staging_is_repo
         assert max(switched) - min(switched) < 0.5
 
         # The rest flipped: the rollout completes, naming the node that was down.
-        done = await _wait_rollout(api, "complete", lambda r: r["state"] == "complete")
+        done = await wait_rollout(api, "complete", lambda r: r["state"] == "complete")
         assert done["nodes"] == {"edge-0": "ready", "edge-1": "ready", "edge-2": "offline"}
         assert "edge-2" not in done["switch_at"] and "offline: edge-2" in done["reason"]
         assert "edge-2: offline" in describe(done).plain
@@ -140,7 +125,7 @@ async def test_a_node_with_an_unknown_clock_is_refused_the_flip(
         assert refused.status_code == 409 and "has passed" in refused.json()["error"]
         body = {"version": "2", "stage": True, "flip_at": datetime.fromtimestamp(time.time() + 4, UTC).isoformat()}
         assert (await api.post("/api/v1/models/tiny/rollouts", json=body)).status_code == 201
-        rollout = await _wait_rollout(api, "edge-1 refused", lambda r: r["nodes"].get("edge-1") == "refused")
+        rollout = await wait_rollout(api, "edge-1 refused", lambda r: r["nodes"].get("edge-1") == "refused")
         assert rollout["failures"]["edge-1"]["reason"] == "clock"
         assert "edge-1" not in rollout["switch_at"]
         await wait_for(lambda: _serving(edges[0]) == "2", 15, "edge-0 flipped")

@@ -5,9 +5,7 @@ the source returns. The reason travels in the heartbeat and shows in the rollout
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from fleetwire.signing import sign_manifest
 from modelfleet.cli.rollout import describe
@@ -49,21 +47,6 @@ def _heartbeat_entry(central: CentralServer, version: str) -> Any:
     return next((m for m in models if (m.name, m.version) == ("tiny", version)), None)
 
 
-async def _wait_rollout(
-    api: httpx.AsyncClient, what: str, predicate: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        response = await api.get("/api/v1/models/tiny/rollout")
-        assert response.status_code == 200, response.text
-        rollout: dict[str, Any] = response.json()
-        if predicate(rollout):
-            return rollout
-        if time.monotonic() > deadline:
-            raise AssertionError(f"rollout never reached {what}: {rollout}")
-        await asyncio.sleep(0.05)
-
-
 async def _stored_v1_then_v2(api: httpx.AsyncClient, tmp_path: Path, central: CentralServer) -> dict[str, Any]:
     v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
@@ -92,7 +75,7 @@ async def test_a_manifest_signed_by_another_key_fails_with_reason_signature(
         )
         body = {"version": "2", "canary": 1.0, "failure_threshold": 1.0}
         assert (await api.post("/api/v1/models/tiny/rollouts", json=body)).status_code == 201
-        rollout = await _wait_rollout(api, "a failed node", lambda r: r["nodes"].get("edge-0") == "failed")
+        rollout = await wait_rollout(api, "a failed node", lambda r: r["nodes"].get("edge-0") == "failed")
         failure = rollout["failures"]["edge-0"]
         assert failure["reason"] == "signature" and "manifest refused" in failure["error"], failure
         entry = _heartbeat_entry(fleet_central, "2")
@@ -118,7 +101,7 @@ async def test_chunks_no_source_delivers_fail_with_reason_network_then_recover(
             path.rename(path.with_name(path.name + ".away"))
         body = {"version": "2", "canary": 1.0, "soak_s": 0, "failure_threshold": 1.0}
         assert (await api.post("/api/v1/models/tiny/rollouts", json=body)).status_code == 201
-        rollout = await _wait_rollout(api, "a failed node", lambda r: r["nodes"].get("edge-0") == "failed")
+        rollout = await wait_rollout(api, "a failed node", lambda r: r["nodes"].get("edge-0") == "failed")
         assert rollout["failures"]["edge-0"]["reason"] == "network", rollout
         assert "no owner and not the origin" in rollout["failures"]["edge-0"]["error"]
         entry = _heartbeat_entry(fleet_central, "2")
@@ -128,7 +111,7 @@ async def test_chunks_no_source_delivers_fail_with_reason_network_then_recover(
 
         for path in away:  # the source returns: the edge's retries complete v2, the node counts again
             path.with_name(path.name + ".away").rename(path)
-        rollout = await _wait_rollout(api, "complete", lambda r: r["state"] == "complete")
+        rollout = await wait_rollout(api, "complete", lambda r: r["state"] == "complete")
         assert rollout["nodes"] == {"edge-0": "ready"} and rollout["failures"] == {}
         assert progress.state == "complete" and progress.reason is None
         await wait_for(lambda: getattr(_heartbeat_entry(fleet_central, "2"), "state", None) == "ready", 30, "ready")
