@@ -95,6 +95,7 @@ class Edge:
             fail_after_s=settings.fetch.fail_after_s,
             to_local=self.clock.to_local,
             load_failed=self.repository.failed,
+            serves=self.repository.serves,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(

@@ -212,6 +212,10 @@ class ModelRepository:
             raise model._not_serving()
         return model
 
+    def serves(self, name: str) -> bool:
+        """Whether some version of ``name`` is its default now."""
+        return name in self._default
+
     def failed(self, key: tuple[str, str]) -> bool:
         """Whether version ``key`` (name, version) failed to load and was not loaded since."""
         model = self._versions.get(key[0], {}).get(key[1])

@@ -101,10 +101,13 @@ class Materializer:
         fail_after_s: float = 60.0,
         to_local: Callable[[float], float] = lambda t: t,
         load_failed: Callable[[tuple[str, str]], bool] = lambda key: False,
+        serves: Callable[[str], bool] = lambda name: False,
     ) -> None:
         """``to_local``: an instant of central's clock on this node's (``serve_at``);
         ``load_failed(key)``: whether ONNX Runtime refused that version (a new state retries it)."""
         self._load_failed = load_failed
+        #: Whether a version of that model serves now (nothing to stand in before a flip's instant).
+        self._serves = serves
         self._to_local = to_local
         #: The versions held (served or staged) in the latest state, by key.
         self._held: dict[tuple[str, str], DesiredVersion] = {}
@@ -463,9 +466,9 @@ class Materializer:
             artifact = choice.artifact if choice is not None else None
             path = self._files.model_path(manifest.name, manifest.version, artifact)
             switch_at = self._to_local(serve_at) if serve_at is not None else None
-            if switch_at is not None and switch_at > time.time():
-                # Until the instant the model is served as before; right after a restart nothing
-                # is loaded yet, so the newest other version on disk serves meanwhile.
+            if switch_at is not None and switch_at > time.time() and not self._serves(manifest.name):
+                # Right after a restart nothing serves the model until the instant: the newest other
+                # version on disk does meanwhile (looked up only then: the lookup re-hashes its files).
                 self._spawn(self._keep_serving(manifest))
             await self._on_complete(manifest, path, switch_at)
 
