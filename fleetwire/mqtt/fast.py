@@ -22,6 +22,7 @@ from fleetwire.mqtt.payloads import (
     MAX_CHOICE_NAME,
     MAX_CHOICE_REASON,
     MAX_REASON_CODE,
+    MAX_WIRE_INT,
     ArtifactChoiceInfo,
     CacheInfo,
     Heartbeat,
@@ -47,7 +48,7 @@ __all__ = [
 DecodeError = msgspec.DecodeError
 """Raised for malformed JSON and for payloads that break the contract (a ``ValueError``)."""
 
-_NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+_NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_WIRE_INT)]
 _NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 

@@ -9,10 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 #: Anything larger is dropped unread by consumers: a heartbeat is well under 16 KiB.
 MAX_PAYLOAD_BYTES = 64 * 1024
+#: The largest integer any payload may carry: the largest a JSON number holds exactly in every
+#: reader (JavaScript's ``Number.MAX_SAFE_INTEGER``; a browser dashboard reads the feed). A
+#: larger one would also break 64-bit JSON encoders downstream (an API answering 500).
+MAX_WIRE_INT = 2**53 - 1
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 class NodeStatus(_Payload):
@@ -22,15 +26,15 @@ class NodeStatus(_Payload):
     birth it belongs to, so a death older than the latest birth is recognisably stale."""
 
     state: Literal["online", "offline"]
-    bdseq: int = Field(ge=0)
-    ts: int = Field(ge=0, description="Unix time, milliseconds.")
+    bdseq: int = Field(ge=0, le=MAX_WIRE_INT)
+    ts: int = Field(ge=0, le=MAX_WIRE_INT, description="Unix time, milliseconds.")
 
 
 class LoadInfo(_Payload):
     """What the node is doing right now."""
 
-    inflight: int = Field(0, ge=0)
-    queue_depth: int = Field(0, ge=0)
+    inflight: int = Field(0, ge=0, le=MAX_WIRE_INT)
+    queue_depth: int = Field(0, ge=0, le=MAX_WIRE_INT)
     cpu_percent: float = Field(0.0, ge=0)
     rps: float = Field(0.0, ge=0)
     p50_ms: float = Field(0.0, ge=0)
@@ -77,13 +81,17 @@ class ShadowInfo(_Payload):
     reference: str = Field(
         "fp32", max_length=MAX_CHOICE_NAME, description="The artifact the served one is checked against."
     )
-    samples: int = Field(0, ge=0, description="Live samples run on both artifacts.")
-    top1_agree: int = Field(0, ge=0, description="Samples whose top-1 decision matched (classifiers).")
-    top1_samples: int = Field(0, ge=0, description="Samples with a top-1 decision (0 for non-classifiers).")
+    samples: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Live samples run on both artifacts.")
+    top1_agree: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Samples whose top-1 decision matched (classifiers).")
+    top1_samples: int = Field(
+        0, ge=0, le=MAX_WIRE_INT, description="Samples with a top-1 decision (0 for non-classifiers)."
+    )
     measure: str = Field("", max_length=MAX_REASON_CODE, description="cosine or relative_error.")
     measure_sum: float = Field(0.0, ge=0, description="Sum of the per-sample measure.")
     measure_sumsq: float = Field(0.0, ge=0, description="Sum of its squares.")
-    dropped: int = Field(0, ge=0, description="Sampled requests dropped because the shadow queue was full.")
+    dropped: int = Field(
+        0, ge=0, le=MAX_WIRE_INT, description="Sampled requests dropped because the shadow queue was full."
+    )
 
 
 class ModelInfo(_Payload):
@@ -102,7 +110,9 @@ class ModelInfo(_Payload):
         max_length=MAX_REASON_CODE,
         description="Why a failed version failed: signature, disk, cache_too_small, network or load.",
     )
-    errors: int = Field(0, ge=0, description="Inference requests this version failed (server-side errors).")
+    errors: int = Field(
+        0, ge=0, le=MAX_WIRE_INT, description="Inference requests this version failed (server-side errors)."
+    )
     choice: ArtifactChoiceInfo | None = Field(None, description="The artifact served, and why; absent before load.")
     shadow: ShadowInfo | None = Field(None, description="INT8 against FP32 on live samples; absent when not sampled.")
 
@@ -124,19 +134,19 @@ class ModelInfo(_Payload):
 class CacheInfo(_Payload):
     """The node's chunk cache."""
 
-    bytes: int = Field(0, ge=0)
-    capacity: int = Field(0, ge=0)
-    hits: int = Field(0, ge=0)
-    misses: int = Field(0, ge=0)
+    bytes: int = Field(0, ge=0, le=MAX_WIRE_INT)
+    capacity: int = Field(0, ge=0, le=MAX_WIRE_INT)
+    hits: int = Field(0, ge=0, le=MAX_WIRE_INT)
+    misses: int = Field(0, ge=0, le=MAX_WIRE_INT)
 
 
 class Heartbeat(_Payload):
     """Sent every ``interval_s`` on ``…/nodes/{node_id}/heartbeat``."""
 
     node_id: str = Field(min_length=1, max_length=128)
-    bdseq: int = Field(ge=0)
-    seq: int = Field(ge=0, description="Grows by one per heartbeat within a connection.")
-    ts: int = Field(ge=0, description="Unix time, milliseconds.")
+    bdseq: int = Field(ge=0, le=MAX_WIRE_INT)
+    seq: int = Field(ge=0, le=MAX_WIRE_INT, description="Grows by one per heartbeat within a connection.")
+    ts: int = Field(ge=0, le=MAX_WIRE_INT, description="Unix time, milliseconds.")
     interval_s: float = Field(gt=0, le=3600)
     state: str = Field("online", description="The node's own view: online, draining, ...")
     load: LoadInfo = Field(default_factory=LoadInfo)
@@ -154,7 +164,10 @@ class Heartbeat(_Payload):
         description="synced: following central's desired state; autonomous: serving its last one without central.",
     )
     autonomous_since: int | None = Field(
-        None, ge=0, description="Unix time, milliseconds, since when the node runs on its own (autonomous only)."
+        None,
+        ge=0,
+        le=MAX_WIRE_INT,
+        description="Unix time, milliseconds, since when the node runs on its own (autonomous only).",
     )
     clock_offset_ms: float | None = Field(
         None, description="Central's wall clock minus this node's, as the node last measured it; absent: unknown."
@@ -168,7 +181,7 @@ class CentralStatus(_Payload):
     """Central's own retained status; ``offline`` is also its Last Will."""
 
     state: Literal["online", "offline"]
-    ts: int = Field(ge=0)
+    ts: int = Field(ge=0, le=MAX_WIRE_INT)
     central_id: str = ""
 
 
@@ -176,11 +189,14 @@ class Event(_Payload):
     """A fleet event: node_suspect, node_dead, node_alive, rollout_started, model_pushed, ..."""
 
     type: str
-    ts: int = Field(ge=0)
+    ts: int = Field(ge=0, le=MAX_WIRE_INT)
     node_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     seq: int | None = Field(
-        None, ge=1, description="Position in central's event log: grows with every event, across restarts."
+        None,
+        ge=1,
+        le=MAX_WIRE_INT,
+        description="Position in central's event log: grows with every event, across restarts.",
     )
     actor: str | None = Field(
         None,

@@ -147,7 +147,9 @@ def test_a_good_heartbeat_decodes_to_the_same_model() -> None:
 @pytest.mark.parametrize(
     "raw",
     [b"{", b"[]", b'"x"', b'{"state": "sleeping", "bdseq": 1, "ts": 1}', b'{"state": "online", "bdseq": -1, "ts": 1}',
-     b'{"state": "online", "ts": 1}', b'{"state": "offline", "bdseq": 2, "ts": 3, "extra": true}'],
+     b'{"state": "online", "ts": 1}', b'{"state": "offline", "bdseq": 2, "ts": 3, "extra": true}',
+     b'{"state": "online", "bdseq": 18446744073709551616, "ts": 1}', b'{"state": "online", "bdseq": 1, "ts": 1e400}',
+     b'{"state": "online", "bdseq": 9007199254740992, "ts": 1}'],
 )  # fmt: skip
 def test_statuses_get_the_same_verdict(raw: bytes) -> None:
     try:

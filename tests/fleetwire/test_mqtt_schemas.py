@@ -118,6 +118,9 @@ INVALID: list[tuple[str, dict[str, Any]]] = [
     ("node_status", {"state": "zombie", "bdseq": 1, "ts": 1}),  # wrong state
     ("node_status", {"state": "online", "bdseq": -1, "ts": 1}),  # negative bdseq
     ("node_status", {"state": "offline", "bdseq": 1}),  # missing ts
+    ("node_status", {"state": "online", "bdseq": 2**64, "ts": 1}),  # beyond any JSON reader's exact range
+    ("heartbeat", _heartbeat(bdseq=2**53)),
+    ("heartbeat", _heartbeat(cache={"hits": 2**63})),
     ("heartbeat", _heartbeat(seq=-1)),  # negative seq
     ("heartbeat", _without(_heartbeat(), "bdseq")),  # missing bdseq
     ("heartbeat", _heartbeat(node_id="")),  # empty node id
