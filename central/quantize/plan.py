@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from central.quantize.family import Family
 from central.quantize.quantizer import Calibration, QuantizationResult, Source
@@ -50,3 +51,6 @@ class QuantizePlan:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     accuracies: dict[str, float] = field(default_factory=dict)
     guard_seconds: float | None = None
+    #: What ``central.quantize.normalize`` changed when the graph as pushed failed a
+    #: recipe and every recipe was tried again on the cleaned one (None: not needed).
+    normalized: dict[str, Any] | None = None

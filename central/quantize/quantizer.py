@@ -21,6 +21,9 @@ Choices, and why:
   per-channel weight scales); the retry is per-tensor and the reason is recorded.
 * **Exclusions** (``nodes_to_exclude``) keep named nodes in FP32: the step's
   second try when the whole graph in INT8 fails the guard.
+* **Exporters' leftovers** (stale ``value_info``, operators named like ORT's own) are
+  cleaned by ``central.quantize.normalize`` when a recipe fails on the graph as pushed;
+  the quantize step then prepares the cleaned graph and tries every recipe again.
 * **External data** when the model is large (ONNX protobufs stop at 2 GiB): the
   result is written as ``model.onnx`` plus ``model.onnx.data`` in its own folder.
 
@@ -76,6 +79,9 @@ class Source:
     fused: dict[str, int] = field(default_factory=dict)
     #: Write results as graph + external data.
     external_data: bool = False
+    #: Nodes every recipe leaves in FP32 whatever it is asked to exclude: those the
+    #: quantizer would break (``central.quantize.normalize``); not reported as exclusions.
+    keep_fp32: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,7 +225,8 @@ def _attempt(
     source: Source, out: Path, recipe: Recipe, calibration: Calibration | None, exclude: list[str]
 ) -> Callable[[bool], None]:
     """One quantizer call for ``recipe``, parameterised by per-channel."""
-    common: dict[str, Any] = {"nodes_to_exclude": list(exclude), "use_external_data_format": source.external_data}
+    excluded = [*exclude, *source.keep_fp32]
+    common: dict[str, Any] = {"nodes_to_exclude": excluded, "use_external_data_format": source.external_data}
     if recipe.method == "dynamic":
         return lambda per_channel: quantize_dynamic(
             str(source.path), str(out), per_channel=per_channel, reduce_range=recipe.reduce_range,

@@ -5,12 +5,18 @@ faster depends on the CPU, so this step produces a few candidates for the model'
 family (``central.quantize.recipes``); the guard step that follows judges each
 against FP32 and chooses what is served (``central.quantize.guard_step``). A model
 below ``small_model_bytes`` gets only the recipe fastest on central's CPU: INT8
-buys such a model little and pushes of it stay quick."""
+buys such a model little and pushes of it stay quick.
+
+When a recipe fails on the graph as pushed, the step cleans what exporters leave behind
+(``central.quantize.normalize``: stale ``value_info``, operators named like ORT's own),
+prepares the cleaned graph and tries every recipe again on it, so that all candidates
+come from one graph; the report's ``normalized`` says what was changed and why."""
 
 from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -19,6 +25,7 @@ from central.quantize.calibration import batch_size
 from central.quantize.cpu import cpu_flags
 from central.quantize.family import Family, detect_family, sensitive_nodes
 from central.quantize.guard import GUARD_BATCH
+from central.quantize.normalize import normalize
 from central.quantize.plan import Candidate, QuantizePlan
 from central.quantize.quantizer import (
     Calibration,
@@ -82,6 +89,8 @@ class QuantizeStep:
         plan, recipes = self._plan(ctx)
         for recipe in recipes:
             self._quantize(ctx, plan, recipe)
+        if plan.failed:
+            self._retry_normalized(ctx, plan, recipes)
         plan.quantize_seconds = round(time.perf_counter() - started, 4)
         ctx.quantize_plan = plan
         if plan.candidates:
@@ -124,6 +133,28 @@ class QuantizeStep:
             batch_size=size if fixed else GUARD_BATCH, fixed_batch=fixed,
         )  # fmt: skip
         return plan, recipes
+
+    def _retry_normalized(self, ctx: PushContext, plan: QuantizePlan, recipes: list[Recipe]) -> None:
+        """Every recipe again on the exporter-cleaned graph; nothing when there is nothing to clean."""
+        work = _work_dir(ctx) / "normalize"
+        cleaned = normalize(ctx.upload, work / "normalized.onnx", external_data=plan.source.external_data)
+        if not cleaned.changes:
+            return
+        as_pushed = dict(plan.failed)
+        source = prepare(cleaned.path, work / "prepare", plan.family, self.settings.external_data_bytes)
+        plan.source = replace(source, keep_fp32=tuple(cleaned.keep_fp32))
+        plan.sensitive = sensitive_nodes(onnx.load(str(source.path), load_external_data=False), plan.family)
+        if plan.calibration is not None:
+            plan.calibration = replace(plan.calibration, cache=work / "calibration-ranges.json")
+        for name in plan.candidates:
+            ctx.artifacts.pop(name, None)
+        plan.candidates.clear()
+        plan.failed.clear()
+        for recipe in recipes:
+            self._quantize(ctx, plan, recipe)
+        for name, why in plan.failed.items():
+            plan.failed[name] = f"as pushed: {as_pushed.get(name, 'quantized')}; normalized: {why}"
+        plan.normalized = {**cleaned.report(), "as_pushed_failures": as_pushed}
 
     def _threshold(self, ctx: PushContext) -> float:
         return self.settings.threshold if ctx.threshold is None else ctx.threshold
