@@ -78,3 +78,11 @@ zoo-train:  ## retrain the zoo's digits ResNet and transformer with torch (seede
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install -q $(TORCH) numpy scikit-learn onnx onnxruntime
 	PYTHONPATH=$(CURDIR) $(TORCH_VENV)/bin/python scripts/train_zoo.py
+
+# The fixtures of what torch's default exporter writes (tests/fixtures/exported/, committed):
+# the tests that quantize them run without torch. Same torch venv as zoo-train.
+.PHONY: fixtures-export
+fixtures-export:  ## re-export the torch-written test fixtures (a BERT, an opset-23 BERT, a CNN; seeded)
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q $(TORCH) transformers onnx onnxscript onnxruntime
+	$(TORCH_VENV)/bin/python scripts/export_fixtures.py

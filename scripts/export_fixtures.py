@@ -12,6 +12,9 @@ torch, transformers, onnx, onnxscript and onnxruntime::
   2 layers, hidden 128, 2 labels. Its classifier is a ``Gemm`` with ``transB=1`` and a
   non-square weight, and the exporter records ``value_info`` for every initializer: the
   two together are what broke ORT's dynamic quantizer (issue 25).
+* ``bert-opset23/``: a smaller one (1 layer, hidden 64) at ``opset_version=23``, where the
+  exporter writes attention as the standard ``Attention`` operator, which ORT's
+  quantizer mistakes for its own ``com.microsoft`` one.
 * ``cnn/``: a ResNet-style CNN (Conv, BatchNorm, ReLU, residual Add, global average
   pool, Linear) on 3x32x32 images, random init, seeded.
 
@@ -87,12 +90,17 @@ def _randomize_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
             module.bias.data.copy_(torch.randn(n, generator=generator) * 0.1)
 
 
-def _export(model: nn.Module, args: tuple[torch.Tensor, ...], names: list[str], dims: tuple, out: Path) -> Path:
+def _export(
+    model: nn.Module, args: tuple[torch.Tensor, ...], names: list[str], dims: tuple, out: Path, opset: int | None = None
+) -> Path:
     """``torch.onnx.export`` with its defaults (dynamo, external data); the graph's path."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     path = out / "model.onnx"
-    torch.onnx.export(model, args, str(path), input_names=names, output_names=["logits"], dynamic_shapes=dims)
+    options = {} if opset is None else {"opset_version": opset}
+    torch.onnx.export(
+        model, args, str(path), input_names=names, output_names=["logits"], dynamic_shapes=dims, **options
+    )
     return path
 
 
@@ -106,7 +114,7 @@ def _check(path: Path, model: nn.Module, feeds: dict[str, np.ndarray]) -> float:
     return float(np.max(np.abs(got - expected.numpy())))
 
 
-def export_bert(out: Path, layers: int, hidden: int, vocab: int) -> tuple[Path, float]:
+def export_bert(out: Path, layers: int, hidden: int, vocab: int, opset: int | None = None) -> tuple[Path, float]:
     """A random BertForSequenceClassification with dynamic batch and sequence."""
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -120,7 +128,7 @@ def export_bert(out: Path, layers: int, hidden: int, vocab: int) -> tuple[Path, 
     mask = torch.ones_like(ids)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     dims = ({0: batch, 1: seq}, {0: batch, 1: seq})
-    path = _export(model, (ids, mask), ["input_ids", "attention_mask"], dims, out)
+    path = _export(model, (ids, mask), ["input_ids", "attention_mask"], dims, out, opset)
     rng = np.random.default_rng(SEED)
     feeds = {
         "input_ids": rng.integers(0, vocab, (3, 24)).astype(np.int64),
@@ -153,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     exported = {"bert": export_bert(args.out / "bert", args.bert_layers, args.bert_hidden, args.bert_vocab)}
     if not args.bert_only:
+        exported["bert-opset23"] = export_bert(args.out / "bert-opset23", 1, 64, 512, opset=23)
         exported["cnn"] = export_cnn(args.out / "cnn")
     failed = False
     for name, (path, diff) in exported.items():
