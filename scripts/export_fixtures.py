@@ -120,7 +120,7 @@ def export_bert(out: Path, layers: int, hidden: int, vocab: int, opset: int | No
 
     torch.manual_seed(SEED)
     config = BertConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(2, hidden // 64),
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(2, hidden // 32),
         intermediate_size=4 * hidden, max_position_embeddings=512, num_labels=2,
     )  # fmt: skip
     model = BertForSequenceClassification(config).eval()

@@ -22,7 +22,8 @@ And what is true of exporters in general: graph outputs whose recorded shape
 contradicts ONNX shape inference lose their fixed sizes (rank and type stay); nodes
 without a name, or with another node's name, get unique ones (exclusions go by name);
 initializers that older exporters also list as graph inputs are taken out of the
-inputs (the quantizer leaves an input's weights alone). Nothing else is touched: the
+inputs (ONNX Runtime treats such a weight as overridable, not as a constant, so the
+pre-processing cannot fold it, BatchNorm into Conv for one). Nothing else is touched: the
 cleaned graph computes what the pushed one did, and ``Normalization.report()`` says
 what changed, for the push report."""
 
@@ -112,7 +113,7 @@ def initializers_out_of_inputs(model: onnx.ModelProto) -> str | None:
         return None
     del model.graph.input[:]
     model.graph.input.extend(kept)
-    return f"took {removed} initializers out of the graph inputs (the quantizer leaves inputs' weights alone)"
+    return f"took {removed} initializers out of the graph inputs (ONNX Runtime folds no overridable weight)"
 
 
 def shadowed_nodes(model: onnx.ModelProto) -> list[str]:
