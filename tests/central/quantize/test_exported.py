@@ -88,6 +88,8 @@ def test_exported_bert_gets_int8_after_its_graph_is_cleaned(tmp_path: Path) -> N
     assert any("value_info" in change and "initializers'" in change for change in normalized["changes"])
     assert normalized["shape_inference"] == "strict" and normalized["kept_fp32"] == []
     assert ctx.artifact_reports[DYNAMIC]["normalized"] == normalized["changes"]
+    # LayerNorm and GELU fused; the exporter's own LayerNormalization nodes are not counted as fused.
+    assert report["fused_operators"] == {"SkipLayerNormalization": 4, "BiasGelu": 2}
     int8 = ctx.artifacts[DYNAMIC]
     ops = {n.op_type for n in onnx.load(str(int8)).graph.node}
     assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}, ops
@@ -105,6 +107,7 @@ def test_the_opset_23_attention_stays_fp32_and_the_rest_is_int8(tmp_path: Path) 
     assert report["normalized"]["kept_fp32"] == attention and len(attention) == 1
     assert any("Attention" in change and "opset 23" in change for change in report["normalized"]["changes"])
     assert report["nodes_excluded"] == []  # kept by the cleaning, not the guard's exclusions
+    assert "Attention" not in (report["fused_operators"] or {})  # the exporter's, not the optimizer's
     nodes = onnx.load(str(ctx.artifacts[DYNAMIC])).graph.node
     assert "QAttention" not in {n.op_type for n in nodes}
     assert [n.name for n in nodes if n.op_type == "Attention" and n.domain in ("", "ai.onnx")] == attention
