@@ -29,18 +29,18 @@ what changed, for the push report."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from central.quantize.quantizer import shorten
+
 #: Standard-domain operators whose ``op_type`` names a ``com.microsoft`` operator that
 #: ORT's quantizer rewrites (its registries key on the type alone): Attention (opset 23).
 SHADOWED_OPS = frozenset({"Attention"})
 _STANDARD_DOMAINS = ("", "ai.onnx")
-_REASON_CHARS = 200
 #: Initializers up to this many elements stay in the shape-inference probe (shapes, axes).
 _PROBE_ELEMENTS = 1024
 
@@ -62,12 +62,6 @@ class Normalization:
         return {"changes": self.changes, "kept_fp32": self.keep_fp32, "shape_inference": self.shape_inference}
 
 
-def _short(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
-
-
 def drop_value_info(model: onnx.ModelProto) -> str | None:
     """Remove every ``value_info``; what was dropped, or None."""
     entries = model.graph.value_info
@@ -82,16 +76,15 @@ def drop_value_info(model: onnx.ModelProto) -> str | None:
 
 
 def unique_node_names(model: onnx.ModelProto) -> str | None:
-    """Name unnamed nodes and rename repeated names; what changed, or None."""
-    counts = Counter(n.name for n in model.graph.node if n.name)
-    taken = set(counts)
+    """Name unnamed nodes and rename repeated names (the first keeps it); what changed, or None."""
+    taken = {n.name for n in model.graph.node if n.name}
     seen: set[str] = set()
     named = renamed = 0
     for index, node in enumerate(model.graph.node):
-        if node.name and (counts[node.name] == 1 or node.name not in seen):
+        if node.name and node.name not in seen:
             seen.add(node.name)
             continue
-        named, renamed = (named + 1, renamed) if not node.name else (named, renamed + 1)
+        named, renamed = (named, renamed + 1) if node.name else (named + 1, renamed)
         candidate = f"{node.name or node.op_type}_{index}"
         while candidate in taken:
             candidate += "_"
@@ -173,7 +166,7 @@ def check_shapes(model: onnx.ModelProto) -> tuple[str, str | None]:
         _infer(probe)
         return "strict", None
     except Exception as exc:  # InferenceError, or a checker error from a malformed graph
-        first = _short(exc)
+        first = shorten(exc)
     relaxed = relax_outputs(probe)
     try:
         _infer(probe)
