@@ -25,7 +25,7 @@ from central.quantize.calibration import batch_size
 from central.quantize.cpu import cpu_flags
 from central.quantize.family import Family, detect_family, sensitive_nodes
 from central.quantize.guard import GUARD_BATCH
-from central.quantize.normalize import normalize
+from central.quantize.normalize import Normalization, normalize
 from central.quantize.plan import Candidate, QuantizePlan
 from central.quantize.quantizer import (
     Calibration,
@@ -136,11 +136,31 @@ class QuantizeStep:
 
     def _retry_normalized(self, ctx: PushContext, plan: QuantizePlan, recipes: list[Recipe]) -> None:
         """Every recipe again on the exporter-cleaned graph; nothing when there is nothing to clean."""
-        work = _work_dir(ctx) / "normalize"
-        cleaned = normalize(ctx.upload, work / "normalized.onnx", external_data=plan.source.external_data)
-        if not cleaned.changes:
+        cleaned = self._cleaned(ctx, plan)
+        if cleaned is None:
             return
         as_pushed = dict(plan.failed)
+        self._retarget(ctx, plan, cleaned)
+        for recipe in recipes:
+            self._quantize(ctx, plan, recipe)
+        for name, why in plan.failed.items():
+            plan.failed[name] = f"as pushed: {as_pushed.get(name, 'quantized')}; normalized: {why}"
+        plan.normalized = {**cleaned.report(), "as_pushed_failures": as_pushed}
+
+    @staticmethod
+    def _cleaned(ctx: PushContext, plan: QuantizePlan) -> Normalization | None:
+        """The upload cleaned (``central.quantize.normalize``); None when nothing changed."""
+        out = _work_dir(ctx) / "normalize" / "normalized.onnx"
+        try:
+            cleaned = normalize(ctx.upload, out, external_data=plan.source.external_data)
+        except Exception as exc:  # a graph the cleaning cannot read: the failures as pushed stand
+            plan.normalized = {"changes": [], "error": shorten(exc)}
+            return None
+        return cleaned if cleaned.changes else None
+
+    def _retarget(self, ctx: PushContext, plan: QuantizePlan, cleaned: Normalization) -> None:
+        """The plan's source becomes the cleaned graph, prepared; earlier candidates are dropped."""
+        work = cleaned.path.parent
         source = prepare(cleaned.path, work / "prepare", plan.family, self.settings.external_data_bytes)
         plan.source = replace(source, keep_fp32=tuple(cleaned.keep_fp32))
         plan.sensitive = sensitive_nodes(onnx.load(str(source.path), load_external_data=False), plan.family)
@@ -150,11 +170,6 @@ class QuantizeStep:
             ctx.artifacts.pop(name, None)
         plan.candidates.clear()
         plan.failed.clear()
-        for recipe in recipes:
-            self._quantize(ctx, plan, recipe)
-        for name, why in plan.failed.items():
-            plan.failed[name] = f"as pushed: {as_pushed.get(name, 'quantized')}; normalized: {why}"
-        plan.normalized = {**cleaned.report(), "as_pushed_failures": as_pushed}
 
     def _threshold(self, ctx: PushContext) -> float:
         return self.settings.threshold if ctx.threshold is None else ctx.threshold
