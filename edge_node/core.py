@@ -11,13 +11,19 @@ from edge_node.auth import NodeCredential
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
-from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources, LoadTracker
-from edge_node.inference import ModelRepository, SessionFactory, available_providers
+from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
+from edge_node.inference import (
+    DataPlane,
+    InferLimits,
+    LoadTracker,
+    ModelRepository,
+    SessionFactory,
+    available_providers,
+)
 from edge_node.inference.chooser import ArtifactChooser
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.shadow import ShadowFactory
 from edge_node.observability import EdgeStateCollector
-from edge_node.oip.dataplane import DataPlane, OipLimits
 from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
@@ -74,7 +80,7 @@ class Edge:
             self.repository,
             version=EDGE_VERSION,
             load=self.load,
-            limits=OipLimits(
+            limits=InferLimits(
                 max_body_bytes=caps.max_infer_body_bytes,
                 max_tensor_elements=caps.max_tensor_elements,
                 max_inflight_requests=caps.max_inflight_infer_requests,

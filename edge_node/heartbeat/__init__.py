@@ -3,12 +3,12 @@
 ``HeartbeatPublisher`` (see ``publisher.py`` for how ``bdseq`` and the will line up
 across reconnects; its settings are ``edge_node.settings.HeartbeatSettings`` and
 ``BrokerSettings``), the ``HeartbeatBody`` a snapshot returns, ``HeartbeatSources`` to
-build one from what an edge reads, ``LoadTracker`` for the load figures and
-``BdseqStore`` for the persisted birth/death sequence."""
+build one from what an edge reads (the load figures come from
+``edge_node.inference.LoadTracker``) and ``BdseqStore`` for the persisted birth/death
+sequence."""
 
 from edge_node.heartbeat.bdseq import BDSEQ_FILE, BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody, HeartbeatSources, ModelReport
-from edge_node.heartbeat.load import LoadTracker, percentile
 from edge_node.heartbeat.publisher import HeartbeatPublisher
 
 __all__ = [
@@ -17,7 +17,5 @@ __all__ = [
     "HeartbeatBody",
     "HeartbeatPublisher",
     "HeartbeatSources",
-    "LoadTracker",
     "ModelReport",
-    "percentile",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from edge_node.cache import CacheStats
-from edge_node.heartbeat.load import LoadTracker
+from edge_node.inference.load import LoadTracker
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo, ShadowInfo
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]

@@ -5,7 +5,7 @@ decoding, batching and encoding a small inference request together (37–55 % of
 thread in a profile of the serving bench), and the loop thread is what bounds an edge's
 request rate. So ``POST /v2/models/{name}/infer`` and ``…/versions/{v}/infer`` are matched
 here by splitting the path and answered straight over ASGI, with the very transport code
-the FastAPI routes run (:func:`edge_node.oip.routes.infer_reply`): the same body cap,
+the FastAPI routes run (:func:`edge_node.rest.infer.infer_reply`): the same body cap,
 headers, statuses, ``Retry-After`` and OIP error shape. Every other request, and any path
 this matcher does not take (a trailing slash, another method), goes to FastAPI, which still
 declares the inference routes for the OpenAPI document.
@@ -18,15 +18,14 @@ uvicorn's, below every ASGI app), so the fast path skips no check FastAPI would 
 
 from __future__ import annotations
 
-import orjson
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from edge_node.oip.body import receive_body
-from edge_node.oip.codec import OipError
-from edge_node.oip.dataplane import DataPlane
-from edge_node.oip.routes import InferReply, infer_reply
+from edge_node.errors import BodyTooLarge
+from edge_node.inference.dataplane import DataPlane
+from edge_node.rest.body import receive_body
+from edge_node.rest.infer import InferReply, error_reply, infer_reply
 
 NOOP_PATH = "/bench/noop"
 _NOOP_BODY = b'{"outputs":[]}'
@@ -106,7 +105,8 @@ class InferFastPath:
             await receive_body(receive, length, self.plane.limits.max_body_bytes)
         except ClientDisconnect:
             return
-        except OipError as exc:  # over the cap: answered as inference would be
-            await _send(send, exc.status, orjson.dumps({"error": str(exc)}), _JSON, None)
+        except BodyTooLarge as exc:  # over the cap: answered as inference would be
+            reply = error_reply(exc)
+            await _send(send, reply.status, reply.body, _JSON, None)
             return
         await _send(send, 200, _NOOP_BODY, _JSON, None)

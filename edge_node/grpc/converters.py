@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_node.oip.codec import (
-    InferRequest,
-    OipError,
-    check_elements,
-    decode_bytes_elements,
-    reshape_flat,
-)
-from edge_node.oip.dataplane import InferResult
-from edge_node.oip.datatypes import OIP_TO_NUMPY, oip_datatype
+from edge_node.errors import InvalidRequest
+from edge_node.inference.dataplane import InferResult
+from edge_node.inference.datatypes import OIP_TO_NUMPY, oip_datatype
+from edge_node.inference.request import InferRequest
+from edge_node.inference.tensors import check_elements, decode_bytes_elements, reshape_flat
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve.tensors import ContentsError, encode_bytes_elements, parameters_of, typed_contents
 
@@ -33,7 +29,7 @@ def version_of(version: str) -> str | None:
 def _shape(tensor: _InputTensor) -> list[int]:
     shape = list(tensor.shape)
     if any(d < 0 for d in shape):
-        raise OipError(f"input {tensor.name!r}: shape must be non-negative integers, got {shape}")
+        raise InvalidRequest(f"input {tensor.name!r}: shape must be non-negative integers, got {shape}")
     return shape
 
 
@@ -41,7 +37,9 @@ def _from_raw(tensor: _InputTensor, dtype: np.dtype, shape: list[int], raw: byte
     if dtype == np.object_:
         return decode_bytes_elements(memoryview(raw), int(np.prod(shape)) if shape else 1, tensor.name).reshape(shape)
     if len(raw) % dtype.itemsize:
-        raise OipError(f"input {tensor.name!r}: {len(raw)} bytes is not a whole number of {tensor.datatype} elements")
+        raise InvalidRequest(
+            f"input {tensor.name!r}: {len(raw)} bytes is not a whole number of {tensor.datatype} elements"
+        )
     return reshape_flat(np.frombuffer(raw, dtype=dtype), shape, tensor.name)
 
 
@@ -49,7 +47,7 @@ def _from_contents(tensor: _InputTensor, shape: list[int]) -> np.ndarray:
     try:
         flat = typed_contents(tensor.contents, tensor.datatype, tensor.name)
     except ContentsError as exc:
-        raise OipError(str(exc)) from None
+        raise InvalidRequest(str(exc)) from None
     return reshape_flat(flat, shape, tensor.name)
 
 
@@ -58,35 +56,33 @@ def _raw_contents(request: pb.ModelInferRequest) -> list[bytes] | None:
     if not raw:
         return None
     if len(raw) != len(request.inputs):
-        raise OipError(f"raw_input_contents holds {len(raw)} tensors for {len(request.inputs)} inputs")
+        raise InvalidRequest(f"raw_input_contents holds {len(raw)} tensors for {len(request.inputs)} inputs")
     for tensor in request.inputs:
         if tensor.HasField("contents"):
-            raise OipError(f"input {tensor.name!r}: contents and raw_input_contents are both set; send one")
+            raise InvalidRequest(f"input {tensor.name!r}: contents and raw_input_contents are both set; send one")
     return raw
 
 
 def decode_infer_request(request: pb.ModelInferRequest, max_elements: int | None) -> InferRequest:
-    """The plane's request of a ``ModelInferRequest`` (OipError, 400 or 413, on a bad one)."""
+    """The plane's request of a ``ModelInferRequest`` (InvalidRequest, 400, or TensorTooLarge, 413, on a bad one)."""
     if not request.inputs:
-        raise OipError("a request needs at least one input")
+        raise InvalidRequest("a request needs at least one input")
     raw = _raw_contents(request)
     inputs: dict[str, np.ndarray] = {}
-    datatypes: dict[str, str] = {}
     for i, tensor in enumerate(request.inputs):
         dtype = OIP_TO_NUMPY.get(tensor.datatype)
         if dtype is None:
-            raise OipError(f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}")
+            raise InvalidRequest(f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}")
         if tensor.name in inputs:
-            raise OipError(f"input {tensor.name!r} appears twice")
+            raise InvalidRequest(f"input {tensor.name!r} appears twice")
         shape = _shape(tensor)
         check_elements(shape, tensor.name, max_elements)
         array = _from_raw(tensor, dtype, shape, raw[i]) if raw is not None else _from_contents(tensor, shape)
-        inputs[tensor.name], datatypes[tensor.name] = array, tensor.datatype
+        inputs[tensor.name] = array
     requested = [o.name for o in request.outputs] or None
     return InferRequest(
         id=request.id or None,
         inputs=inputs,
-        datatypes=datatypes,
         requested_outputs=requested,
         parameters=parameters_of(request.parameters),
     )

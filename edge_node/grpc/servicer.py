@@ -1,7 +1,7 @@
 """KServe v2 gRPC (``inference.GRPCInferenceService``): a thin transport over the edge's
-:class:`DataPlane`, as ``edge_node.oip.routes`` is for REST. Each RPC is one call on the plane;
-``edge_node.oip.grpc_convert`` turns messages into the plane's types and back, and a
-:class:`PlaneError` ends the call with the gRPC code of its HTTP status
+:class:`DataPlane`, as ``edge_node.rest.routes`` is for REST. Each RPC is one call on the plane;
+``edge_node.grpc.converters`` turns messages into the plane's types and back, and an
+:class:`~edge_node.errors.EdgeError` ends the call with the gRPC code of its HTTP status
 (``fleetwire.kserve.status``), ``retry-after`` in the trailing metadata on an overload.
 
 ModelReady of a model this edge does not serve answers ``ready: false`` (not NOT_FOUND):
@@ -14,10 +14,11 @@ import logging
 
 import grpc
 
+from edge_node.errors import EdgeError, InferenceFailed, ModelNotFound
+from edge_node.grpc.converters import decode_infer_request, encode_infer_response, version_of
+from edge_node.inference.dataplane import DataPlane
 from edge_node.inference.repository import LoadedModel
-from edge_node.oip.codec import InferRequest
-from edge_node.oip.dataplane import DataPlane, PlaneError
-from edge_node.oip.grpc_convert import decode_infer_request, encode_infer_response, version_of
+from edge_node.inference.request import InferRequest
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc
 from fleetwire.kserve.documents import model_metadata_to_pb, server_metadata_to_pb
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
 
 
-async def _abort_plane(context: Context, exc: PlaneError) -> None:
+async def _abort_plane(context: Context, exc: EdgeError) -> None:
     retry = exc.retry_after_header
     await abort(context, exc.status, str(exc), retry["Retry-After"] if retry else None)
 
@@ -51,27 +52,27 @@ class InferenceServicer(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         try:
             ready = self.plane.model_ready(request.name, version_of(request.version))
-        except PlaneError as exc:
-            if exc.status != 404:  # a name no model can have: say which rule it breaks
-                await _abort_plane(context, exc)
+        except ModelNotFound:
             ready = False
+        except EdgeError as exc:  # a name no model can have: say which rule it breaks
+            await _abort_plane(context, exc)
         return pb.ModelReadyResponse(ready=ready)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
         try:
             doc = self.plane.model_metadata(request.name, version_of(request.version))
-        except PlaneError as exc:
+        except EdgeError as exc:
             await _abort_plane(context, exc)
         return model_metadata_to_pb(doc)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         try:
             return await self._infer(request)
-        except PlaneError as exc:
+        except EdgeError as exc:
             error = exc
         except Exception as exc:  # a bug here must still end in a status, never a traceback
             log.exception("gRPC inference request for %s failed", request.model_name)
-            error = PlaneError(f"the edge failed on this request: {type(exc).__name__}: {exc}", 500)
+            error = InferenceFailed(f"the edge failed on this request: {type(exc).__name__}: {exc}")
         await _abort_plane(context, error)
         raise AssertionError("not reached: abort raises")
 

@@ -9,60 +9,18 @@ the bytes."""
 from __future__ import annotations
 
 import math
-import struct
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
-from edge_node.oip.datatypes import OIP_TO_NUMPY, oip_datatype
+from edge_node.errors import InvalidRequest
+from edge_node.inference.datatypes import OIP_TO_NUMPY, oip_datatype
+from edge_node.inference.request import InferRequest
+from edge_node.inference.tensors import check_elements, decode_bytes_elements, reshape_flat
 from fleetwire.kserve.tensors import encode_bytes_elements
 
 HEADER_LENGTH = "inference-header-content-length"
-
-
-class OipError(Exception):
-    """A malformed or unacceptable request: answered 400 with this message."""
-
-    status = 400
-
-
-class TensorTooLarge(OipError):
-    """An input declares more elements than the edge accepts: answered 413."""
-
-    status = 413
-
-
-def check_elements(shape: list[int], name: str, limit: int | None) -> None:
-    """Refuse a shape over ``limit`` elements before any array of it is built. Counted in
-    Python ints, stopping once over (numpy's product would wrap; a full product of a long
-    shape would cost time); a dimension over the limit beside a 0 is refused too."""
-    if limit is None:
-        return
-    count = 1
-    for dim in shape:
-        count = limit + 1 if dim > limit else count * dim
-        if count > limit:
-            break
-    if count > limit:
-        raise TensorTooLarge(
-            f"input {name!r}: shape {shape[:8]}{'…' if len(shape) > 8 else ''} is over the limit of"
-            f" {limit} elements (limits.max_tensor_elements)"
-        )
-
-
-@dataclass
-class InferRequest:
-    """A decoded inference request."""
-
-    id: str | None
-    inputs: dict[str, np.ndarray]
-    datatypes: dict[str, str]
-    requested_outputs: list[str] | None
-    binary_outputs: set[str] = field(default_factory=set)
-    binary_default: bool = False
-    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 def _json_part(body: bytes, header_length: int | None) -> tuple[dict[str, Any], memoryview]:
@@ -70,35 +28,23 @@ def _json_part(body: bytes, header_length: int | None) -> tuple[dict[str, Any], 
         header, rest = body, b""
     else:
         if header_length < 0 or header_length > len(body):
-            raise OipError(f"Inference-Header-Content-Length {header_length} exceeds the body of {len(body)} bytes")
+            raise InvalidRequest(
+                f"Inference-Header-Content-Length {header_length} exceeds the body of {len(body)} bytes"
+            )
         header, rest = body[:header_length], body[header_length:]
     try:
         doc = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
-        raise OipError(f"request body is not valid JSON: {exc}") from exc
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise OipError("request body must be a JSON object")
+        raise InvalidRequest("request body must be a JSON object")
     return doc, memoryview(rest)
-
-
-def decode_bytes_elements(raw: memoryview, count: int, name: str) -> np.ndarray:
-    out, offset = [], 0
-    for _ in range(count):
-        if offset + 4 > len(raw):
-            raise OipError(f"input {name!r}: binary BYTES data ends early")
-        (n,) = struct.unpack_from("<I", raw, offset)
-        offset += 4
-        out.append(bytes(raw[offset : offset + n]))
-        offset += n
-    if offset != len(raw):
-        raise OipError(f"input {name!r}: binary BYTES data has {len(raw) - offset} extra bytes")
-    return np.array(out, dtype=np.object_)
 
 
 def _shape(tensor: dict[str, Any], name: str) -> list[int]:
     shape = tensor.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise OipError(f"input {name!r}: shape must be a list of non-negative integers")
+        raise InvalidRequest(f"input {name!r}: shape must be a list of non-negative integers")
     return shape
 
 
@@ -108,20 +54,20 @@ def _integers(data: Any, dtype: np.dtype, name: str) -> np.ndarray:
     values = np.asarray(data)
     datatype = oip_datatype(dtype.name)
     if values.dtype.kind not in "iuf":
-        raise OipError(f"input {name!r}: datatype {datatype} needs integers, the data holds {values.dtype}")
+        raise InvalidRequest(f"input {name!r}: datatype {datatype} needs integers, the data holds {values.dtype}")
     if values.dtype == dtype or not values.size:  # parsed as the very dtype (INT64 ids): nothing can be off
         return values.astype(dtype, copy=False).ravel()
     info, low, high = np.iinfo(dtype), values.min(), values.max()
     if values.dtype.kind == "f":
         whole = np.isfinite(values) & (values == np.floor(values))
         if not whole.all():
-            raise OipError(f"input {name!r}: {values[~whole].flat[0]} is not an integer (datatype {datatype})")
+            raise InvalidRequest(f"input {name!r}: {values[~whole].flat[0]} is not an integer (datatype {datatype})")
         too_high = high >= info.max + 1  # float(2**63 - 1) rounds up to 2**63: compare with the bound above
     else:
         too_high = high > info.max
     if low < info.min or too_high:
         outside = low if low < info.min else high
-        raise OipError(f"input {name!r}: {outside} is outside the range of {datatype} [{info.min}, {info.max}]")
+        raise InvalidRequest(f"input {name!r}: {outside} is outside the range of {datatype} [{info.min}, {info.max}]")
     return values.astype(dtype, copy=False).ravel()
 
 
@@ -131,7 +77,7 @@ def _out_of_range(name: str, dtype: np.dtype) -> str:
 
 def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> np.ndarray:
     if data is None:
-        raise OipError(f"input {name!r}: no data")
+        raise InvalidRequest(f"input {name!r}: no data")
     try:
         if dtype == np.object_:
             items = np.ravel(np.array(data, dtype=object))
@@ -145,48 +91,41 @@ def _from_json_data(data: Any, dtype: np.dtype, shape: list[int], name: str) -> 
             # turn that into the RuntimeWarning caught below).
             flat = np.asarray(data, dtype=dtype).ravel()
             if not np.isfinite(flat).all():
-                raise OipError(_out_of_range(name, dtype))
+                raise InvalidRequest(_out_of_range(name, dtype))
     except RuntimeWarning as exc:
-        raise OipError(_out_of_range(name, dtype)) from exc
+        raise InvalidRequest(_out_of_range(name, dtype)) from exc
     except (TypeError, ValueError, OverflowError) as exc:
-        raise OipError(f"input {name!r}: data does not match datatype {dtype.name}: {exc}") from exc
+        raise InvalidRequest(f"input {name!r}: data does not match datatype {dtype.name}: {exc}") from exc
     return reshape_flat(flat, shape, name)
-
-
-def reshape_flat(flat: np.ndarray, shape: list[int], name: str) -> np.ndarray:
-    expected = math.prod(shape)  # Python ints: no wrap-around, 1 for a scalar
-    if flat.size != expected:
-        raise OipError(f"input {name!r}: shape {shape} needs {expected} elements, data has {flat.size}")
-    return flat.reshape(shape)
 
 
 def _decode_input(
     tensor: Any, binary: memoryview, offset: int, max_elements: int | None = None
-) -> tuple[str, str, np.ndarray, int]:
+) -> tuple[str, np.ndarray, int]:
     if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
-        raise OipError("every input needs a string 'name'")
+        raise InvalidRequest("every input needs a string 'name'")
     name = tensor["name"]
     raw_datatype = tensor.get("datatype")
     dtype = OIP_TO_NUMPY.get(raw_datatype) if isinstance(raw_datatype, str) else None
     if dtype is None:
-        raise OipError(f"input {name!r}: unknown datatype {raw_datatype!r}")
+        raise InvalidRequest(f"input {name!r}: unknown datatype {raw_datatype!r}")
     datatype = str(raw_datatype)
     shape = _shape(tensor, name)
     check_elements(shape, name, max_elements)
     params = tensor.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if size is None:
-        return name, datatype, _from_json_data(tensor.get("data"), dtype, shape, name), offset
+        return name, _from_json_data(tensor.get("data"), dtype, shape, name), offset
     if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-        raise OipError(f"input {name!r}: binary_data_size {size} does not fit the binary part of the body")
+        raise InvalidRequest(f"input {name!r}: binary_data_size {size} does not fit the binary part of the body")
     raw = binary[offset : offset + size]
     if dtype == np.object_:
         array = decode_bytes_elements(raw, math.prod(shape), name).reshape(shape)
     else:
         if size % dtype.itemsize:
-            raise OipError(f"input {name!r}: {size} bytes is not a whole number of {datatype} elements")
+            raise InvalidRequest(f"input {name!r}: {size} bytes is not a whole number of {datatype} elements")
         array = reshape_flat(np.frombuffer(raw, dtype=dtype), shape, name)
-    return name, datatype, array, offset + size
+    return name, array, offset + size
 
 
 def _requested_outputs(doc: dict[str, Any]) -> tuple[list[str] | None, set[str]]:
@@ -194,11 +133,11 @@ def _requested_outputs(doc: dict[str, Any]) -> tuple[list[str] | None, set[str]]
     if outputs is None:
         return None, set()
     if not isinstance(outputs, list):
-        raise OipError("'outputs' must be a list")
+        raise InvalidRequest("'outputs' must be a list")
     names, binary = [], set()
     for o in outputs:
         if not isinstance(o, dict) or not isinstance(o.get("name"), str):
-            raise OipError("every requested output needs a string 'name'")
+            raise InvalidRequest("every requested output needs a string 'name'")
         names.append(o["name"])
         params = o.get("parameters") or {}
         if isinstance(params, dict) and params.get("binary_data"):
@@ -208,30 +147,28 @@ def _requested_outputs(doc: dict[str, Any]) -> tuple[list[str] | None, set[str]]
 
 def decode_request(body: bytes, header_length: int | None, max_elements: int | None = None) -> InferRequest:
     """Parse an inference request body (JSON, or JSON + binary tensors); an input whose
-    shape declares more than ``max_elements`` elements is refused (TensorTooLarge)."""
+    shape declares more than ``max_elements`` elements is refused (TensorTooLarge, 413)."""
     doc, binary = _json_part(body, header_length)
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise OipError("'inputs' must be a non-empty list")
+        raise InvalidRequest("'inputs' must be a non-empty list")
     inputs: dict[str, np.ndarray] = {}
-    datatypes: dict[str, str] = {}
     offset = 0
     for tensor in raw_inputs:
-        name, datatype, array, offset = _decode_input(tensor, binary, offset, max_elements)
+        name, array, offset = _decode_input(tensor, binary, offset, max_elements)
         if name in inputs:
-            raise OipError(f"input {name!r} appears twice")
-        inputs[name], datatypes[name] = array, datatype
+            raise InvalidRequest(f"input {name!r} appears twice")
+        inputs[name] = array
     if offset != len(binary):
-        raise OipError(f"{len(binary) - offset} bytes of binary data are not claimed by any input")
+        raise InvalidRequest(f"{len(binary) - offset} bytes of binary data are not claimed by any input")
     requested, binary_outputs = _requested_outputs(doc)
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
-        raise OipError("'parameters' must be an object")
+        raise InvalidRequest("'parameters' must be an object")
     request_id = doc.get("id")
     return InferRequest(
         id=str(request_id) if request_id is not None else None,
         inputs=inputs,
-        datatypes=datatypes,
         requested_outputs=requested,
         binary_outputs=binary_outputs,
         binary_default=bool(params.get("binary_data_output", False)),

@@ -10,10 +10,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 
-from edge_node.http.fastpath import InferFastPath
 from edge_node.inference import CONTENT_TYPE_LATEST
-from edge_node.oip.dataplane import DataPlane
-from edge_node.oip.routes import create_oip_routes
+from edge_node.inference.dataplane import DataPlane
+from edge_node.rest.fastpath import InferFastPath
+from edge_node.rest.routes import create_oip_routes
 
 
 def create_app(

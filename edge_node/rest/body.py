@@ -10,17 +10,11 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect
 
-from edge_node.oip.codec import OipError
+from edge_node.errors import BodyTooLarge
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import Receive
-
-
-class BodyTooLarge(OipError):
-    """The request body exceeds the configured cap: answered 413."""
-
-    status = 413
 
 
 def _too_large(limit: int) -> BodyTooLarge:

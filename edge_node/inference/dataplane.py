@@ -1,12 +1,11 @@
 """The edge's inference service: what the Open Inference Protocol offers, whatever carries it.
 
-REST (``edge_node.oip.routes``) and KServe v2 gRPC (``edge_node.oip.grpc_servicer``) are thin
-transports over one :class:`DataPlane` (as MLServer's ``DataPlane`` serves its REST and gRPC
-servers): model lookup, name checks, the in-flight cap, load tracking, request checks, the
-batcher and every error live here once, so the two transports cannot drift apart. A transport
-decodes its wire format into an :class:`~edge_node.oip.codec.InferRequest`, calls the plane, and
-maps a :class:`PlaneError` to its own status (:attr:`PlaneError.status` is the HTTP one; gRPC
-maps it with ``grpc_code``)."""
+REST (``edge_node.rest``) and KServe v2 gRPC (``edge_node.grpc``) are thin transports over one
+:class:`DataPlane` (as MLServer's ``DataPlane`` serves its REST and gRPC servers): model
+lookup, name checks, the in-flight cap, load tracking, the batcher and every error live here
+once, so the two transports cannot drift apart. A transport decodes its wire format into an
+:class:`~edge_node.inference.request.InferRequest`, calls the plane, and answers an
+:class:`~edge_node.errors.EdgeError` with its ``status`` (gRPC with that status's code)."""
 
 from __future__ import annotations
 
@@ -18,22 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from edge_node.heartbeat.load import LoadTracker
-from edge_node.inference.errors import (
-    InferenceFailed,
-    InvalidInputs,
-    ModelNotFound,
-    ModelNotReady,
-    ModelUnavailable,
-    QueueFull,
-)
+from edge_node.errors import InferenceFailed, InvalidModelName, ModelNotReady, Overloaded
+from edge_node.inference.datatypes import oip_datatype
+from edge_node.inference.inputs import check_outputs
+from edge_node.inference.load import LoadTracker
 from edge_node.inference.repository import LoadedModel, ModelRepository
-from edge_node.oip.codec import InferRequest, OipError
-from edge_node.oip.config import triton_config
-from edge_node.oip.datatypes import oip_datatype
-from edge_node.oip.validate import check_request
+from edge_node.inference.request import InferRequest
+from edge_node.inference.triton_config import triton_config
 from fleetwire.manifest import TensorSpec
 from fleetwire.names import InvalidName, check_name
+
+__all__ = ["DataPlane", "InferLimits", "InferResult"]
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +38,8 @@ PLATFORM = "onnxruntime_onnx"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-class PlaneError(Exception):
-    """A request the plane refuses or could not run. ``status`` is the HTTP status it means
-    (a transport maps it to its own); ``retry_after_s`` is set on an overload."""
-
-    def __init__(self, message: str, status: int, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after_s = retry_after_s
-
-    @property
-    def retry_after_header(self) -> dict[str, str] | None:
-        """``Retry-After`` (whole seconds, at least 1) when the request may be retried."""
-        if self.retry_after_s is None:
-            return None
-        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
-
-
 @dataclass(frozen=True)
-class OipLimits:
+class InferLimits:
     """Caps on one inference request (the edge's ``limits`` settings)."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -83,23 +60,15 @@ def _tensor_meta(specs: list[TensorSpec]) -> list[dict[str, Any]]:
 
 
 def check_names(name: str, version: str | None) -> None:
-    """422 naming the rule when ``name`` or ``version`` is no valid name (a trailing newline,
-    a slash…): central never stores such a model, so "not found" would hide the real mistake."""
+    """InvalidModelName (422) naming the rule when ``name`` or ``version`` is no valid name
+    (a trailing newline, a slash…): central never stores such a model, so "not found" would
+    hide the real mistake."""
     try:
         check_name("model name", name)
         if version is not None:
             check_name("version", version)
     except InvalidName as exc:
-        raise PlaneError(str(exc), 422) from None
-
-
-def lookup_error(exc: Exception) -> PlaneError:
-    """The plane's error for a failed lookup or a refused run (404, 503 with or without a retry)."""
-    if isinstance(exc, ModelNotFound):
-        return PlaneError(str(exc), 404)
-    if isinstance(exc, QueueFull):
-        return PlaneError(str(exc), 503, retry_after_s=exc.retry_after_s)
-    return PlaneError(str(exc), 503)
+        raise InvalidModelName(str(exc)) from None
 
 
 class DataPlane:
@@ -112,12 +81,12 @@ class DataPlane:
         version: str,
         *,
         load: LoadTracker | None = None,
-        limits: OipLimits | None = None,
+        limits: InferLimits | None = None,
     ) -> None:
         self.repository = repository
         self.version = version
         self.load = load
-        self.limits = limits or OipLimits()
+        self.limits = limits or InferLimits()
         self.inflight = 0
         """Inference requests in progress, over every transport."""
 
@@ -140,18 +109,13 @@ class DataPlane:
     def model(self, name: str, version: str | None) -> LoadedModel:
         """The served model (the version the repository chooses when ``version`` is None)."""
         check_names(name, version)
-        try:
-            return self.repository.get(name, version)
-        except (ModelNotFound, ModelNotReady) as exc:
-            raise lookup_error(exc) from None
+        return self.repository.get(name, version)
 
     def model_ready(self, name: str, version: str | None) -> bool:
-        """Whether the model serves now (PlaneError 404 when this edge has no such model)."""
+        """Whether the model serves now (ModelNotFound, 404, when this edge has no such model)."""
         check_names(name, version)
         try:
             self.repository.get(name, version)
-        except ModelNotFound as exc:
-            raise PlaneError(str(exc), 404) from None
         except ModelNotReady:
             return False
         return True
@@ -183,10 +147,9 @@ class DataPlane:
         (and inside) all of them."""
         check_names(name, version)
         if self.inflight >= self.limits.max_inflight_requests:
-            raise PlaneError(
+            raise Overloaded(
                 f"{self.inflight} inference requests are in progress here"
                 " (limits.max_inflight_infer_requests); retry shortly",
-                503,
                 retry_after_s=1.0,
             )
         self.inflight += 1
@@ -200,23 +163,17 @@ class DataPlane:
 
     async def infer(self, name: str, version: str | None, decode: Callable[[LoadedModel], InferRequest]) -> InferResult:
         """Run one admitted request. ``decode(model)`` turns the transport's payload into an
-        :class:`InferRequest` (raising :class:`OipError` on a bad one); it runs after the
+        :class:`InferRequest` (raising InvalidRequest on a bad one); it runs after the
         lookup, and the lookup after the body was read, so no version swap falls between
-        lookup and run."""
+        lookup and run. The model checks the inputs (``edge_node.inference.inputs``)."""
+        model = self.repository.get(name, version)
+        request = decode(model)
+        check_outputs(request.requested_outputs, model.manifest.outputs)
+        priority = request.parameters.get("priority", 0)
         try:
-            model = self.repository.get(name, version)
-            request = decode(model)
-            check_request(request, model.manifest.inputs, model.manifest.outputs)
-            priority = request.parameters.get("priority", 0)
             outputs = await model.infer(request.inputs, priority=priority if isinstance(priority, int) else 0)
-        except OipError as exc:
-            raise PlaneError(str(exc), exc.status) from None
-        except InvalidInputs as exc:
-            raise PlaneError(str(exc), 400) from None
-        except (ModelNotFound, ModelNotReady, ModelUnavailable, QueueFull) as exc:
-            raise lookup_error(exc) from None
         except InferenceFailed as exc:
             log.warning("%s: %s", name, exc)
-            raise PlaneError(str(exc), 500) from None
+            raise
         wanted = request.requested_outputs
         return InferResult(model, {k: v for k, v in outputs.items() if wanted is None or k in wanted})

@@ -15,7 +15,7 @@ import uvicorn
 
 from central.server import CentralServer
 from conftest import EdgeFactory, push, wait_for
-from edge_node.http.app import create_app
+from edge_node.rest.app import create_app
 from edge_node.server import EdgeServer
 
 ROW = [0.25] * 32

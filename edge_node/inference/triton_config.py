@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from edge_node.inference.datatypes import oip_datatype
 from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.inference.session import batchable
-from edge_node.oip.datatypes import oip_datatype
 from fleetwire.manifest import TensorSpec
 
 #: OIP datatype → Triton ``data_type`` where the names differ (all others are ``TYPE_`` + the OIP name).

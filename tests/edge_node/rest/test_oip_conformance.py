@@ -205,7 +205,8 @@ async def test_metrics_count_requests(oip: httpx.AsyncClient) -> None:
 
 
 def test_bytes_elements_codec_round_trip() -> None:
-    from edge_node.oip.codec import InferRequest, decode_request, encode_response
+    from edge_node.inference.request import InferRequest
+    from edge_node.rest.codec import decode_request, encode_response
 
     words = [b"edge", b"", "\u00fcber".encode()]
     raw = b"".join(struct.pack("<I", len(w)) + w for w in words)
@@ -214,7 +215,7 @@ def test_bytes_elements_codec_round_trip() -> None:
     )
     decoded = decode_request(header + raw, len(header))
     assert decoded.inputs["s"].tolist() == words
-    request = InferRequest(id=None, inputs={}, datatypes={}, requested_outputs=None, binary_default=True)
+    request = InferRequest(id=None, inputs={}, requested_outputs=None, binary_default=True)
     body, json_length = encode_response("m", "1", request, {"s": decoded.inputs["s"]})
     assert json_length is not None and body[json_length:] == raw
 
@@ -225,12 +226,13 @@ def test_a_json_value_a_float_datatype_cannot_hold_is_refused(datatype: str, val
     """Whether numpy's overflow warning is an error (tests) or only printed (production)."""
     import warnings
 
-    from edge_node.oip.codec import OipError, decode_request
+    from edge_node.errors import InvalidRequest
+    from edge_node.rest.codec import decode_request
 
     body = orjson.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [1, 2], "data": [0.5, value]}]})
     with warnings.catch_warnings():
         warnings.simplefilter(warnings_as)  # type: ignore[arg-type]
-        with pytest.raises(OipError, match=f"'x': a value is outside the range of {datatype}"):
+        with pytest.raises(InvalidRequest, match=f"'x': a value is outside the range of {datatype}"):
             decode_request(body, None)
     ok = decode_request(
         orjson.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [2], "data": [0.5, 1]}]}), None
