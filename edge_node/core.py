@@ -20,7 +20,7 @@ from edge_node.inference import (
     SessionFactory,
     available_providers,
 )
-from edge_node.inference.chooser import ArtifactChooser
+from edge_node.inference.artifact_timer import ArtifactTimer
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.shadow import ShadowFactory
 from edge_node.observability import EdgeStateCollector
@@ -29,9 +29,10 @@ from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.chooser import ArtifactChooser
 from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard
-from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
+from edge_node.sync.saved_choices import SavedChoices
 from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
@@ -97,7 +98,7 @@ class Edge:
             on_complete=self.repository.load,
             on_dropped=self.repository.unload,
             trust=self.trust,
-            selection=self._selection(settings, factory),
+            chooser=self._artifact_chooser(settings, factory),
             fail_after_s=settings.fetch.fail_after_s,
             to_local=self.clock.to_local,
             load_failed=self.repository.failed,
@@ -164,14 +165,14 @@ class Edge:
             settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
         )
 
-    def _selection(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactSelection:
+    def _artifact_chooser(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactChooser:
         """Which artifact of each version this node serves: timed here with the sessions'
         own factory (unless timing is off), remembered in data_dir across restarts."""
         choice = settings.inference.choice
-        chooser = ArtifactChooser(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
-        records = ChoiceRecords(settings.data_dir / "choices.json")
-        return ArtifactSelection(
-            self.hardware_class, self.node_id, chooser, records, shadow_sample=settings.inference.shadow_sample
+        timer = ArtifactTimer(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
+        saved = SavedChoices(settings.data_dir / "choices.json")
+        return ArtifactChooser(
+            self.hardware_class, self.node_id, timer, saved, shadow_sample=settings.inference.shadow_sample
         )
 
     def _heartbeat_sources(self) -> HeartbeatSources:
@@ -183,7 +184,7 @@ class Edge:
             failures=self.materializer.failures,
             load=self.load,
             state=lambda: "stopping" if self._leaving else "online",
-            choices=lambda: {k: c.info() for k, c in self.materializer.selection.choices.items()},
+            choices=lambda: {k: c.info() for k, c in self.materializer.chooser.choices.items()},
             hardware_class=self.hardware_class,
             site=self.settings.site,
             autonomous_since=lambda: self.follower.autonomous_since,
@@ -237,7 +238,7 @@ class Edge:
                 {"name": m.name, "version": m.version, "state": m.state, "switched_at": m.switched_at}
                 for m in self.repository.models()
             ],
-            "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
+            "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.chooser.choices.items()},
             "shadow": self._shadow_status(),
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),

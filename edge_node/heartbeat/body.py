@@ -86,7 +86,7 @@ class HeartbeatSources:
     failures: Callable[[], Mapping[tuple[str, str], tuple[str, str]]] = _no_failures
     """Versions that could not be fetched or assembled, (name, version) → (reason code, message)."""
     choices: Callable[[], Mapping[tuple[str, str], ArtifactChoiceInfo]] = _no_choices
-    """(name, version) → the artifact it is served as, and why (``edge_node.sync.selection``)."""
+    """(name, version) → the artifact it is served as, and why (``edge_node.sync.chooser``)."""
     hardware_class: str = ""
     """This node's hardware class (``edge_node.inference.hardware``)."""
     site: str = ""

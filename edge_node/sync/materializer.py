@@ -16,8 +16,8 @@ the directory, logged once; it is retried quietly with backoff and completes onc
 there is room (what was written is kept). The version served now stays, and right
 after a restart the newest complete version of the model on disk is served meanwhile.
 
-Which of a version's artifacts is fetched, pinned and served is ``ArtifactSelection``'s
-call (``edge_node.sync.selection``); a version without a decided artifact has every
+Which of a version's artifacts is fetched, pinned and served is ``ArtifactChooser``'s
+call (``edge_node.sync.chooser``); a version without a decided artifact has every
 artifact fetched, assembled apart and timed, then only the winner assembled and pinned.
 
 A failed version carries a ``reason`` code beside its message (``REASONS``), which the
@@ -42,8 +42,8 @@ from typing import Any
 from tenacity import RetryCallState, retry_if_exception_type
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
-from edge_node.inference.chooser import ArtifactChoice
-from edge_node.sync.selection import ArtifactSelection, served_as, signed_form
+from edge_node.inference.artifact_timer import ArtifactChoice
+from edge_node.sync.chooser import ArtifactChooser, served_as, signed_form
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.sync.trust import ManifestTrust
 from edge_node.versions import VersionFiles
@@ -97,7 +97,7 @@ class Materializer:
         on_complete: Callable[[Manifest, Path, float | None], Awaitable[None]] | None = None,
         on_dropped: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         trust: ManifestTrust | None = None,
-        selection: ArtifactSelection | None = None,
+        chooser: ArtifactChooser | None = None,
         fail_after_s: float = 60.0,
         to_local: Callable[[float], float] = lambda t: t,
         load_failed: Callable[[tuple[str, str]], bool] = lambda key: False,
@@ -115,7 +115,7 @@ class Materializer:
         self._handed: dict[tuple[str, str], float | None] = {}
         self._fetcher = fetcher
         #: Decides which artifact of each version is served (default: central's, untimed).
-        self.selection = selection or ArtifactSelection(node_id=fetcher.node_id)
+        self.chooser = chooser or ArtifactChooser(node_id=fetcher.node_id)
         #: Where candidates are assembled for timing, apart from the served versions.
         trials = files.root.parent / "trials"
         shutil.rmtree(trials, ignore_errors=True)  # what a timing cut short by a crash left
@@ -141,7 +141,7 @@ class Materializer:
         wanted = {v.manifest.key: v for v in state.versions if v.held}
         self._held = wanted
         self._state = state
-        self.selection.keep(wanted)
+        self.chooser.keep(wanted)
         self._refuse_oversized(wanted)
         self._set_pins(state)
         for key in list(self._tasks):
@@ -194,10 +194,10 @@ class Materializer:
         """True when ``version`` is served as another artifact than it should be now: central
         ordered a fallback (``force_artifact``) or ended one. Its task runs again, which serves
         an artifact already on disk (FP32 is, beside a shadowed INT8) without fetching."""
-        current = self.selection.choices.get(version.manifest.key)
+        current = self.chooser.choices.get(version.manifest.key)
         if current is None:
             return False
-        decided = self.selection.decided(version)
+        decided = self.chooser.decided(version)
         if decided is None:  # a fallback ended and nothing is decided: time the artifacts again
             return current.source == "central"
         return decided.artifact != current.artifact
@@ -207,7 +207,7 @@ class Materializer:
         timed, the chosen one after) and every chunk this node owns for seeding."""
         node = self._fetcher.node_id
         fits = [v for v in state.versions if v.manifest.key not in self.refusals]
-        pins = {c.digest for v in fits if v.held for c in self.selection.serving_chunks(v)}
+        pins = {c.digest for v in fits if v.held for c in self.chooser.serving_chunks(v)}
         pins |= {d for v in fits for d, owners in v.placement.items() if node in owners}
         try:
             self._fetcher.store.set_pins(pins)
@@ -222,14 +222,14 @@ class Materializer:
             self.progress.pop(key, None)
         for key, version in wanted.items():
             m = version.manifest
-            checked = key not in self.selection.unchecked
-            self.selection.unchecked.discard(key)
-            needed = sum(c.size for c in self.selection.serving_chunks(version))
+            checked = key not in self.chooser.unchecked
+            self.chooser.unchecked.discard(key)
+            needed = sum(c.size for c in self.chooser.serving_chunks(version))
             if needed <= capacity:
                 self.refusals.pop(key, None)
                 continue
-            self.selection.unchecked.add(key)  # what it serves may fit without its FP32 reference
-            if sum(c.size for c in self.selection.serving_chunks(version)) <= capacity:
+            self.chooser.unchecked.add(key)  # what it serves may fit without its FP32 reference
+            if sum(c.size for c in self.chooser.serving_chunks(version)) <= capacity:
                 self.refusals.pop(key, None)
                 if checked:
                     log.warning(
@@ -238,7 +238,7 @@ class Materializer:
                         m.name, m.version, capacity,
                     )  # fmt: skip
                 continue
-            self.selection.unchecked.discard(key)
+            self.chooser.unchecked.discard(key)
             if key not in self.refusals:
                 reason = (
                     f"cache too small: {m.name}:{m.version} needs {needed} bytes of chunks, the cache cap is"
@@ -248,7 +248,7 @@ class Materializer:
                 self.refusals[key] = reason
                 self._spawn(self._keep_serving(m))
             progress = VersionProgress(
-                m.name, m.version, "failed", len(self.selection.serving_chunks(version)), size=m.size
+                m.name, m.version, "failed", len(self.chooser.serving_chunks(version)), size=m.size
             )
             progress.fail("cache_too_small", self.refusals[key])
             self.progress[key] = progress
@@ -305,14 +305,14 @@ class Materializer:
 
     async def _materialize(self, version: DesiredVersion) -> None:
         m = version.manifest
-        chunks_total = len(self.selection.serving_chunks(version))
+        chunks_total = len(self.chooser.serving_chunks(version))
         progress = VersionProgress(m.name, m.version, "pending", chunks_total, size=m.size)
         self.progress[m.key] = progress
         refusal = self._refused(m)
         if refusal is not None:  # a new desired state retries; the version served now stays
             progress.fail("signature", refusal)
             return
-        decided = self.selection.decided(version)
+        decided = self.chooser.decided(version)
         if decided is not None and await asyncio.to_thread(self._assembled, version, decided.artifact):
             progress.chunks_present, progress.completed_at = progress.chunks_total, time.time()
             await self._hold(m, progress, decided)  # assembled before a restart: serve it again
@@ -329,7 +329,7 @@ class Materializer:
         current = self._held.get(m.key)
         if current is not None and not current.serve:
             progress.state = "staged"
-            self.selection.adopt(m, choice)
+            self.chooser.adopt(m, choice)
             log.info("%s:%s staged (%s); served once a flip says so", m.name, m.version, choice.artifact)
             return
         progress.state = "complete"
@@ -338,7 +338,7 @@ class Materializer:
     async def _serve_held(self, key: tuple[str, str]) -> None:
         """Serve a version assembled before (staged, or waiting for an instant that moved)."""
         version, progress = self._held.get(key), self.progress.get(key)
-        choice = self.selection.decided(version) if version is not None else None
+        choice = self.chooser.decided(version) if version is not None else None
         if version is None or progress is None or choice is None:
             return
         progress.state = "complete"
@@ -352,10 +352,10 @@ class Materializer:
         """Assemble the artifact ``version`` is served as, timing the candidates first when no
         artifact is decided (then the losers' chunks are unpinned)."""
         m = version.manifest
-        choice = self.selection.decided(version)
+        choice = self.chooser.decided(version)
         if choice is None:
             choice = await self._time_candidates(m)
-            self.selection.adopt(m, choice)
+            self.chooser.adopt(m, choice)
             if self._state is not None:
                 self._set_pins(self._state)
         await asyncio.to_thread(self._assemble_reference, version, choice.artifact)
@@ -365,7 +365,7 @@ class Materializer:
     def _assembled(self, version: DesiredVersion, artifact: str) -> bool:
         """``version`` is on disk as ``artifact``, with its shadow reference if it has one."""
         m = version.manifest
-        reference = self.selection.reference(version, artifact)
+        reference = self.chooser.reference(version, artifact)
         if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
             return False
         return self._files.is_complete(served_as(m, artifact))
@@ -375,7 +375,7 @@ class Materializer:
         traffic (``edge_node.inference.shadow``), if any and not on disk yet. Before the served
         one: the artifact completed last is the one served after a restart."""
         m = version.manifest
-        reference = self.selection.reference(version, artifact)
+        reference = self.chooser.reference(version, artifact)
         if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
             self._files.assemble(served_as(m, reference.artifact), self._fetcher.read)
 
@@ -386,7 +386,7 @@ class Materializer:
             paths = {}
             for artifact in m.artifacts():
                 paths[artifact.artifact] = await asyncio.to_thread(self._assemble_trial, m, artifact)
-            return await asyncio.to_thread(self.selection.time, m, paths)
+            return await asyncio.to_thread(self.chooser.time, m, paths)
         finally:
             await asyncio.to_thread(shutil.rmtree, trial_dir, True)
 
@@ -460,7 +460,7 @@ class Materializer:
         from ``serve_at`` (central's clock; None: at once)."""
         self._handed[manifest.key] = serve_at
         if choice is not None:
-            self.selection.adopt(manifest, choice)
+            self.chooser.adopt(manifest, choice)
             manifest = served_as(manifest, choice.artifact)
         if self._on_complete is not None:
             artifact = choice.artifact if choice is not None else None
@@ -496,8 +496,8 @@ class Materializer:
         progress.chunks_present = progress.chunks_total
 
     def _chunks_to_fetch(self, version: DesiredVersion) -> list[ChunkRef]:
-        """The planned artifacts' chunks (``ArtifactSelection.plan``): others are not fetched."""
-        return self.selection.serving_chunks(version)
+        """The planned artifacts' chunks (``ArtifactChooser.plan``): others are not fetched."""
+        return self.chooser.serving_chunks(version)
 
     async def stop(self) -> None:
         """Cancel all work."""

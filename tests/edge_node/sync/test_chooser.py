@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edge_node.inference.chooser import PIN_LABEL, ArtifactChoice
-from edge_node.sync.selection import ArtifactSelection, ChoiceRecords, served_as, signed_form
+from edge_node.inference.artifact_timer import PIN_LABEL, ArtifactChoice
+from edge_node.sync.chooser import ArtifactChooser, served_as, signed_form
+from edge_node.sync.saved_choices import SavedChoices
 from edge_node.sync.state import DesiredVersion, SharedVerdict, state_from_pb
 from fleetwire.convert import manifest_to_pb
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
@@ -48,10 +49,10 @@ def _version(m: Manifest, verdict: SharedVerdict | None = None) -> DesiredVersio
     return DesiredVersion(manifest=m, serve=True, placement={}, verdict=verdict)
 
 
-def _timing_selection(tmp_path: Path | None = None) -> ArtifactSelection:
-    """A selection that would time (a chooser is set; it is never reached in these tests)."""
-    records = ChoiceRecords(tmp_path / "choices.json") if tmp_path is not None else None
-    return ArtifactSelection(CLASS, "edge-b", chooser=object(), records=records)  # type: ignore[arg-type]
+def _timing_chooser(tmp_path: Path | None = None) -> ArtifactChooser:
+    """A chooser that would time (a timer is set; it is never reached in these tests)."""
+    records = SavedChoices(tmp_path / "choices.json") if tmp_path is not None else None
+    return ArtifactChooser(CLASS, "edge-b", timer=object(), saved=records)  # type: ignore[arg-type]
 
 
 def test_a_served_copy_rebuilds_the_signed_manifest() -> None:
@@ -71,75 +72,75 @@ def test_a_served_copy_rebuilds_the_signed_manifest() -> None:
 
 def test_without_a_verdict_every_artifact_is_fetched_to_be_timed() -> None:
     version = _version(_manifest())
-    selection = _timing_selection()
-    assert selection.decided(version) is None
-    assert [a.artifact for a in selection.plan(version)] == ["int8-a", "fp32", "int8-b"]
+    chooser = _timing_chooser()
+    assert chooser.decided(version) is None
+    assert [a.artifact for a in chooser.plan(version)] == ["int8-a", "fp32", "int8-b"]
     every = {c.digest for tag in ("a", "2", "b") for c in _chunks(tag)}  # int8-a, fp32, int8-b
-    assert {c.digest for c in selection.serving_chunks(version)} == every
+    assert {c.digest for c in chooser.serving_chunks(version)} == every
 
 
 def test_a_verdict_for_the_class_means_only_its_artifact() -> None:
     verdict = SharedVerdict("int8-b", CLASS, "edge-a", speedup_b1=1.9, speedup_b8=1.7)
     version = _version(_manifest(), verdict)
-    choice = _timing_selection().decided(version)
+    choice = _timing_chooser().decided(version)
     assert choice == ArtifactChoice(
         "int8-b", CLASS, "verdict", f"verdict of class {CLASS} from node edge-a", 1.9, 1.7, "edge-a"
     )
-    assert _timing_selection().serving_chunks(version) == _chunks("b")
+    assert _timing_chooser().serving_chunks(version) == _chunks("b")
 
 
 def test_a_pin_wins_over_the_verdict_and_a_pin_of_no_artifact_is_ignored() -> None:
     verdict = SharedVerdict("int8-b", CLASS, "edge-a")
-    pinned = _timing_selection().decided(_version(_manifest({PIN_LABEL: "fp32"}), verdict))
+    pinned = _timing_chooser().decided(_version(_manifest({PIN_LABEL: "fp32"}), verdict))
     assert pinned is not None and (pinned.artifact, pinned.source) == ("fp32", "pinned")
-    unknown = _timing_selection().decided(_version(_manifest({PIN_LABEL: "int4"}), verdict))
+    unknown = _timing_chooser().decided(_version(_manifest({PIN_LABEL: "int4"}), verdict))
     assert unknown is not None and unknown.source == "verdict"
 
 
 def test_one_artifact_or_timing_off_needs_no_timing() -> None:
-    only = _timing_selection().decided(_version(_manifest(alternatives=())))
+    only = _timing_chooser().decided(_version(_manifest(alternatives=())))
     assert only is not None and (only.artifact, only.source, only.reason) == ("int8-a", "only", "only int8-a")
-    off = ArtifactSelection(CLASS, "edge-b").decided(_version(_manifest()))
+    off = ArtifactChooser(CLASS, "edge-b").decided(_version(_manifest()))
     assert off is not None and (off.artifact, off.source) == ("int8-a", "default")
 
 
 def test_an_own_timing_is_kept_across_restarts_for_the_same_class_and_manifest(tmp_path: Path) -> None:
     m = _manifest()
     measured = ArtifactChoice("fp32", CLASS, "measured", "fastest of 3 on this node", 1.0, 1.0, "edge-b")
-    _timing_selection(tmp_path).adopt(m, measured)
-    assert _timing_selection(tmp_path).decided(_version(m, SharedVerdict("int8-b", CLASS, "edge-a"))) == measured
-    records = ChoiceRecords(tmp_path / "choices.json")
-    other_class = ArtifactSelection("x86_64/avx2+avx512_vnni/2c/cpu", "edge-b", object(), records)  # type: ignore[arg-type]
+    _timing_chooser(tmp_path).adopt(m, measured)
+    assert _timing_chooser(tmp_path).decided(_version(m, SharedVerdict("int8-b", CLASS, "edge-a"))) == measured
+    records = SavedChoices(tmp_path / "choices.json")
+    other_class = ArtifactChooser("x86_64/avx2+avx512_vnni/2c/cpu", "edge-b", object(), records)  # type: ignore[arg-type]
     assert other_class.decided(_version(m)) is None
     repushed = sign_manifest(m.model_copy(update={"created_at": "2026-02-01T00:00:00Z"}), KEY)
-    assert _timing_selection(tmp_path).decided(_version(repushed)) is None
-    selection = _timing_selection(tmp_path)
-    selection.keep([])
-    assert _timing_selection(tmp_path).decided(_version(m)) is None
+    assert _timing_chooser(tmp_path).decided(_version(repushed)) is None
+    chooser = _timing_chooser(tmp_path)
+    chooser.keep([])
+    assert _timing_chooser(tmp_path).decided(_version(m)) is None
 
 
 def test_central_forcing_an_artifact_beats_pin_verdict_and_own_choice_until_it_ends() -> None:
     pinned = _manifest(labels={PIN_LABEL: "int8-b"})
     verdict = SharedVerdict("int8-b", CLASS, "edge-a")
-    selection = _timing_selection()
+    chooser = _timing_chooser()
     forced = DesiredVersion(manifest=pinned, serve=True, placement={}, verdict=verdict, force_artifact="fp32")
-    choice = selection.decided(forced)
+    choice = chooser.decided(forced)
     assert choice is not None and (choice.artifact, choice.source, choice.reason) == (
         "fp32",
         "central",
         "fallback by central",
     )
-    selection.adopt(pinned, choice)
+    chooser.adopt(pinned, choice)
     # The order ends: the node's own decision again, not the fallback it was serving.
-    back = selection.decided(_version(pinned, verdict))
+    back = chooser.decided(_version(pinned, verdict))
     assert back is not None and (back.artifact, back.source) == ("int8-b", "pinned")
     unknown = DesiredVersion(manifest=pinned, serve=True, placement={}, force_artifact="int8-zz")
-    assert selection.decided(unknown) is not None and selection.decided(unknown).artifact == "int8-b"  # type: ignore[union-attr]
+    assert chooser.decided(unknown) is not None and chooser.decided(unknown).artifact == "int8-b"  # type: ignore[union-attr]
 
 
 def test_an_int8_artifact_checked_on_live_traffic_has_fp32_fetched_beside_it() -> None:
     verdict = SharedVerdict("int8-a", CLASS, "edge-a")
-    shadowing = ArtifactSelection(CLASS, "edge-b", chooser=object(), shadow_sample=0.01)  # type: ignore[arg-type]
+    shadowing = ArtifactChooser(CLASS, "edge-b", timer=object(), shadow_sample=0.01)  # type: ignore[arg-type]
     assert [a.artifact for a in shadowing.plan(_version(_manifest(), verdict))] == ["int8-a", "fp32"]
     off = _manifest(labels={"modelfleet.drift_policy": "off"})
     assert [a.artifact for a in shadowing.plan(_version(off, verdict))] == ["int8-a"]
@@ -147,7 +148,7 @@ def test_an_int8_artifact_checked_on_live_traffic_has_fp32_fetched_beside_it() -
     assert [a.artifact for a in shadowing.plan(_version(_manifest(), SharedVerdict("int8-b", CLASS, "e")))] == [
         "int8-b"
     ]
-    assert [a.artifact for a in _timing_selection().plan(_version(_manifest(), verdict))] == ["int8-a"]
+    assert [a.artifact for a in _timing_chooser().plan(_version(_manifest(), verdict))] == ["int8-a"]
 
 
 def test_the_desired_state_carries_central_s_fallback_order() -> None:

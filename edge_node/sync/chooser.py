@@ -5,7 +5,7 @@ version with one artifact serves it; a choice this node made before for the same
 and hardware class stands (kept in ``choices.json`` across restarts); then central's
 verdict for this node's class (another node timed the artifacts: this one fetches only
 the chosen one); else, with timing on, every artifact is fetched and timed here
-(``edge_node.inference.chooser``), and the losers' chunks are unpinned afterwards.
+(``edge_node.inference.artifact_timer``), and the losers' chunks are unpinned afterwards.
 
 The served artifact goes through assembly and loading as a manifest whose top-level fields
 describe it (``served_as``): the store and the session cache key on those. That copy keeps
@@ -15,21 +15,19 @@ is verified like any other."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from edge_node.inference.chooser import PIN_LABEL, ArtifactChoice, ArtifactChooser
+from edge_node.inference.artifact_timer import PIN_LABEL, ArtifactChoice, ArtifactTimer
 from edge_node.inference.shadow import shadow_reference
+from edge_node.sync.saved_choices import SavedChoices
 from edge_node.sync.state import DesiredVersion
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArtifactSelection", "ChoiceRecords", "served_as", "signed_form"]
+__all__ = ["ArtifactChooser", "served_as", "signed_form"]
 
 Key = tuple[str, str]
 
@@ -74,69 +72,17 @@ def signed_form(copy: Manifest) -> Manifest | None:
     return original if original.artifact_named(copy.artifact) == copy.served() else None
 
 
-class ChoiceRecords:
-    """The choices this node made, by version, in one small JSON file written atomically."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._records: dict[str, dict[str, object]] = {}
-        try:
-            loaded = json.loads(path.read_text())
-            self._records = loaded if isinstance(loaded, dict) else {}
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable artifact choices in %s: %s", path, exc)
-
-    @staticmethod
-    def _key(key: Key) -> str:
-        return f"{key[0]}/{key[1]}"
-
-    def get(self, manifest: Manifest, hardware_class: str) -> ArtifactChoice | None:
-        """The choice made for exactly this version (same signed manifest) on this class."""
-        record = self._records.get(self._key(manifest.key))
-        if not isinstance(record, dict) or record.get("signature") != manifest.signature:
-            return None
-        try:
-            choice = ArtifactChoice.from_json(record["choice"])  # type: ignore[arg-type]
-        except (KeyError, TypeError):
-            return None
-        if choice.hardware_class != hardware_class or manifest.artifact_named(choice.artifact) is None:
-            return None
-        return choice
-
-    def put(self, manifest: Manifest, choice: ArtifactChoice) -> None:
-        """Remember ``choice`` for ``manifest``'s version."""
-        self._records[self._key(manifest.key)] = {"signature": manifest.signature, "choice": choice.as_json()}
-        self._write()
-
-    def keep(self, keys: Iterable[Key]) -> None:
-        """Forget every version not in ``keys``."""
-        wanted = {self._key(k) for k in keys}
-        if set(self._records) - wanted:
-            self._records = {k: v for k, v in self._records.items() if k in wanted}
-            self._write()
-
-    def _write(self) -> None:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".choices-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._records, f, indent=1, sort_keys=True)
-            os.replace(tmp, self._path)
-        except OSError as exc:  # a full disk: the choice holds in memory, it is re-timed after a restart
-            log.warning("cannot record artifact choices in %s: %s", self._path, exc)
-
-
-class ArtifactSelection:
-    """Decides, per version, the artifact to serve and which artifacts to fetch for it."""
+class ArtifactChooser:
+    """Decides, per version, the artifact to serve and which artifacts to fetch for it: the
+    :class:`ArtifactChoice` of each, made by the rules above (timing on this node with the
+    :class:`ArtifactTimer` last), remembered across restarts in :class:`SavedChoices`."""
 
     def __init__(
         self,
         hardware_class: str = "",
         node_id: str = "",
-        chooser: ArtifactChooser | None = None,
-        records: ChoiceRecords | None = None,
+        timer: ArtifactTimer | None = None,
+        saved: SavedChoices | None = None,
         shadow_sample: float = 0.0,
     ) -> None:
         self.hardware_class = hardware_class
@@ -146,8 +92,8 @@ class ArtifactSelection:
         #: Versions served unchecked: the cache cannot hold their FP32 reference beside them.
         self.unchecked: set[Key] = set()
         self.node_id = node_id
-        self._chooser = chooser
-        self._records = records
+        self._timer = timer
+        self._saved = saved
         #: The choice behind every version this node serves now: what its heartbeat reports.
         self.choices: dict[Key, ArtifactChoice] = {}
 
@@ -170,8 +116,8 @@ class ArtifactSelection:
         if len(m.artifacts()) == 1:
             return self._choice(m.artifact, "only", f"only {m.artifact}")
         mine = self.choices.get(m.key)
-        if mine is None and self._records is not None:
-            mine = self._records.get(m, self.hardware_class)
+        if mine is None and self._saved is not None:
+            mine = self._saved.get(m, self.hardware_class)
         if mine is not None and mine.source != "central" and m.artifact_named(mine.artifact) is not None:
             return mine  # a fallback central ordered is not this node's choice: it ends with the order
         v = version.verdict
@@ -180,7 +126,7 @@ class ArtifactSelection:
             return self._choice(
                 v.artifact, "verdict", reason, speedup_b1=v.speedup_b1, speedup_b8=v.speedup_b8, from_node=v.node_id
             )
-        if self._chooser is None:
+        if self._timer is None:
             return self._choice(m.artifact, "default", "central's default (timing is off on this node)")
         return None
 
@@ -215,11 +161,11 @@ class ArtifactSelection:
 
     def time(self, manifest: Manifest, paths: Mapping[str, Path]) -> ArtifactChoice:
         """Time the assembled artifacts ``paths`` (blocking); on any failure serve the default."""
-        if self._chooser is None:
+        if self._timer is None:
             return self._choice(manifest.artifact, "default", "central's default (timing is off on this node)")
         keys = {a.artifact: a.sha256 for a in manifest.artifacts()}
         try:
-            return self._chooser.choose({a: (p, keys[a]) for a, p in paths.items()})
+            return self._timer.choose({a: (p, keys[a]) for a, p in paths.items()})
         except Exception as exc:
             log.warning("%s:%s: timing failed (%s); serving the default artifact", manifest.name, manifest.version, exc)
             return self._choice(manifest.artifact, "default", f"central's default (timing failed: {exc})")
@@ -227,13 +173,13 @@ class ArtifactSelection:
     def adopt(self, manifest: Manifest, choice: ArtifactChoice) -> None:
         """``choice`` now serves ``manifest``'s version: report it, and remember what was timed."""
         self.choices[manifest.key] = choice
-        if self._records is not None and choice.source in ("measured", "verdict"):
-            self._records.put(manifest, choice)
+        if self._saved is not None and choice.source in ("measured", "verdict"):
+            self._saved.put(manifest, choice)
 
     def keep(self, keys: Iterable[Key]) -> None:
         """Forget the choices of versions this node no longer serves."""
         wanted = set(keys)
         for key in set(self.choices) - wanted:
             del self.choices[key]
-        if self._records is not None:
-            self._records.keep(wanted)
+        if self._saved is not None:
+            self._saved.keep(wanted)

@@ -1,4 +1,4 @@
-"""The chooser times real ONNX Runtime sessions of artifacts whose speeds differ tenfold and
+"""The artifact timer times real ONNX Runtime sessions of artifacts whose speeds differ tenfold and
 more, so the choice is deterministic; the rules of the pick are checked on given timings."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from artifact_models import build_fast, build_fp32, build_slow
 
-from edge_node.inference.chooser import ArtifactChooser, Timing, pick, timing_inputs
+from edge_node.inference.artifact_timer import ArtifactTimer, Timing, pick, timing_inputs
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.session import SessionFactory
 from edge_node.settings import ChoiceSettings, EdgeSettings
@@ -28,9 +28,9 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _chooser(tmp_path: Path, hardware_class: str = "x86_64/avx2/2c/cpu") -> ArtifactChooser:
+def _timer(tmp_path: Path, hardware_class: str = "x86_64/avx2/2c/cpu") -> ArtifactTimer:
     factory = SessionFactory(tmp_path / "ort-cache", ["CPUExecutionProvider"])
-    return ArtifactChooser(factory, hardware_class, "edge-a", QUICK)
+    return ArtifactTimer(factory, hardware_class, "edge-a", QUICK)
 
 
 def _candidates(artifacts: dict[str, Path], *names: str) -> dict[str, tuple[Path, str]]:
@@ -38,7 +38,7 @@ def _candidates(artifacts: dict[str, Path], *names: str) -> dict[str, tuple[Path
 
 
 def test_the_fastest_artifact_wins_with_its_measured_speedups(tmp_path: Path, artifacts: dict[str, Path]) -> None:
-    choice = _chooser(tmp_path).choose(_candidates(artifacts, "fp32", "int8-slow", "int8-fast"))
+    choice = _timer(tmp_path).choose(_candidates(artifacts, "fp32", "int8-slow", "int8-fast"))
     assert choice.artifact == "int8-fast"
     assert choice.source == "measured" and choice.reason == "fastest of 3 on this node"
     assert choice.hardware_class == "x86_64/avx2/2c/cpu" and choice.from_node == "edge-a"
@@ -47,25 +47,25 @@ def test_the_fastest_artifact_wins_with_its_measured_speedups(tmp_path: Path, ar
 
 
 def test_an_artifact_slower_than_fp32_is_never_chosen(tmp_path: Path, artifacts: dict[str, Path]) -> None:
-    chooser = _chooser(tmp_path)
-    choice = chooser.choose(_candidates(artifacts, "fp32", "int8-slow"))
+    timer = _timer(tmp_path)
+    choice = timer.choose(_candidates(artifacts, "fp32", "int8-slow"))
     assert choice.artifact == "fp32"
     assert (choice.speedup_b1, choice.speedup_b8) == (1.0, 1.0)
     # The loser's optimized copy is removed from the session cache; the winner's stays for the load.
-    assert not chooser._factory.cache_path("sha-int8-slow").exists()
-    assert chooser._factory.cache_path("sha-fp32").exists()
+    assert not timer._factory.cache_path("sha-int8-slow").exists()
+    assert timer._factory.cache_path("sha-fp32").exists()
 
 
 def test_a_candidate_that_does_not_load_is_left_out(tmp_path: Path, artifacts: dict[str, Path]) -> None:
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not a model")
     candidates = {**_candidates(artifacts, "fp32"), "int8-broken": (broken, "sha-broken")}
-    assert _chooser(tmp_path).choose(candidates).artifact == "fp32"
+    assert _timer(tmp_path).choose(candidates).artifact == "fp32"
 
 
 def test_without_fp32_there_is_nothing_to_compare_with(tmp_path: Path, artifacts: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="FP32"):
-        _chooser(tmp_path).choose(_candidates(artifacts, "int8-fast"))
+        _timer(tmp_path).choose(_candidates(artifacts, "int8-fast"))
 
 
 def _t(artifact: str, b1: float, b8: float | None) -> Timing:

@@ -44,7 +44,7 @@ __all__ = [
     "FP32",
     "PIN_LABEL",
     "ArtifactChoice",
-    "ArtifactChooser",
+    "ArtifactTimer",
     "ChoiceSource",
     "Timing",
     "pick",
@@ -178,7 +178,7 @@ class _Candidate:
         return Timing(self.artifact, statistics.median(self.runs[1]), statistics.median(b8) if b8 else None)
 
 
-class ArtifactChooser:
+class ArtifactTimer:
     """Times candidate artifacts in sessions made like the served ones; blocking (run it in
     a worker thread: it keeps the CPU busy for up to ``budget_s``)."""
 

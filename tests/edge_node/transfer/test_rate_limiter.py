@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from edge_node.transfer import TokenBucket
+from edge_node.transfer import ByteRateLimiter
 from edge_node.transfer.window import ByteWindow
 
 RATE = 1_000_000
 PIECE = 64 * 1024
 
 
-async def send(bucket: TokenBucket, total: int, piece: int = PIECE) -> float:
+async def send(bucket: ByteRateLimiter, total: int, piece: int = PIECE) -> float:
     """Acquire ``total`` bytes in pieces; the loop seconds it took."""
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -28,14 +28,14 @@ async def send(bucket: TokenBucket, total: int, piece: int = PIECE) -> float:
     return loop.time() - start
 
 
-def expected_s(bucket: TokenBucket, total: int, rate: int) -> float:
+def expected_s(bucket: ByteRateLimiter, total: int, rate: int) -> float:
     """What ``total`` bytes take at ``rate`` from a full bucket."""
     return (total - bucket.burst) / rate
 
 
 @pytest.mark.virtual_time
 async def test_bytes_go_at_the_rate_within_ten_percent() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     total = 2 * RATE
     elapsed = await send(bucket, total)
     assert elapsed == pytest.approx(expected_s(bucket, total, RATE), rel=0.01)
@@ -44,7 +44,7 @@ async def test_bytes_go_at_the_rate_within_ten_percent() -> None:
 
 @pytest.mark.virtual_time
 async def test_an_acquisition_larger_than_the_burst_is_paid_over_time() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     chunk = 4 * 1024 * 1024  # 40 bursts
     elapsed = await send(bucket, chunk, piece=chunk)
     assert elapsed == pytest.approx(expected_s(bucket, chunk, RATE), rel=0.01)
@@ -52,7 +52,7 @@ async def test_an_acquisition_larger_than_the_burst_is_paid_over_time() -> None:
 
 @pytest.mark.virtual_time
 async def test_concurrent_callers_share_the_rate_in_arrival_order() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     loop = asyncio.get_running_loop()
     finished: list[tuple[int, float]] = []
 
@@ -67,7 +67,7 @@ async def test_concurrent_callers_share_the_rate_in_arrival_order() -> None:
 
 @pytest.mark.virtual_time
 async def test_a_rate_change_applies_to_waiting_callers() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     loop = asyncio.get_running_loop()
     start = loop.time()
     waiting = asyncio.create_task(bucket.acquire(3 * RATE + bucket.burst))  # 3 s at RATE
@@ -79,7 +79,7 @@ async def test_a_rate_change_applies_to_waiting_callers() -> None:
 
 @pytest.mark.virtual_time
 async def test_zero_means_no_cap_and_releases_waiters() -> None:
-    bucket = TokenBucket(0)
+    bucket = ByteRateLimiter(0)
     loop = asyncio.get_running_loop()
     start = loop.time()
     await bucket.acquire(10**12)
@@ -97,7 +97,7 @@ async def test_zero_means_no_cap_and_releases_waiters() -> None:
 
 @pytest.mark.virtual_time
 async def test_recheck_is_called_while_waiting_and_can_change_the_rate() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     loop = asyncio.get_running_loop()
     start = loop.time()
     checks = 0
@@ -115,11 +115,11 @@ async def test_recheck_is_called_while_waiting_and_can_change_the_rate() -> None
 
 def test_a_negative_rate_is_refused() -> None:
     with pytest.raises(ValueError):
-        TokenBucket(-1)
+        ByteRateLimiter(-1)
 
 
 async def test_the_real_clock_rate_is_within_ten_percent() -> None:
-    bucket = TokenBucket(RATE)
+    bucket = ByteRateLimiter(RATE)
     total = int(1.5 * RATE)
     start = time.monotonic()
     await send(bucket, total)

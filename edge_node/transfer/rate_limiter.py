@@ -28,7 +28,7 @@ BURST_S = 0.1
 RECHECK_S = 0.05
 
 
-class TokenBucket:
+class ByteRateLimiter:
     """``rate`` bytes/s (0: no cap), a burst of ``burst_s`` seconds of it. One event loop."""
 
     def __init__(self, rate: int = 0, burst_s: float = BURST_S) -> None:
