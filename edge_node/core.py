@@ -95,14 +95,11 @@ class Edge:
         self.materializer = Materializer(
             self.fetcher,
             self.files,
-            on_complete=self.repository.load,
-            on_dropped=self.repository.unload,
+            self.repository,
             trust=self.trust,
             chooser=self._artifact_chooser(settings, factory),
             fail_after_s=settings.fetch.fail_after_s,
             to_local=self.clock.to_local,
-            load_failed=self.repository.failed,
-            serves=self.repository.serves,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
