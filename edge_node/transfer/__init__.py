@@ -1,4 +1,5 @@
-"""Byte-rate caps of an edge's chunk traffic: token buckets, the caps in force, rates."""
+"""Byte-rate caps of an edge's chunk traffic: the limiters (token buckets of bytes), the caps
+in force, rates."""
 
 from edge_node.transfer.governor import TransferGovernor
 from edge_node.transfer.meter import RateMeter

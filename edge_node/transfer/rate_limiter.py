@@ -29,7 +29,9 @@ RECHECK_S = 0.05
 
 
 class ByteRateLimiter:
-    """``rate`` bytes/s (0: no cap), a burst of ``burst_s`` seconds of it. One event loop."""
+    """A token bucket of bytes: ``rate`` bytes/s (0: no cap), a burst of ``burst_s`` seconds
+    of it, the rate changeable while callers wait. One event loop. (Named for what it limits:
+    central's ``TokenBucket`` is another class, with a fixed rate.)"""
 
     def __init__(self, rate: int = 0, burst_s: float = BURST_S) -> None:
         if rate < 0:

@@ -107,7 +107,9 @@ def _edge_options(broker: MosquittoBroker | None, cpu_flags: str) -> dict[str, A
 
 
 def _choice(edge: EdgeServer, version: str = "1") -> ArtifactChoice | None:
-    return edge.edge.materializer.chooser.choices.get(("m", version))
+    """The choice the edge's status document (``/api/v1/status``) reports for ``m:version``."""
+    found = edge.edge.status()["artifacts"].get(f"m:{version}")
+    return None if found is None else ArtifactChoice.from_json(found)
 
 
 async def _serving(edge: EdgeServer, version: str = "1") -> ArtifactChoice:
