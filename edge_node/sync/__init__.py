@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from edge_node.sync.chooser import ArtifactChooser
 from edge_node.sync.follower import DesiredStateFollower
-from edge_node.sync.materializer import Materializer, ServingTarget
+from edge_node.sync.handoff import ServingTarget
+from edge_node.sync.materializer import Materializer
 from edge_node.sync.progress import REASONS, VersionProgress
 from edge_node.sync.trust import ManifestTrust
 

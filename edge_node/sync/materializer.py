@@ -8,15 +8,15 @@ this node's clock by ``to_local`` (central's clock offset, ``edge_node.sync.cloc
 
 One task per version; a version that fails keeps being retried with backoff (an edge should
 converge by itself once peers or central come back). :class:`Materializer` is the thin
-composition of three parts, one job each: ``Admission`` (``admission.py``: central's
+composition of four parts, one job each: ``Admission`` (``admission.py``: central's
 signature and the cache's cap, checked before any chunk is fetched), ``VersionAssembly``
-(``assembly.py``: fetch and assemble, retried; the failure reasons) and ``ArtifactTrials``
-(``trials.py``: every artifact assembled apart and timed when none is decided). Which of a
-version's artifacts is fetched, pinned and served is ``ArtifactChooser``'s call
-(``edge_node.sync.chooser``). Assembled versions go to a :class:`ServingTarget` (the
-inference repository). When a version cannot be made ready (refused, a full disk) the
-version served now stays, and right after a restart the newest complete version of the
-model on disk is served meanwhile.
+(``assembly.py``: fetch and assemble, retried; the failure reasons), ``ArtifactTrials``
+(``trials.py``: every artifact assembled apart and timed when none is decided) and
+``ServingHandoff`` (``handoff.py``: assembled versions to a :class:`ServingTarget`, the
+inference repository, at their instant, and the stand-ins served from disk meanwhile). Which
+of a version's artifacts is fetched, pinned and served is ``ArtifactChooser``'s call
+(``edge_node.sync.chooser``). When a version cannot be made ready (refused, a full disk) the
+version served now stays.
 
 A failed version carries a ``reason`` code beside its message (``REASONS``), which the
 heartbeat reports so central tells a stuck fetch from a slow one."""
@@ -27,14 +27,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from edge_node.fetch import ChunkFetcher
 from edge_node.inference.artifact_timer import ArtifactChoice
 from edge_node.sync.admission import Admission
 from edge_node.sync.assembly import VersionAssembly
-from edge_node.sync.chooser import ArtifactChooser, served_as
+from edge_node.sync.chooser import ArtifactChooser
+from edge_node.sync.handoff import ServingHandoff, ServingTarget
 from edge_node.sync.progress import REASONS, VersionProgress
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.sync.trials import ArtifactTrials
@@ -47,22 +47,6 @@ __all__ = ["REASONS", "Materializer", "ServingTarget", "VersionProgress"]
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
-
-
-class ServingTarget(Protocol):
-    """Where assembled versions go: the inference repository (``ModelRepository``)."""
-
-    async def load(self, manifest: Manifest, path: Path, switch_at: float | None = None) -> None:
-        """Serve ``manifest``'s files at ``path`` (from ``switch_at``, this node's clock)."""
-
-    async def unload(self, name: str) -> None:
-        """Stop serving model ``name``."""
-
-    def failed(self, key: Key) -> bool:
-        """Whether ONNX Runtime refused that version (a new desired state retries it)."""
-
-    def serves(self, name: str) -> bool:
-        """Whether a version of model ``name`` serves now."""
 
 
 class Materializer:
@@ -85,13 +69,11 @@ class Materializer:
         ``fail_after_s``: how long fetches may fail before a version is reported failed;
         ``to_local``: an instant of central's clock on this node's (``serve_at``)."""
         self._fetcher = fetcher
-        self._files = files
-        self._serving = serving
-        self._to_local = to_local
         #: Decides which artifact of each version is served (default: central's, untimed).
         self.chooser = chooser or ArtifactChooser(node_id=fetcher.node_id)
         self.admission = Admission(self.chooser, lambda: fetcher.store.stats().capacity, trust)
         """The signature and cache-size gates (``refusals``)."""
+        self._handoff = ServingHandoff(serving, files, self.chooser, self.admission, self._spawn, to_local)
         trials = ArtifactTrials(files.root.parent / "trials", fetcher.read, self.chooser)
         self._assembly = VersionAssembly(
             fetcher,
@@ -101,12 +83,10 @@ class Materializer:
             retry_max_s=retry_max_s,
             fail_after_s=fail_after_s,
             on_chosen=self._repin,
-            on_disk_full=lambda m: self._spawn(self._keep_serving(m)),
+            on_disk_full=lambda m: self._handoff.keep_serving_later(m),
         )
         #: The versions held (served or staged) in the latest state, by key.
         self._held: dict[Key, DesiredVersion] = {}
-        #: The ``serve_at`` each served version was last handed to ``serving`` with.
-        self._handed: dict[Key, float | None] = {}
         self._state: EdgeDesiredState | None = None
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._seed_tasks: set[asyncio.Task[None]] = set()
@@ -130,10 +110,10 @@ class Materializer:
             if key not in wanted:
                 self._tasks.pop(key).cancel()
                 self.progress.pop(key, None)
-                self._handed.pop(key, None)
+                self._handoff.handed.pop(key, None)
         served = {key for key, v in wanted.items() if v.serve}
         for name in {name for name, _ in self._served_models} - {name for name, _ in served}:
-            self._spawn(self._serving.unload(name))
+            self._spawn(self._handoff.serving.unload(name))
         self._served_models = served
         for key, version in wanted.items():
             if key not in self.refusals:
@@ -148,11 +128,13 @@ class Materializer:
         now = self.progress[key].state if key in self.progress else None
         if task is None or (task.done() and (now not in ("complete", "staged") or self._redecided(version))):
             self._start(version)
-        elif version.serve and task.done() and (now == "staged" or self._serving.failed(key)):
+        elif version.serve and task.done() and (now == "staged" or self._handoff.serving.failed(key)):
             # a staged version's flip, or a load that failed: a new desired state retries it
             task = self._tasks[key] = asyncio.create_task(self._serve_held(key), name=f"serve {key}")
             task.add_done_callback(lambda done: self._recheck(key, done))
-        elif version.serve and now == "complete" and self._handed.get(key, version.serve_at) != version.serve_at:
+        elif (
+            version.serve and now == "complete" and self._handoff.handed.get(key, version.serve_at) != version.serve_at
+        ):
             self._spawn(self._serve_held(key))  # its instant moved: the waiting load re-reads it
 
     def _start(self, version: DesiredVersion) -> None:
@@ -212,21 +194,12 @@ class Materializer:
         for version, first in verdict.refused:
             m = version.manifest
             if first:
-                self._spawn(self._keep_serving(m))
+                self._handoff.keep_serving_later(m)
             progress = VersionProgress(
                 m.name, m.version, "failed", len(self.chooser.serving_chunks(version)), size=m.size
             )
             progress.fail("cache_too_small", self.refusals[m.key])
             self.progress[m.key] = progress
-
-    async def _keep_serving(self, refused: Manifest) -> None:
-        """Serve the newest complete version of ``refused``'s model on disk: a no-op while it is
-        loaded, what keeps the model served when the refusal comes right after a restart."""
-        fallback = await asyncio.to_thread(self._files.latest_complete, refused.name, refused.version)
-        if fallback is None or self.admission.refused_on_disk(fallback) is not None:
-            return
-        log.info("%s: still serving version %s from disk", refused.name, fallback.version)
-        await self._completed(fallback)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -273,7 +246,7 @@ class Materializer:
             log.info("%s:%s staged (%s); served once a flip says so", m.name, m.version, choice.artifact)
             return
         progress.state = "complete"
-        await self._completed(m, choice, current.serve_at if current is not None else None)
+        await self._handoff.serve(m, choice, current.serve_at if current is not None else None)
 
     async def _serve_held(self, key: Key) -> None:
         """Serve a version assembled before (staged, or waiting for an instant that moved)."""
@@ -282,7 +255,7 @@ class Materializer:
         if version is None or progress is None or choice is None:
             return
         progress.state = "complete"
-        await self._completed(version.manifest, choice, version.serve_at)
+        await self._handoff.serve(version.manifest, choice, version.serve_at)
 
     def staged(self) -> list[Key]:
         """Versions assembled and held for a flip, not loaded (the heartbeat says ``staged``)."""
@@ -295,24 +268,6 @@ class Materializer:
             for key, p in self.progress.items()
             if p.state == "failed"
         }
-
-    async def _completed(
-        self, manifest: Manifest, choice: ArtifactChoice | None = None, serve_at: float | None = None
-    ) -> None:
-        """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk),
-        from ``serve_at`` (central's clock; None: at once)."""
-        self._handed[manifest.key] = serve_at
-        if choice is not None:
-            self.chooser.adopt(manifest, choice)
-            manifest = served_as(manifest, choice.artifact)
-        artifact = choice.artifact if choice is not None else None
-        path = self._files.model_path(manifest.name, manifest.version, artifact)
-        switch_at = self._to_local(serve_at) if serve_at is not None else None
-        if switch_at is not None and switch_at > time.time() and not self._serving.serves(manifest.name):
-            # Right after a restart nothing serves the model until the instant: the newest other
-            # version on disk does meanwhile (looked up only then: the lookup re-hashes its files).
-            self._spawn(self._keep_serving(manifest))
-        await self._serving.load(manifest, path, switch_at)
 
     async def stop(self) -> None:
         """Cancel all work."""
