@@ -7,7 +7,7 @@ random ones for speed), in one process and one run:
 1. central's push steps as a push runs them (``QuantizeStep`` then ``GuardStep``, default
    settings; random models get the threshold ``bench._fleet.RANDOM_MODEL_THRESHOLD``, their
    weights having no accuracy to keep) make the INT8 candidates and judge them;
-2. an edge's ``ArtifactChooser`` (the code an edge runs, with its settings) times FP32 and
+2. an edge's ``ArtifactTimer`` (the code an edge runs, with its settings) times FP32 and
    every candidate that passed, and picks what it would serve;
 3. a separate, longer timing (interleaved rounds, medians) compares FP32 with that pick
    side by side at batch 1 and batch 8 (the figures reported), and the eval data, where a
@@ -45,7 +45,7 @@ from central.quantize.quantizer import model_bytes
 from central.registry.pipeline import PushContext
 from central.registry.validate import load_checked, signature
 from central.settings import QuantizeSettings
-from edge_node.inference.chooser import ArtifactChooser, timing_inputs
+from edge_node.inference.artifact_timer import ArtifactTimer, timing_inputs
 from edge_node.inference.hardware import detect_hardware, read_cpu_flags
 from edge_node.inference.session import SessionFactory, session_specs
 from edge_node.settings import ChoiceSettings
@@ -85,9 +85,9 @@ def passed_candidates(ctx: PushContext) -> dict[str, Path]:
 def choose(candidates: dict[str, Path], factory: SessionFactory, budget_s: float) -> dict[str, Any]:
     """What an edge of this machine's class would serve, with its reason and quick speed-ups."""
     hardware = detect_hardware(PROVIDERS)
-    chooser = ArtifactChooser(factory, str(hardware), "bench", ChoiceSettings(budget_s=budget_s))
+    timer = ArtifactTimer(factory, str(hardware), "bench", ChoiceSettings(budget_s=budget_s))
     keyed = {name: (path, f"bench-{name}-{sha256_file(path)[:16]}") for name, path in candidates.items()}
-    choice = chooser.choose(keyed)
+    choice = timer.choose(keyed)
     return {"artifact": choice.artifact, "reason": choice.reason, "hardware_class": str(hardware)}
 
 
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-huge", action="store_true", help="allow the >2 GiB model (name it in --models)")
     p.add_argument("--rounds", type=int, default=30, help="timed rounds of the side-by-side comparison")
     p.add_argument("--free-dim", type=int, default=128, help="size of variable non-batch dimensions (sequence)")
-    p.add_argument("--choice-budget-s", type=float, default=20.0, help="the edge chooser's timing budget")
+    p.add_argument("--choice-budget-s", type=float, default=20.0, help="the edge's artifact timer budget")
     p.add_argument("--model-cache", type=Path, default=None, help="zoo cache (default: the user's zoo cache)")
     p.add_argument("--work-dir", type=Path, default=None, help="where the temp dir goes")
     return p

@@ -11,21 +11,28 @@ from edge_node.auth import NodeCredential
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
-from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources, LoadTracker
-from edge_node.inference import ModelRepository, SessionFactory, available_providers
-from edge_node.inference.chooser import ArtifactChooser
+from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
+from edge_node.inference import (
+    DataPlane,
+    InferLimits,
+    LoadTracker,
+    ModelRepository,
+    SessionFactory,
+    available_providers,
+)
+from edge_node.inference.artifact_timer import ArtifactTimer
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.shadow import ShadowFactory
 from edge_node.observability import EdgeStateCollector
-from edge_node.oip.dataplane import DataPlane, OipLimits
 from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import EdgeSettings
 from edge_node.sync import DesiredStateFollower, ManifestTrust, Materializer
 from edge_node.sync.centrals import CentralRotation
+from edge_node.sync.chooser import ArtifactChooser
 from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard
-from edge_node.sync.selection import ArtifactSelection, ChoiceRecords
+from edge_node.sync.saved_choices import SavedChoices
 from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
 from fleetwire.tls import grpc_channel_credentials
@@ -74,7 +81,7 @@ class Edge:
             self.repository,
             version=EDGE_VERSION,
             load=self.load,
-            limits=OipLimits(
+            limits=InferLimits(
                 max_body_bytes=caps.max_infer_body_bytes,
                 max_tensor_elements=caps.max_tensor_elements,
                 max_inflight_requests=caps.max_inflight_infer_requests,
@@ -88,14 +95,11 @@ class Edge:
         self.materializer = Materializer(
             self.fetcher,
             self.files,
-            on_complete=self.repository.load,
-            on_dropped=self.repository.unload,
+            self.repository,
             trust=self.trust,
-            selection=self._selection(settings, factory),
+            chooser=self._artifact_chooser(settings, factory),
             fail_after_s=settings.fetch.fail_after_s,
             to_local=self.clock.to_local,
-            load_failed=self.repository.failed,
-            serves=self.repository.serves,
         )
         limits = settings.limits
         self.peer_servicer = PeerServicer(
@@ -158,14 +162,14 @@ class Edge:
             settings.data_dir / "ort-cache", providers, inference.intra_op_threads, inference.inter_op_threads
         )
 
-    def _selection(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactSelection:
+    def _artifact_chooser(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactChooser:
         """Which artifact of each version this node serves: timed here with the sessions'
         own factory (unless timing is off), remembered in data_dir across restarts."""
         choice = settings.inference.choice
-        chooser = ArtifactChooser(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
-        records = ChoiceRecords(settings.data_dir / "choices.json")
-        return ArtifactSelection(
-            self.hardware_class, self.node_id, chooser, records, shadow_sample=settings.inference.shadow_sample
+        timer = ArtifactTimer(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
+        saved = SavedChoices(settings.data_dir / "choices.json")
+        return ArtifactChooser(
+            self.hardware_class, self.node_id, timer, saved, shadow_sample=settings.inference.shadow_sample
         )
 
     def _heartbeat_sources(self) -> HeartbeatSources:
@@ -177,7 +181,7 @@ class Edge:
             failures=self.materializer.failures,
             load=self.load,
             state=lambda: "stopping" if self._leaving else "online",
-            choices=lambda: {k: c.info() for k, c in self.materializer.selection.choices.items()},
+            choices=lambda: {k: c.info() for k, c in self.materializer.chooser.choices.items()},
             hardware_class=self.hardware_class,
             site=self.settings.site,
             autonomous_since=lambda: self.follower.autonomous_since,
@@ -231,7 +235,7 @@ class Edge:
                 {"name": m.name, "version": m.version, "state": m.state, "switched_at": m.switched_at}
                 for m in self.repository.models()
             ],
-            "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.selection.choices.items()},
+            "artifacts": {f"{n}:{v}": c.as_json() for (n, v), c in self.materializer.chooser.choices.items()},
             "shadow": self._shadow_status(),
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),

@@ -14,7 +14,7 @@ import grpc
 
 from edge_node.core import Edge
 from edge_node.fetch.sources import CHANNEL_OPTIONS
-from edge_node.oip.grpc_servicer import InferenceServicer
+from edge_node.grpc import InferenceServicer
 from edge_node.settings import EdgeSettings
 from fleetwire.exposure import warn_if_wide_open
 from fleetwire.kserve.server import InferenceServer
@@ -33,7 +33,7 @@ def _import_http_stack() -> None:
     restarted edge checks and loads its models (hashing and ORT release the GIL) meanwhile."""
     import uvicorn  # noqa: F401
 
-    import edge_node.http.app  # noqa: F401
+    import edge_node.rest.app  # noqa: F401
 
 
 class EdgeServer:
@@ -139,7 +139,7 @@ class EdgeServer:
         await asyncio.to_thread(_import_http_stack)  # off the loop: restored models load meanwhile
         import uvicorn
 
-        from edge_node.http.app import create_app
+        from edge_node.rest.app import create_app
 
         edge, tls = self.edge, self.settings.tls
         app = create_app(edge.plane, edge.status, bench_endpoints=self.settings.inference.bench_endpoints)

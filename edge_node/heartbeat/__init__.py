@@ -1,15 +1,17 @@
 """The edge's MQTT presence: birth/death with a Last Will, and periodic heartbeats.
 
-``HeartbeatPublisher`` (see ``publisher.py`` for how ``bdseq`` and the will line up
-across reconnects; its settings are ``edge_node.settings.HeartbeatSettings`` and
-``BrokerSettings``), the ``HeartbeatBody`` a snapshot returns, ``HeartbeatSources`` to
-build one from what an edge reads, ``LoadTracker`` for the load figures and
-``BdseqStore`` for the persisted birth/death sequence."""
+``HeartbeatPublisher`` composes the paho session (``session``), the birth/death state
+machine (``Presence``: how ``bdseq`` and the will line up across reconnects) and the
+``HeartbeatTicker``; its settings are ``edge_node.settings.HeartbeatSettings`` and
+``BrokerSettings``. ``HeartbeatBody`` is what a snapshot returns, ``HeartbeatSources``
+builds one from what an edge reads (the load figures come from
+``edge_node.inference.LoadTracker``) and ``BdseqStore`` persists the birth/death sequence."""
 
 from edge_node.heartbeat.bdseq import BDSEQ_FILE, BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody, HeartbeatSources, ModelReport
-from edge_node.heartbeat.load import LoadTracker, percentile
+from edge_node.heartbeat.presence import Presence
 from edge_node.heartbeat.publisher import HeartbeatPublisher
+from edge_node.heartbeat.ticker import HeartbeatTicker
 
 __all__ = [
     "BDSEQ_FILE",
@@ -17,7 +19,7 @@ __all__ = [
     "HeartbeatBody",
     "HeartbeatPublisher",
     "HeartbeatSources",
-    "LoadTracker",
+    "HeartbeatTicker",
     "ModelReport",
-    "percentile",
+    "Presence",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from edge_node.cache import CacheStats
-from edge_node.heartbeat.load import LoadTracker
+from edge_node.inference.load import LoadTracker
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo, ShadowInfo
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]
@@ -86,7 +86,7 @@ class HeartbeatSources:
     failures: Callable[[], Mapping[tuple[str, str], tuple[str, str]]] = _no_failures
     """Versions that could not be fetched or assembled, (name, version) → (reason code, message)."""
     choices: Callable[[], Mapping[tuple[str, str], ArtifactChoiceInfo]] = _no_choices
-    """(name, version) → the artifact it is served as, and why (``edge_node.sync.selection``)."""
+    """(name, version) → the artifact it is served as, and why (``edge_node.sync.chooser``)."""
     hardware_class: str = ""
     """This node's hardware class (``edge_node.inference.hardware``)."""
     site: str = ""

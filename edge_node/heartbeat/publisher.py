@@ -1,42 +1,17 @@
 """The edge's MQTT presence: retained birth/death on ``…/nodes/{id}/status`` (with a
 Last Will) and a QoS 0 heartbeat on ``…/nodes/{id}/heartbeat`` every ``interval_s``.
 
-How ``bdseq`` and the Last Will line up across reconnects
----------------------------------------------------------
-MQTT sends the will *inside* CONNECT, so the will of a connection must be chosen before
-that connection exists; paho keeps whatever ``will_set`` last stored and puts it in
-every CONNECT it sends, including its own automatic reconnects. So:
+:class:`HeartbeatPublisher` composes three parts, each with one job: the paho session
+(``session.py``: the client, its jittered reconnects), the presence state machine
+(``presence.py``: how ``bdseq`` and the Last Will line up across reconnects, births and
+deaths) and the ticker (``ticker.py``: the heartbeats). It wires paho's callbacks to them,
+moves through the configured brokers (``BrokerRotation``) and owns start, stop and
+partition switches.
 
-1. ``start()`` reserves the next ``bdseq`` N (persisted first, see ``bdseq.py``), calls
-   ``will_set(status, offline/N, qos 1, retain)`` and only then ``connect_async``.
-2. ``on_connect`` (success): the CONNECT that was just accepted carried the will with N,
-   so the birth ``online/N`` (qos 1, retain) goes out, and N is marked *used*.
-3. ``on_disconnect`` (paho's thread, always before it tries to reconnect, and the only
-   place the will is changed): when N was used, reserve N+1 and ``will_set`` it, so the
-   next CONNECT carries N+1 and its birth will too. A CONNECT that never got a
-   successful CONNACK (broker down, refused) does not use a number: paho resends the
-   same will, and the birth that finally follows carries that same number.
-
-``will_set`` only writes fields that paho reads when it builds a CONNECT, and both the
-callbacks and ``reconnect()`` run on paho's network thread, so the will can't change
-under a CONNECT being built. Consequence for consumers: a death whose ``bdseq`` is lower
-than the latest birth's belongs to an old connection and is stale.
-
-Other details
--------------
-* QoS 0 heartbeats are never queued: they are published only while connected (paho
-  returns ``MQTT_ERR_NO_CONN`` without a socket; that also counts as dropped), and paho
-  discards QoS 0 packets still unsent when it reconnects. ``max_queued_messages_set``
-  bounds what QoS 1 status messages paho may hold.
-* A birth or death that was still unacknowledged when a connection broke is removed
-  from paho's outgoing queue at the next connect (paho would otherwise resend it after
-  the new birth, making a stale ``bdseq`` the retained status).
 * ``stop()`` publishes ``offline`` with the current ``bdseq`` (qos 1, retain) and waits
   for its PUBACK (bounded); only then does it DISCONNECT, which discards the will. If the
   PUBACK doesn't come in time, it drops the TCP connection without DISCONNECT so that the
   broker publishes the will instead, which carries the same ``bdseq``.
-* ``seq`` restarts at 0 with every connection (Sparkplug style); the first heartbeat of a
-  connection goes out right after its birth.
 * Partitions (a replicated central): the Register reply may name a heartbeat partition
   after MQTT is already up (the edge announces itself before central answers, and must
   while central is away). ``use_partition`` then moves both topics to
@@ -45,11 +20,8 @@ Other details
   same broker, and on every connect from then on an empty retained message on each old
   status topic (clearing the birth left there) before the birth on the new one. Without
   a partition nothing of this runs: the single-central topics and packets are unchanged.
-* Threads: paho callbacks run on paho's thread; they own the will/bdseq state. The
-  heartbeat task runs on the event loop and takes ``_state_lock`` to read the live
-  connection's ``bdseq`` and publish, so no heartbeat of a new connection precedes its
-  birth or carries the previous connection's ``bdseq``. The loop is woken with
-  ``call_soon_threadsafe``.
+* Threads: paho callbacks run on paho's thread; the ticker runs on the event loop and is
+  woken with ``call_soon_threadsafe`` (see ``presence.py`` for the lock between them).
 """
 
 from __future__ import annotations
@@ -57,54 +29,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from edge_node.heartbeat.bdseq import BdseqStore
 from edge_node.heartbeat.body import HeartbeatBody
+from edge_node.heartbeat.presence import Presence
+from edge_node.heartbeat.session import (
+    close_wakeup_pair,
+    first_reconnect_delay_s,
+    jitter_reconnect,
+    leave_without_disconnect,
+    new_client,
+    stop_loop,
+)
+from edge_node.heartbeat.ticker import HeartbeatTicker
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
-from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Heartbeat, NodeStatus
+from fleetwire.mqtt.payloads import CentralStatus
 from fleetwire.mqtt.rotation import BrokerRotation
 from fleetwire.mqtt.topics import Topics
 
 if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
 
+__all__ = ["HeartbeatPublisher", "first_reconnect_delay_s"]
+
 log = logging.getLogger(__name__)
-
-
-def first_reconnect_delay_s(broker: BrokerSettings) -> float:
-    """paho's first wait after a lost connection, drawn anew each time in
-    ``[reconnect_min_s / 2, reconnect_min_s]``; paho doubles it per failed attempt up to
-    ``reconnect_max_s``. paho itself never jitters, so without this every edge that lost a
-    restarted broker would reconnect at the same instants (the equal jitter of
-    ``fleetwire.backoff``, which central's own reconnects use)."""
-    return random.uniform(broker.reconnect_min_s / 2, broker.reconnect_min_s)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _status(state: Literal["online", "offline"], bdseq: int) -> bytes:
-    return NodeStatus(state=state, bdseq=bdseq, ts=_now_ms()).model_dump_json().encode()
-
-
-def _close_wakeup_pair(client: mqtt.Client) -> None:
-    """Close the socket pair ``loop_start`` made (paho closes it only on GC, and makes a new
-    one on every ``loop_start``)."""
-    for name in ("_sockpairR", "_sockpairW"):
-        pair = getattr(client, name, None)
-        if pair is not None:
-            with contextlib.suppress(OSError):
-                pair.close()
-            setattr(client, name, None)
 
 
 class HeartbeatPublisher:
@@ -128,63 +81,78 @@ class HeartbeatPublisher:
         self.node_id = node_id
         self.settings = settings
         self.broker = broker = broker or BrokerSettings()
-        self.topics = Topics(broker.topic_prefix)
-        """The topics in use: unpartitioned until ``use_partition`` names a partition."""
         self.rotation = BrokerRotation(broker)
         """Which of ``broker.hosts`` the edge is on; it moves on after a failure or a loss."""
-        self.status_topic = self.topics.node_status(node_id)
-        self.heartbeat_topic = self.topics.node_heartbeat(node_id)
-        self._snapshot = snapshot
         self._store = BdseqStore.in_dir(data_dir)
+        self._presence = Presence(node_id, Topics(broker.topic_prefix), self._store)
         self._client: mqtt.Client | None = None
+        self._ticker = HeartbeatTicker(node_id, settings.interval_s, snapshot, self._presence, lambda: self._client)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._stopping = False
         self._switch_task: asyncio.Task[None] | None = None
-        self._switching = False  # a partition switch is disconnecting: no broker move, no new bdseq
-        #: Status topics this node used before a partition switch; cleared on every connect.
-        self._old_status_topics: set[str] = set()
-        # paho thread only (and start() before the thread exists)
-        self._will_bdseq = 0  # in the will paho sends with its next CONNECT
-        self._will_used = False  # a successful CONNACK accepted the CONNECT carrying it
-        # shared, under _state_lock
-        self._state_lock = threading.Lock()
-        self._live_bdseq: int | None = None  # the current connection's, once its birth is queued
-        self._bdseq = 0  # of the current or latest connection
-        self._seq = 0
-        #: Counters.
-        self.connects = 0
-        self.disconnects = 0
         self.connect_failures = 0
-        self.heartbeats_sent = 0
-        self.heartbeats_dropped = 0
-        self.snapshot_errors = 0
+        """CONNECTs that failed or were refused."""
 
     # -- state -------------------------------------------------------------------------
 
     @property
+    def topics(self) -> Topics:
+        """The topics in use: unpartitioned until ``use_partition`` names a partition."""
+        return self._presence.topics
+
+    @property
+    def status_topic(self) -> str:
+        """Where this node's birth and death are retained."""
+        return self._presence.status_topic
+
+    @property
+    def heartbeat_topic(self) -> str:
+        """Where this node's heartbeats go."""
+        return self._presence.heartbeat_topic
+
+    @property
     def connected(self) -> bool:
         """A connection is up and its birth was published."""
-        with self._state_lock:
-            return self._live_bdseq is not None
+        return self._presence.connected
 
     @property
     def bdseq(self) -> int:
         """The ``bdseq`` of the current (or latest) connection; 0 before the first."""
-        with self._state_lock:
-            return self._bdseq
+        return self._presence.bdseq
 
     @property
     def seq(self) -> int:
         """The ``seq`` the next heartbeat of this connection carries."""
-        with self._state_lock:
-            return self._seq
+        return self._presence.seq
+
+    @property
+    def connects(self) -> int:
+        """Connections whose birth went out."""
+        return self._presence.connects
+
+    @property
+    def disconnects(self) -> int:
+        """Live connections lost."""
+        return self._presence.disconnects
+
+    @property
+    def heartbeats_sent(self) -> int:
+        """Heartbeats handed to paho."""
+        return self._ticker.sent
+
+    @property
+    def heartbeats_dropped(self) -> int:
+        """Heartbeats not sent (no connection, paho refused, snapshot error, too large)."""
+        return self._ticker.dropped
+
+    @property
+    def snapshot_errors(self) -> int:
+        """Heartbeat snapshots that raised."""
+        return self._ticker.snapshot_errors
 
     @property
     def running(self) -> bool:
         """Started and not stopped."""
-        return self._client is not None and not self._stopping
+        return self._client is not None and not self._presence.stopping
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until ``connected`` (polling); False on timeout."""
@@ -195,6 +163,10 @@ class HeartbeatPublisher:
             await asyncio.sleep(0.01)
         return True
 
+    def beat(self) -> bool:
+        """Publish one heartbeat now if connected; True when it went out."""
+        return self._ticker.beat()
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -204,96 +176,46 @@ class HeartbeatPublisher:
             return
         if self._client is not None:
             return
-        # paho is imported here, after the edge serves: a restarted edge answers local
-        # inference before it heartbeats, and paho is a noticeable share of its imports.
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
-        s, b = self.settings, self.broker
-        keepalive_s = b.effective_keepalive_s(s.default_keepalive_s)
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._stopping = False
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=b.effective_client_id(f"edge-{self.node_id}"),
-            clean_session=True,
-            protocol=mqtt.MQTTv311,
-        )
-        if b.username is not None:
-            client.username_pw_set(b.username, b.password.get_secret_value() if b.password else None)
-        if b.tls.enabled:
-            client.tls_set_context(b.tls.ssl_context())
-        self._jitter_reconnect(client)
-        client.max_queued_messages_set(s.max_queued_messages)
-        client.connect_timeout = min(5.0, max(1.0, float(keepalive_s)))
+        self._presence.stopping = False
+        client = new_client(self.node_id, self.settings, self.broker)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_connect_fail = self._on_connect_fail
         client.message_callback_add(self.topics.central_status, self._on_central_status)
-        self._will_bdseq = await asyncio.to_thread(self._store.reserve)
-        self._will_used = False
-        client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
-        self.rotation.connect_async(client, keepalive_s)
+        await self._presence.arm(client)
+        self.rotation.connect_async(client, self.broker.effective_keepalive_s(self.settings.default_keepalive_s))
         log.info(
             "heartbeat for %s: %s %s every %.3gs (next bdseq %d)",
             self.node_id,
-            b.url,
+            self.broker.url,
             self.heartbeat_topic,
-            s.interval_s,
-            self._will_bdseq,
+            self.settings.interval_s,
+            self._presence.next_bdseq,
         )
         self._client = client
+        self._ticker.start()  # runs from the next await; its wake-up exists before paho's thread
         client.loop_start()
-        self._task = asyncio.create_task(self._run(), name=f"heartbeat-{self.node_id}")
 
     async def stop(self) -> None:
         """Publish ``offline`` (bounded wait), disconnect and stop paho's thread (idempotent)."""
         client = self._client
-        if client is None or self._stopping:
+        if client is None or self._presence.stopping:
             return
-        with self._state_lock:  # from here on no birth goes out (see _on_connect)
-            self._stopping = True
+        self._presence.begin_stop()  # from here on no birth goes out
         if self._switch_task is not None:  # bounded: a disconnect and paho's thread ending
             await asyncio.gather(self._switch_task, return_exceptions=True)
             self._switch_task = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        with self._state_lock:
-            bdseq, self._live_bdseq = self._live_bdseq, None
-        clean = True
-        if bdseq is not None:
-            clean = await self._publish_offline(client, bdseq)
-        if not clean:
+        await self._ticker.stop()
+        bdseq = self._presence.end_live()
+        if bdseq is not None and not await self._presence.publish_death(client, bdseq, self.settings.stop_timeout_s):
             # no PUBACK in time: leave without DISCONNECT so the broker publishes the will
             # (the same offline/bdseq) rather than keeping "online" retained
-            sock = client.socket()
-            if isinstance(sock, socket.socket):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+            leave_without_disconnect(client)
         client.disconnect()
-        try:
-            await asyncio.wait_for(asyncio.to_thread(client.loop_stop), timeout=self.settings.stop_timeout_s + 5.0)
-        except TimeoutError:
-            log.warning("paho thread of %s did not stop in time", self.node_id)
-        _close_wakeup_pair(client)
+        await stop_loop(client, self.settings.stop_timeout_s + 5.0, self.node_id)
         self._client = None
-        log.info("heartbeat for %s stopped (bdseq %d)", self.node_id, self._bdseq)
-
-    async def _publish_offline(self, client: mqtt.Client, bdseq: int) -> bool:
-        try:
-            info = client.publish(self.status_topic, _status("offline", bdseq), qos=1, retain=True)
-            await asyncio.to_thread(info.wait_for_publish, self.settings.stop_timeout_s)
-        except (ValueError, RuntimeError) as exc:
-            log.warning("offline status of %s not published: %s", self.node_id, exc)
-            return False
-        if not info.is_published():
-            log.warning("offline status of %s unacknowledged after %.1fs", self.node_id, self.settings.stop_timeout_s)
-            return False
-        return True
+        log.info("heartbeat for %s stopped (bdseq %d)", self.node_id, self.bdseq)
 
     # -- partitions --------------------------------------------------------------------
 
@@ -309,16 +231,9 @@ class HeartbeatPublisher:
         ``stop()`` waits for it."""
         if partition == self.topics.partition:
             return
-        old = self.status_topic
-        topics = self.topics.in_partition(partition)
-        with self._state_lock:
-            self.topics = topics
-            self.status_topic = topics.node_status(self.node_id)
-            self.heartbeat_topic = topics.node_heartbeat(self.node_id)
-            self._old_status_topics.add(old)
-            self._old_status_topics.discard(self.status_topic)
+        self._presence.move_to(self.topics.in_partition(partition))
         log.info("heartbeat for %s moves to %s", self.node_id, self.heartbeat_topic)
-        if self._client is None or self._stopping:
+        if self._client is None or self._presence.stopping:
             return  # not connected yet: start() sets the will on the new topic
         previous = self._switch_task
         self._switch_task = asyncio.create_task(self._switch(previous), name=f"heartbeat-switch-{self.node_id}")
@@ -328,23 +243,16 @@ class HeartbeatPublisher:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         client = self._client
-        if client is None or self._stopping:
+        if client is None or self._presence.stopping:
             return
-        with self._state_lock:
-            self._switching = True
-            self._live_bdseq = None  # no heartbeat on the old connection from here on
+        self._presence.begin_switch()
         client.disconnect()  # DISCONNECT: the broker discards the will, which names the old topic
         await asyncio.to_thread(client.loop_stop)
-        _close_wakeup_pair(client)
+        close_wakeup_pair(client)
         # paho's thread has ended: the will state is this task's until loop_start below
-        if self._will_used:
-            self._will_bdseq = await asyncio.to_thread(self._store.reserve)
-            self._will_used = False
-        client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
-        with self._state_lock:
-            self._switching = False
-            if self._stopping:  # stop() waits for this task, then disconnects what is left
-                return
+        await self._presence.arm(client, fresh=False)
+        if not self._presence.end_switch():  # stop() waits for this task, then disconnects what is left
+            return
         self.rotation.connect_async(client, client.keepalive)
         client.loop_start()
 
@@ -356,45 +264,26 @@ class HeartbeatPublisher:
                 self.connect_failures += 1
                 log.warning("broker refused %s: %s", self.node_id, reason_code)
                 return
-            bdseq = self._will_bdseq
-            if self._will_used:  # paho reconnected without telling us it lost the connection
-                log.warning("bdseq %d of %s used by two connections", bdseq, self.node_id)
-            self._will_used = True
-            self._drop_stale_status(client)
-            with self._state_lock:
-                if self._stopping or self._switching:  # under the lock: stop() then sees no live connection
-                    return
-                for old in sorted(self._old_status_topics):  # empty + retained: the broker forgets it
-                    client.publish(old, b"", qos=1, retain=True)
-                client.publish(self.status_topic, _status("online", bdseq), qos=1, retain=True)
-                self._live_bdseq = bdseq
-                self._bdseq = bdseq
-                self._seq = 0
-                self.connects += 1
+            bdseq = self._presence.born(client)
+            if bdseq is None:
+                return
             if self._on_central_online is not None:
                 client.subscribe(self.topics.central_status, qos=1)
             log.info("%s connected to %s, bdseq %d", self.node_id, self.rotation.url, bdseq)
-            self._call_in_loop(self._wake_up)
+            self._call_in_loop(self._ticker.wake_up)
         except Exception:
             log.exception("heartbeat on_connect failed")
 
     def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any) -> None:
         try:
-            with self._state_lock:
-                was_live, self._live_bdseq = self._live_bdseq, None
+            was_live = self._presence.lost()
             if was_live is not None:
-                self.disconnects += 1
                 log.warning("%s lost mqtt connection (bdseq %d): %s", self.node_id, was_live, reason_code)
-                self._jitter_reconnect(client)  # paho waits after this callback returns
-            if self._stopping or self._switching:
+                jitter_reconnect(client, self.broker)  # paho waits after this callback returns
+            if self._presence.stopping or self._presence.switching:
                 return
             self.rotation.move(client)  # paho's next reconnect dials the next broker, if any
-            if not self._will_used:
-                return
-            # the next CONNECT must carry a new number: set its will before paho reconnects
-            self._will_bdseq = self._store.reserve()
-            self._will_used = False
-            client.will_set(self.status_topic, _status("offline", self._will_bdseq), qos=1, retain=True)
+            self._presence.rearm_after_loss(client)  # before paho reconnects
         except Exception:
             log.exception("heartbeat on_disconnect failed")
 
@@ -414,28 +303,8 @@ class HeartbeatPublisher:
     def _on_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
         self.connect_failures += 1
         log.debug("%s: no mqtt connection to %s", self.node_id, self.rotation.url)
-        if not self._stopping:
+        if not self._presence.stopping:
             self.rotation.move(client)
-
-    def _jitter_reconnect(self, client: mqtt.Client) -> None:
-        """A new random first reconnect wait (``first_reconnect_delay_s``); paho starts
-        its doubling from it. paho sleeps with time.sleep, so fractions of a second work."""
-        first = first_reconnect_delay_s(self.broker)
-        client.reconnect_delay_set(first, self.broker.reconnect_max_s)  # type: ignore[arg-type]
-
-    def _drop_stale_status(self, client: mqtt.Client) -> None:
-        """Forget unacknowledged status messages of earlier connections.
-
-        paho resends queued QoS 1 messages after a reconnect even with a clean session,
-        and it would do so after the new birth; paho has no public API for this."""
-        out = getattr(client, "_out_messages", None)
-        mutex = getattr(client, "_out_message_mutex", None)
-        if out is None or mutex is None:
-            return
-        with mutex:
-            for mid, message in list(out.items()):
-                if message.topic == self.status_topic or message.topic in self._old_status_topics:
-                    del out[mid]
 
     def _call_in_loop(self, fn: Callable[[], None]) -> None:
         loop = self._loop
@@ -443,89 +312,3 @@ class HeartbeatPublisher:
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn)
-
-    # -- heartbeats (event loop) -------------------------------------------------------
-
-    def _wake_up(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _run(self) -> None:
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        interval = self.settings.interval_s
-        next_at = loop.time() + interval
-        while True:
-            woke = False
-            timeout = next_at - loop.time()
-            if timeout > 0:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
-                # lands as the event fires (a reconnect wakes this loop just as stop()
-                # cancels it), and stop() then waits for this task forever.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wake.wait()
-                    woke = True
-            self._wake.clear()
-            self.beat()
-            now = loop.time()
-            # a new connection beats at once and restarts the cadence; a late loop skips, never bursts
-            next_at = now + interval if woke or next_at + interval <= now else next_at + interval
-
-    def beat(self) -> bool:
-        """Publish one heartbeat now if connected; True when it went out."""
-        client = self._client
-        if client is None or not self.connected:
-            self.heartbeats_dropped += 1
-            return False
-        from paho.mqtt.enums import MQTTErrorCode  # loaded by start(), which made the client
-
-        try:
-            body = self._snapshot()
-        except Exception:
-            self.snapshot_errors += 1
-            self.heartbeats_dropped += 1
-            log.exception("heartbeat snapshot of %s failed", self.node_id)
-            return False
-        with self._state_lock:
-            bdseq = self._live_bdseq
-            if bdseq is None:
-                self.heartbeats_dropped += 1
-                return False
-            payload = self._payload(body, bdseq, self._seq)
-            if payload is None:
-                self.heartbeats_dropped += 1
-                return False
-            info = client.publish(self.heartbeat_topic, payload, qos=0, retain=False)
-            if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
-                self.heartbeats_dropped += 1
-                return False
-            self._seq += 1
-            self.heartbeats_sent += 1
-            return True
-
-    def _payload(self, body: HeartbeatBody, bdseq: int, seq: int) -> bytes | None:
-        heartbeat = Heartbeat(
-            node_id=self.node_id,
-            bdseq=bdseq,
-            seq=seq,
-            ts=_now_ms(),
-            interval_s=self.settings.interval_s,
-            state=body.state,
-            load=body.load,
-            models=list(body.models),
-            cache=body.cache,
-            grpc_address=body.grpc_address,
-            http_address=body.http_address,
-            hardware_class=body.hardware_class,
-            site=body.site,
-            mode="synced" if body.autonomous_since is None else "autonomous",
-            autonomous_since=None if body.autonomous_since is None else int(body.autonomous_since * 1000),
-            clock_offset_ms=body.clock_offset_ms,
-            clock_error_ms=body.clock_error_ms,
-        )
-        payload = heartbeat.model_dump_json().encode()
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            log.warning("heartbeat of %s is %d bytes (> %d): dropped", self.node_id, len(payload), MAX_PAYLOAD_BYTES)
-            return None
-        return payload

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from edge_node.inference.errors import InferenceError, InvalidInputs, ModelUnavailable, QueueFull
+from edge_node.errors import InferenceFailed, InvalidInputs, ModelUnavailable, QueueFull
 from edge_node.inference.metrics import ModelMetrics, Outcome
 from edge_node.inference.run_errors import explain_run_error
 
@@ -51,15 +51,9 @@ class _Pending:
 
 
 def signature_of(inputs: Tensors) -> tuple[int, Signature]:
-    """``(rows, signature)`` of a request; raises InvalidInputs if it has no batch axis."""
-    if not inputs:
-        raise InvalidInputs("a request needs at least one input")
-    rows = {name: (a.shape[0] if a.ndim else None) for name, a in inputs.items()}
-    if None in rows.values() or len(set(rows.values())) != 1:
-        raise InvalidInputs(f"every input needs the same first (batch) dimension, got {rows}")
-    count = next(iter(rows.values()))
-    if not count:
-        raise InvalidInputs("the batch is empty (first dimension 0)")
+    """``(rows, signature)`` of a request whose inputs share one non-empty batch axis (what
+    ``edge_node.inference.inputs.check_inputs`` made sure of before the request came here)."""
+    count = next(iter(inputs.values())).shape[0]
     sig = tuple(sorted((name, a.dtype.str, tuple(a.shape[1:])) for name, a in inputs.items()))
     return int(count), sig
 
@@ -139,17 +133,13 @@ class DynamicBatcher:
         """Run ``inputs`` (first axis = rows) in a batch and return this request's rows.
 
         Higher ``priority`` is taken first, FIFO within a priority. Raises QueueFull at
-        once when the queue is full, ModelUnavailable after ``close``, InvalidInputs for
-        tensors without a common batch axis, and whatever ``run`` raised for the batch."""
+        once when the queue is full, ModelUnavailable after ``close``, and whatever ``run`` raised for the batch.
+        ``inputs`` were checked (``edge_node.inference.inputs``): one non-empty batch axis."""
         if self._closing:
             self._metrics.request("unavailable")
             raise ModelUnavailable(f"{self.name} is closed")
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
-        try:
-            rows, sig = signature_of(arrays)
-        except InvalidInputs:
-            self._metrics.request("invalid")
-            raise
+        rows, sig = signature_of(arrays)
         self._admit(rows)
         pieces = self._enqueue(arrays, rows, sig, priority)
         try:
@@ -375,7 +365,7 @@ def _deliver(batch: list[_Pending], outputs: Tensors, rows: int) -> None:
         return
     for name, array in outputs.items():
         if array.ndim == 0 or array.shape[0] != rows:
-            raise InferenceError(f"output {name!r} has shape {list(array.shape)}: no batch axis of {rows} rows")
+            raise InferenceFailed(f"output {name!r} has shape {list(array.shape)}: no batch axis of {rows} rows")
     start = 0
     for p in batch:
         if not p.future.done():

@@ -1,7 +1,7 @@
 """The hardware class of this node: what decides which INT8 artifact runs fastest here.
 
 Two nodes of one class run a model at the same relative speeds, so a verdict timed on
-one (``edge_node.inference.chooser``) holds for the other. What matters for INT8 on a
+one (``edge_node.inference.artifact_timer``) holds for the other. What matters for INT8 on a
 CPU is the instruction set (VNNI and AMX multiply int8 directly; without them U8S8 with
 ``reduce_range`` beats S8S8, and plain AVX2 may lose to FP32 altogether), the number of
 cores a session may use, and the execution provider. The class is a short stable string,

@@ -28,10 +28,11 @@ import numpy as np
 import onnxruntime as ort
 from prometheus_client import CollectorRegistry
 
+from edge_node.errors import ModelNotFound, ModelNotReady, ModelUnavailable
 from edge_node.inference.batcher import DynamicBatcher, Tensors
-from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
+from edge_node.inference.inputs import check_inputs
 from edge_node.inference.metrics import ModelMetrics, render
-from edge_node.inference.session import SessionFactory, batchable, check_inputs, dummy_inputs, reconcile_manifest
+from edge_node.inference.session import SessionFactory, batchable, dummy_inputs, reconcile_manifest
 from edge_node.inference.shadow import ShadowSampler
 from edge_node.settings import BatchSettings
 from fleetwire.manifest import ArtifactRef, Manifest
@@ -107,12 +108,9 @@ class LoadedModel:
         if self.state != "ready" or self._batcher is None:
             raise self._not_serving()
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
-        try:
-            check_inputs(arrays, self.manifest.inputs)
-        except InvalidInputs:
-            if self._metrics:
-                self._metrics.request("invalid")
-            raise
+        # Refused before the model's queue, so not counted among the model's requests (as a
+        # malformed body is not): "invalid" counts what the model itself refused.
+        check_inputs(arrays, self.manifest.inputs)
         self._active += 1
         try:
             outputs = await self._batcher.submit(arrays, priority)

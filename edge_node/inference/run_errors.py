@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from edge_node.inference.errors import InferenceError, InferenceFailed, InvalidRequestData
+from edge_node.errors import EdgeError, InferenceFailed, InvalidRequestData
 
 Tensors = dict[str, np.ndarray]
 
@@ -79,7 +79,7 @@ def explain_run_error(exc: Exception, inputs: Tensors) -> Exception:
     """The error a caller should see for ``exc``, raised by running ``inputs``:
     InvalidRequestData when the data caused it, InferenceFailed when the node did; the
     project's own errors (ModelUnavailable, InvalidInputs…) unchanged."""
-    if isinstance(exc, InferenceError):
+    if isinstance(exc, EdgeError):
         return exc
     text = str(exc)
     if isinstance(exc, MemoryError) or _NODE_FAULT.search(text):

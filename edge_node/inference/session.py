@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from edge_node.inference.errors import InvalidInputs
 from fleetwire.manifest import Manifest, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -207,32 +206,6 @@ def dummy_inputs(specs: list[TensorSpec]) -> dict[str, np.ndarray]:
         else:
             out[spec.name] = np.zeros(shape, dtype=np.dtype(spec.dtype))
     return out
-
-
-def _dtype_matches(array: np.ndarray, dtype: str) -> bool:
-    if dtype == "object":
-        return array.dtype.kind in "OUS"
-    try:
-        return array.dtype == np.dtype(dtype)
-    except TypeError:  # a dtype numpy does not know (bfloat16): compare by name
-        return array.dtype.name == dtype
-
-
-def check_inputs(inputs: dict[str, np.ndarray], specs: list[TensorSpec]) -> None:
-    """Raise InvalidInputs unless ``inputs`` has exactly ``specs``' names, dtypes, ranks
-    and fixed dimensions: checked per request, so a bad one cannot fail a whole batch."""
-    expected = {s.name: s for s in specs}
-    if set(inputs) != set(expected):
-        raise InvalidInputs(f"inputs {sorted(inputs)} do not match the model's inputs {sorted(expected)}")
-    for name, spec in expected.items():
-        array = inputs[name]
-        if not _dtype_matches(array, spec.dtype):
-            raise InvalidInputs(f"input {name!r} has dtype {array.dtype}; the model expects {spec.dtype}")
-        fits = array.ndim == len(spec.shape) and all(
-            w < 0 or g == w for g, w in zip(array.shape, spec.shape, strict=False)
-        )
-        if not fits:
-            raise InvalidInputs(f"input {name!r} has shape {list(array.shape)}; the model expects {spec.shape}")
 
 
 def reconcile_manifest(manifest: Manifest, session: ort.InferenceSession) -> Manifest:

@@ -20,7 +20,7 @@ from edge_node.transfer import TransferGovernor
 
 __all__ = ["EdgeStateCollector"]
 
-#: States a version's files go through (``edge_node.sync.materializer.VersionProgress``).
+#: States a version's files go through (``edge_node.sync.progress.VersionProgress``).
 VERSION_STATES = ("pending", "fetching", "complete", "failed")
 #: States of a model version in ONNX Runtime (``edge_node.inference.repository``).
 MODEL_STATES = ("loading", "ready", "failed", "retired")

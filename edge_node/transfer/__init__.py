@@ -1,7 +1,8 @@
-"""Byte-rate caps of an edge's chunk traffic: token buckets, the caps in force, rates."""
+"""Byte-rate caps of an edge's chunk traffic: the limiters (token buckets of bytes), the caps
+in force, rates."""
 
-from edge_node.transfer.bucket import TokenBucket
 from edge_node.transfer.governor import TransferGovernor
 from edge_node.transfer.meter import RateMeter
+from edge_node.transfer.rate_limiter import ByteRateLimiter
 
-__all__ = ["RateMeter", "TokenBucket", "TransferGovernor"]
+__all__ = ["ByteRateLimiter", "RateMeter", "TransferGovernor"]

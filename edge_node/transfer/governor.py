@@ -19,8 +19,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from edge_node.transfer.bucket import TokenBucket
 from edge_node.transfer.meter import RateMeter
+from edge_node.transfer.rate_limiter import ByteRateLimiter
 from edge_node.transfer.window import ByteWindow
 from fleetwire.transfer import TransferCaps
 
@@ -39,9 +39,9 @@ class TransferGovernor:
         self._busy = busy
         self._was_busy = False
         self.caps = _in_force(caps)
-        self._fetch = TokenBucket(self.caps.fetch_bytes_per_s or 0)
+        self._fetch = ByteRateLimiter(self.caps.fetch_bytes_per_s or 0)
         self._fetch_window = ByteWindow(self.caps.fetch_bytes_per_s or 0)
-        self._serve = TokenBucket(self._serve_rate())
+        self._serve = ByteRateLimiter(self._serve_rate())
         self.fetched = RateMeter()
         self.served = RateMeter()
         #: Times serving switched to or from the busy cap.

@@ -25,7 +25,7 @@ from central.registry.pipeline import ChunkStep, ManifestStep, PushContext
 from central.registry.signing import ManifestSigner
 from central.server import CentralServer
 from conftest import EdgeFactory, central_settings, push, wait_for
-from edge_node.inference.chooser import ArtifactChoice
+from edge_node.inference.artifact_timer import ArtifactChoice
 from edge_node.server import EdgeServer
 from modelfleet.cli import app
 
@@ -107,7 +107,9 @@ def _edge_options(broker: MosquittoBroker | None, cpu_flags: str) -> dict[str, A
 
 
 def _choice(edge: EdgeServer, version: str = "1") -> ArtifactChoice | None:
-    return edge.edge.materializer.selection.choices.get(("m", version))
+    """The choice the edge's status document (``/api/v1/status``) reports for ``m:version``."""
+    found = edge.edge.status()["artifacts"].get(f"m:{version}")
+    return None if found is None else ArtifactChoice.from_json(found)
 
 
 async def _serving(edge: EdgeServer, version: str = "1") -> ArtifactChoice:

@@ -122,4 +122,4 @@ async def test_a_cache_too_small_for_the_fp32_reference_serves_int8_unchecked(
     await wait_for(edge.edge.repository.ready, 60, "m served")
     assert _served(edge) == int8 and edge.edge.materializer.refusals == {}
     assert edge.edge.repository.get("m").shadow is None
-    assert ("m", "1") in edge.edge.materializer.selection.unchecked
+    assert ("m", "1") in edge.edge.materializer.chooser.unchecked

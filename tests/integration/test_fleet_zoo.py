@@ -189,8 +189,8 @@ async def test_each_zoo_model_is_guarded_distributed_and_served_like_fp32(fleet:
     await _served_everywhere(fleet, name)
     served = [edge.edge.repository.get(name).manifest.artifact for edge in fleet.edges]
     assert served[0] == manifest["artifact"]  # edge-0 serves central's INT8 default
-    choice = fleet.edges[1].edge.materializer.selection.choices[(name, "1")]
-    assert (choice.artifact, choice.source) == (served[1], "measured")  # edge-1 timed the candidates
+    choice = fleet.edges[1].edge.status()["artifacts"][f"{name}:1"]  # what /api/v1/status reports
+    assert (choice["artifact"], choice["source"]) == (served[1], "measured")  # edge-1 timed the candidates
     for edge, artifact in zip(fleet.edges, served, strict=True):
         assembled = edge.edge.files.model_path(name, "1", artifact).parent
         if artifact == "fp32":  # every file of the upload, assembled next to each other

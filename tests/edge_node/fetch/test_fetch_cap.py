@@ -17,7 +17,7 @@ from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
 from edge_node.settings import FetchSettings
 from edge_node.transfer import TransferGovernor
-from edge_node.transfer.bucket import BURST_S
+from edge_node.transfer.rate_limiter import BURST_S
 from fleetwire.transfer import TransferCaps
 
 CAP = 1_000_000

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edge_node.inference.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
+from edge_node.errors import InvalidInputs, ModelNotFound, ModelNotReady, ModelUnavailable
 from edge_node.inference.repository import ModelRepository
 from edge_node.inference.session import SessionFactory
 from edge_node.settings import BatchSettings

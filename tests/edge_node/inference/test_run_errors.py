@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from edge_node.inference.errors import InferenceFailed, InvalidRequestData, ModelUnavailable
+from edge_node.errors import InferenceFailed, InvalidRequestData, ModelUnavailable
 from edge_node.inference.run_errors import explain_run_error
 from request_models import VOCAB, build_token_model
 

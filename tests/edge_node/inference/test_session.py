@@ -11,8 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edge_node.inference.errors import InvalidInputs
-from edge_node.inference.session import SessionFactory, check_inputs, dummy_inputs, host_fingerprint, session_specs
+from edge_node.errors import InvalidInputs
+from edge_node.inference.inputs import check_inputs
+from edge_node.inference.session import SessionFactory, dummy_inputs, host_fingerprint, session_specs
 from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_mlp
 
@@ -101,9 +102,9 @@ def test_specs_dummy_inputs_and_checks(mlp: Path) -> None:
     dummy = dummy_inputs(inputs)
     assert dummy["input"].shape == (1, 24)
     check_inputs(dummy, inputs)
-    with pytest.raises(InvalidInputs, match="dtype"):
+    with pytest.raises(InvalidInputs, match="'input' has datatype FP64; the model expects FP32"):
         check_inputs({"input": dummy["input"].astype(np.float64)}, inputs)
-    with pytest.raises(InvalidInputs, match="shape"):
+    with pytest.raises(InvalidInputs, match="'input' dimension 1 is 23; the model expects 24"):
         check_inputs({"input": np.zeros((1, 23), np.float32)}, inputs)
-    with pytest.raises(InvalidInputs, match="do not match"):
+    with pytest.raises(InvalidInputs, match="the model has no input 'x'; its inputs are: input"):
         check_inputs({"x": dummy["input"]}, inputs)

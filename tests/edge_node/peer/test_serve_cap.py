@@ -16,7 +16,7 @@ import pytest
 from central.server import CentralServer
 from conftest import EdgeFactory, push, version_state, wait_for
 from edge_node.server import EdgeServer
-from edge_node.transfer.bucket import BURST_S
+from edge_node.transfer.rate_limiter import BURST_S
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
 
 SERVE, BUSY = 2_000_000, 800_000
