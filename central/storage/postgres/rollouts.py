@@ -1,5 +1,5 @@
 """Rollouts and release pointers on PostgreSQL (``store.url``), so central replicas share
-them. Same semantics as the SQLite ``RolloutStore``: ids only grow (a sequence), a rollout
+them. Same semantics as ``SQLiteRolloutStore``: ids only grow (a sequence), a rollout
 is stored whole as JSON with its state beside it, ``epoch`` is the highest rollout id a
 plain push superseded."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from central.registry.pg_pool import open_pool
 from central.rollout.model import Rollout
-from central.rollout.store import Release
+from central.storage.postgres.pool import open_pool
+from central.storage.protocols import Release
 
 
 class PostgresRolloutStore:

@@ -1,4 +1,4 @@
-"""PostgreSQL metadata store (psycopg 3 with a connection pool), for central replicas that
+"""Registry metadata on PostgreSQL (psycopg 3 with a connection pool), for central replicas that
 share one registry. Same semantics as ``SQLiteMetadataStore``: a version becomes visible in
 one transaction, sequence numbers per model are never reused, a taken (name, version)
 raises ``VersionExists``. Manifests are JSONB."""
@@ -11,9 +11,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from central.registry.pg_pool import StoreUnavailable, masked_url, open_pool
-from central.registry.sqlite_impl import _add_digests, utc_now
-from central.registry.store import ModelRecord, VersionExists, VersionRecord
+from central.storage.postgres.pool import StoreUnavailable, masked_url, open_pool
+from central.storage.protocols import ModelRecord, VersionExists, VersionRecord, manifest_digests, utc_now
 from fleetwire.manifest import Manifest
 
 _log = logging.getLogger(__name__)
@@ -122,9 +121,9 @@ class PostgresMetadataStore:
         the served manifest's alternatives included)."""
         digests: set[str] = set()
         for manifest, artifacts in self._query("SELECT manifest, artifacts FROM versions"):
-            _add_digests(digests, manifest)
+            manifest_digests(digests, manifest)
             for artifact in artifacts.values():
-                _add_digests(digests, artifact)
+                manifest_digests(digests, artifact)
         return digests
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
