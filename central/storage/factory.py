@@ -32,9 +32,9 @@ def _no_transaction() -> AbstractContextManager[object]:
 
 @dataclass
 class Storage:
-    """Everything central stores, opened once. ``transaction()`` groups writes of ``metadata``
-    and ``rollouts`` into one commit where the backend allows it (SQLite: one connection);
-    on PostgreSQL each store call is its own transaction and ``transaction()`` groups nothing."""
+    """Everything central stores, opened once. ``transaction()`` groups the calling thread's writes
+    of ``metadata`` and ``rollouts`` into one commit (SQLite: their one connection; PostgreSQL:
+    one pooled connection both stores use while it is open)."""
 
     metadata: MetadataStore
     rollouts: RolloutRecords
@@ -83,23 +83,26 @@ def _open_sqlite(settings: CentralSettings, fresh: bool, blobs: ChunkBlobs) -> S
 
 
 def _open_postgres(settings: CentralSettings, url: str, fresh: bool, blobs: ChunkBlobs) -> Storage:
-    """Every store on PostgreSQL, each with its own pool (the first to open applies the migrations)."""
+    """Every store on PostgreSQL, each with its own pool (the first to open applies the migrations);
+    the registry's and the rollouts' share transactions (``SharedTransaction``)."""
     try:  # psycopg is the [postgres] extra, which a SQLite central does not need
         from central.storage.postgres.events import PostgresJournalDB
         from central.storage.postgres.registry import PostgresMetadataStore
         from central.storage.postgres.rollouts import PostgresRolloutStore
+        from central.storage.postgres.shared import SharedTransaction
     except ImportError as exc:
         raise RuntimeError(
             "store.url (PostgreSQL) needs the postgres extra: pip install 'modelfleet[postgres]'"
         ) from exc
     s = settings.store
-    metadata = PostgresMetadataStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s)
-    rollouts = PostgresRolloutStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s)
+    shared = SharedTransaction()
+    metadata = PostgresMetadataStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s, shared=shared)
+    rollouts = PostgresRolloutStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s, shared=shared)
     events = None
     if settings.events.persist:
         replica = settings.ha.replica_id or ""
         events = PostgresJournalDB(url, connect_timeout_s=s.connect_timeout_s, replica=replica)
-    return Storage(metadata, rollouts, blobs, events, fresh=fresh)
+    return Storage(metadata, rollouts, blobs, events, fresh=fresh, transaction=metadata.transaction)
 
 
 def _tokens(settings: CentralSettings) -> tuple[Tokens | None, Tokens | None]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from central.server import CentralServer
 from conftest import central_settings, push
@@ -36,10 +37,10 @@ LEGACY = {
 NEW_NAME = {"meta": "events_meta"}
 
 
-async def _observe(data_dir: Path, act: bool, model: Path | None = None) -> dict[str, Any]:
-    """Start central on ``data_dir`` (with ``act``: push two versions and start a rollout first);
-    what its API says about models, versions, rollouts and events."""
-    server = CentralServer(central_settings(data_dir))
+async def _observe(data_dir: Path, act: bool, model: Path | None = None, url: str | None = None) -> dict[str, Any]:
+    """Start central on ``data_dir`` (and PostgreSQL ``url``; with ``act``: push two versions and
+    start a rollout first); what its API says about models, versions, rollouts and events."""
+    server = CentralServer(central_settings(data_dir, store={"url": url}))
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as api:
@@ -96,21 +97,39 @@ async def test_an_older_data_dir_keeps_its_models_rollouts_and_events(tmp_path: 
     assert again["events"][: len(after["events"])] == after["events"]  # nothing imported twice
 
 
-async def test_a_push_and_its_activation_commit_together(tmp_path: Path, small_model_file: Path) -> None:
-    """When the activation's write fails (here a trigger refuses every change of a release
-    pointer, like a disk error would), the pushed version is not stored either: no version
-    that the fleet was never told to serve, and a retry with the same label is not a 409."""
-    data_dir = tmp_path / "central"
-    before = await _observe(data_dir, act=True, model=small_model_file)
-    with sqlite3.connect(data_dir / "central.sqlite3") as db:
-        for op in ("INSERT", "UPDATE"):
-            db.execute(
-                f"CREATE TRIGGER refuse_{op.lower()} BEFORE {op} ON releases"
-                " BEGIN SELECT RAISE(ABORT, 'release pointers cannot be written'); END"
-            )
-    db.close()
+def _refuse_release_writes(data_dir: Path, url: str | None) -> None:
+    """From now on every write of a release pointer fails (a trigger), as a disk error would."""
+    if url is None:
+        with sqlite3.connect(data_dir / "central.sqlite3") as db:
+            for op in ("INSERT", "UPDATE"):
+                db.execute(
+                    f"CREATE TRIGGER refuse_{op.lower()} BEFORE {op} ON releases"
+                    " BEGIN SELECT RAISE(ABORT, 'release pointers cannot be written'); END"
+                )
+        db.close()
+        return
+    import psycopg
 
-    server = CentralServer(central_settings(data_dir))
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'release pointers cannot be written'; END $$"
+        )
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON releases FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_push_and_its_activation_commit_together(
+    tmp_path: Path, small_model_file: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """When the activation's write fails, the pushed version is not stored either: no version
+    that the fleet was never told to serve, and a retry with the same label is not a 409."""
+    url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    data_dir = tmp_path / "central"
+    before = await _observe(data_dir, act=True, model=small_model_file, url=url)
+    _refuse_release_writes(data_dir, url)
+
+    server = CentralServer(central_settings(data_dir, store={"url": url}))
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=server.http_url, timeout=30.0) as api:
