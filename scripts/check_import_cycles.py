@@ -108,40 +108,50 @@ def import_graph(root: Path, *, lazy: bool = False) -> dict[str, set[str]]:
     return graph
 
 
+class _Tarjan:
+    """Strongly connected components of a directed graph (Tarjan's algorithm)."""
+
+    def __init__(self, graph: dict[str, set[str]]) -> None:
+        self.graph = graph
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def visit(self, v: str) -> None:
+        self.index[v] = self.low[v] = len(self.index)
+        self.stack.append(v)
+        self.on_stack.add(v)
+        for w in sorted(self.graph.get(v, ())):
+            if w not in self.index:
+                self.visit(w)
+                self.low[v] = min(self.low[v], self.low[w])
+            elif w in self.on_stack:
+                self.low[v] = min(self.low[v], self.index[w])
+        if self.low[v] == self.index[v]:
+            self._pop_component(v)
+
+    def _pop_component(self, root: str) -> None:
+        component = []
+        while True:
+            w = self.stack.pop()
+            self.on_stack.discard(w)
+            component.append(w)
+            if w == root:
+                break
+        if len(component) > 1:
+            self.found.append(sorted(component))
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
+    """The strongly connected components with more than one module, each sorted."""
     sys.setrecursionlimit(10_000)
+    tarjan = _Tarjan(graph)
     for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+        if v not in tarjan.index:
+            tarjan.visit(v)
+    return tarjan.found
 
 
 def main(argv: list[str]) -> int:
