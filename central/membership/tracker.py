@@ -11,9 +11,10 @@ Last Will of a session that has already been superseded, or not the node's own, 
 ignored; a dead node's own heartbeats bring it back (see ``sessions``).
 
 The pieces: value types in ``liveness``, the per-node record in ``node_state``, the
-ready-model index in ``ready_index``, the bdseq session rules in ``sessions``, events in
-``events``, and the per-node deadlines (lazily re-armed timers, grace after a broker
-link-up, frozen while the link is down) in ``timers``. The public names this module had
+ready-model index in ``ready_index``, the bdseq session rules in ``sessions``, transition
+events in ``notifier`` (into the fleet's event log, ``central.events``), and the per-node
+deadlines (lazily re-armed timers, grace after a broker link-up, frozen while the link is
+down) in ``timers``. The public names this module had
 before the split are still importable from it.
 """
 
