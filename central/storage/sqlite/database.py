@@ -79,11 +79,11 @@ class SQLiteDatabase:
             self._depth = 1
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            else:
                 self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:  # also when the COMMIT itself failed (a full disk)
+                    self._conn.execute("ROLLBACK")
+                raise
             finally:
                 self._depth = 0
 
