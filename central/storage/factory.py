@@ -5,7 +5,6 @@ asks which backend it runs on."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -20,8 +19,6 @@ from central.storage.sqlite.legacy import LEGACY_REGISTRY, import_legacy_files
 from central.storage.sqlite.registry import SQLiteMetadataStore
 from central.storage.sqlite.rollouts import SQLiteRolloutStore
 from central.storage.tokens import open_token_store
-
-log = logging.getLogger(__name__)
 
 __all__ = ["Storage", "open_blobs", "open_storage", "open_token_store"]
 
