@@ -26,10 +26,11 @@ proto: $(STAMP)  ## regenerate the committed gRPC stubs in fleetwire/v1
 proto-check: $(STAMP)  ## fail when the committed stubs differ from what proto/ generates
 	PYTHON=$(PY) scripts/check_proto.sh
 
-lint: $(STAMP) proto-check  ## ruff (format + check) and mypy
+lint: $(STAMP) proto-check  ## ruff (format + check), mypy, and no import cycles
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python scripts/check_import_cycles.py
 
 test: $(STAMP) proto-check  ## the whole test suite (starts its own servers, and Mosquitto, on loopback)
 	bash scripts/ensure_apt.sh mosquitto chromium postgresql:pg_ctlcluster iproute2:tc --optional wrk

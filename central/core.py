@@ -8,15 +8,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from central.auth.tokens import open_token_store
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
+from central.events import create_event_log
 from central.gateway import Candidate, create_gateway
 from central.ha.view import SharedNodeSource
 from central.membership import NodeDirectory
-from central.membership.event_journal import EventJournal, JournalDB
-from central.membership.events import EventLog
 from central.membership.failover import FailoverCoordinator
 from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker
@@ -24,19 +22,17 @@ from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
-from central.registry.blobs import BlobStore, ChunkBlobs
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
-from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
 from central.rollout.drift import DriftWatch
 from central.rollout.flip import FlipRules
 from central.rollout.previewer import RolloutPreviewer
-from central.rollout.store import open_rollout_store
-from central.settings import BlobSettings, CentralSettings
+from central.settings import CentralSettings
+from central.storage.factory import open_storage
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
@@ -56,23 +52,6 @@ class TrackerNodeSource:
         return [Candidate(n, a) for n, a in self._tracker.ready_endpoints(model, version) if a]
 
 
-def open_blobs(settings: BlobSettings, root: Path) -> ChunkBlobs:
-    """The chunk store the settings name: an S3 bucket, or the directory ``root``."""
-    if settings.bucket is None:
-        return BlobStore(root)
-    from central.registry.s3blobs import S3BlobStore  # obstore only where S3 is configured
-
-    return S3BlobStore.connect(
-        bucket=settings.bucket,
-        endpoint=settings.s3_endpoint,
-        region=settings.region,
-        access_key=settings.access_key.get_secret_value() if settings.access_key else None,
-        secret_key=settings.secret_key.get_secret_value() if settings.secret_key else None,
-        prefix=settings.prefix,
-        grace_s=settings.gc_grace_s,
-    )
-
-
 class Central:
     """The registry, placement, node directory, desired state and origin of one central."""
 
@@ -81,12 +60,13 @@ class Central:
         self._refresh_pending = False
         self._closed = False
         data = settings.data_dir
-        data.mkdir(parents=True, exist_ok=True)
-        self._fresh = not (data / "registry.sqlite3").exists()
-        self.blobs = open_blobs(settings.blobs, data / "blobs")
+        #: Every store, SQLite (one ``central.sqlite3``) or PostgreSQL, picked once.
+        self.storage = storage = open_storage(settings)
+        self._fresh = storage.fresh
+        self.blobs = storage.blobs
         self.blobs.remove_temp_files()
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
-        self.store = open_metadata_store(settings.store, data / "registry.sqlite3")
+        self.store = storage.metadata
         #: This process as one replica of a replicated central (``ha.replica_id``), else None.
         self.replica = self._replica(settings)
         self.signer = self._signer(settings, data)
@@ -103,11 +83,13 @@ class Central:
             ManifestStep(self.signer),
         ]
         pipeline = PushPipeline(steps)
-        self.registry = RegistryService(self.store, self.blobs, pipeline, on_change=self._changed_here)
+        self.registry = RegistryService(
+            self.store, self.blobs, pipeline, on_change=self._changed_here, transaction=storage.transaction
+        )
         self.registry.remove_orphan_blobs()
         self.nodes = NodeDirectory(self.placement, on_change=self._changed, sink=self.replica)
         m = settings.mqtt
-        self.events = self._event_log(settings)
+        self.events = create_event_log(settings.events, storage.events)
         self.membership = make_tracker(m, events=self.events)
         # A replica's ring follows the shared liveness instead (central.ha.replica).
         self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled and self.replica is None else None
@@ -122,26 +104,17 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
         )
         self.rollouts = self._rollout_service(settings)
-        a, s = settings.auth, settings.store
         #: The REST API's operator tokens (``auth.enabled``) and the gRPC Registry's node tokens
         #: (``auth.nodes_required``): files in the data dir, or PostgreSQL with ``store.url``.
-        self.operator_tokens = (
-            open_token_store(s.url, a.tokens_path(data), "operator", connect_timeout_s=s.connect_timeout_s)
-            if a.enabled
-            else None
-        )
-        self.node_tokens = (
-            open_token_store(s.url, a.node_tokens_path(data), "node", connect_timeout_s=s.connect_timeout_s)
-            if a.nodes_required
-            else None
-        )
+        self.operator_tokens = storage.operator_tokens
+        self.node_tokens = storage.node_tokens
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed_here)
         self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
         #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
         self.drift = DriftWatch(
             self._manifest_of,
-            emit=self.membership.record_event,
+            emit=self.events.record,
             on_change=self._changed_here,
             roll_back=self.rollouts.roll_back_version,
         )
@@ -235,28 +208,6 @@ class Central:
             replica=self.replica.health if self.replica is not None else None,
         )
 
-    @staticmethod
-    def _event_log(settings: CentralSettings) -> EventLog:
-        """The event log, restored from ``events.sqlite3`` (or PostgreSQL with ``store.url``) and journaled
-        there (unless ``events.persist`` is off)."""
-        e = settings.events
-        kept = e.kept
-        journal = None
-        if e.persist:
-            target: Path | JournalDB = settings.data_dir / "events.sqlite3"
-            if settings.store.url is not None:
-                from central.membership.postgres_journal import PostgresJournalDB  # the [postgres] extra
-
-                target = PostgresJournalDB(
-                    settings.store.url,
-                    connect_timeout_s=settings.store.connect_timeout_s,
-                    replica=settings.ha.replica_id or "",
-                )
-            journal = EventJournal(
-                target, kept, flush_interval_s=e.flush_interval_s, flush_max_events=e.flush_max_events
-            )
-        return EventLog(kept, journal=journal)
-
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
         fleet = (
@@ -265,7 +216,7 @@ class Central:
             else DirectoryFleet(self.nodes, reports=self.replica.view.reported, clocks=self.replica.view.clock)
         )
         self._rollout_book = book = RolloutBook(
-            open_rollout_store(settings.store, settings.data_dir / "rollouts.sqlite3"),
+            self.storage.rollouts,
             self._latest_versions,
             on_write=self.replica.bump if self.replica is not None else None,
         )
@@ -273,7 +224,7 @@ class Central:
         controller = RolloutController(
             book,
             fleet,
-            emit=self.membership.record_event,
+            emit=self.events.record,
             on_change=self._changed_here,
             interval_s=r.interval_s,
             stuck_after_s=r.stuck_after_s,
@@ -328,7 +279,7 @@ class Central:
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
         self.desired.refresh()
-        self.membership.record_event(self._started_event())
+        self.events.record(self._started_event())
         self.drift.start()
         if self.replica is None:  # a replica runs rollouts only while it leads
             self._rollout_controller.start()  # tells the log of each rollout it resumes

@@ -331,7 +331,7 @@ class RolloutSettings(BaseModel):
 
 class EventLogSettings(BaseModel):
     """Central's event log (membership, rollout and operator events): kept in memory for
-    the API and the dashboard, and in ``events.sqlite3`` so that it survives restarts."""
+    the API and the dashboard, and on disk (``central.sqlite3``, or PostgreSQL) so that it survives restarts."""
 
     kept: int = Field(
         500,
@@ -385,13 +385,13 @@ class AuthSettings(BaseModel):
 
 
 class StoreSettings(BaseModel):
-    """Where the registry's metadata lives: SQLite in the data dir (the default), or a
-    PostgreSQL database that several central replicas share."""
+    """Where central's state lives (registry, rollouts, events, tokens): SQLite and files in the
+    data dir (the default), or a PostgreSQL database that several central replicas share."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     url: str | None = None
-    """None: SQLite (<data_dir>/registry.sqlite3). postgresql://user:password@host:port/db: PostgreSQL;
+    """None: SQLite (<data_dir>/central.sqlite3). postgresql://user:password@host:port/db: PostgreSQL;
     pass the password in the environment (MODELFLEET_STORE__URL), never on a command line. Logged masked."""
     pool_size: int = Field(4, ge=1, le=256)
     """PostgreSQL connections each central keeps at most."""
@@ -548,7 +548,7 @@ class CentralSettings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The OIP v2 gateway to the edges.")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Staged rollouts: evaluation.")
     events: EventLogSettings = Field(
-        default_factory=EventLogSettings, description="The event log: how many are kept, and on disk (events.sqlite3)."
+        default_factory=EventLogSettings, description="The event log: how many are kept, and on disk (central.sqlite3)."
     )
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Operator API bearer tokens with roles.")
     tls: CentralTlsSettings = Field(

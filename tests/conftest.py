@@ -103,7 +103,7 @@ def ha_url(postgres_url: str) -> str:
     ``ha_replicas``…): what a replica's control session expects to find."""
     import psycopg
 
-    from central.registry.pg_migrations import apply_migrations
+    from central.storage.postgres.migrate import apply_migrations
 
     with psycopg.connect(postgres_url) as conn:
         apply_migrations(conn)

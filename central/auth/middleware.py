@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from central.auth import browser
-from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord, Tokens
+from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord
+from central.storage.protocols import Tokens
 from fleetwire.credentials import parse_bearer
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})

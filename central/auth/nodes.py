@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from central.auth.tokens import Role, Tokens
+from central.auth.tokens import Role
 from central.errors import PermissionDenied, Unauthenticated
+from central.storage.protocols import Tokens
 from fleetwire.credentials import bearer_from_metadata
 
 _MISSING = "this call needs a node token: metadata 'authorization: Bearer <token>' (see `modelfleet node-token`)"

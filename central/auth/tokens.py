@@ -1,30 +1,19 @@
-"""The operator token store: a JSON file of token *hashes*, each with a name and a role.
+"""API tokens: roles, the stored record (a token's *hash*, its name and role), and how a token
+is made and hashed. The stores (a JSON file, or PostgreSQL) are in ``central.storage``.
 
 Only ``sha256(token)`` is stored. A slow password hash (bcrypt, scrypt) is not needed:
 tokens are 32 random bytes from ``secrets`` (256 bits), so a stolen file cannot be
 brute-forced back to a token, and a fast hash keeps each request's check cheap. The
-plaintext is shown once, by ``modelfleet token create``, and never written anywhere.
-
-Central re-reads the file when its inode, mtime or size changes (one ``stat`` per check), so
-a token created or revoked with the CLI takes effect without a restart."""
+plaintext is shown once, by ``modelfleet token create``, and never written anywhere."""
 
 from __future__ import annotations
 
 import hashlib
-import hmac
-import json
-import logging
-import os
 import secrets
-import tempfile
-from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
-from pydantic import BaseModel, ValidationError
-
-log = logging.getLogger(__name__)
+from pydantic import BaseModel
 
 #: Marks modelfleet tokens (easy to spot in a leaked log or a secret scanner).
 TOKEN_PREFIX = "mft_"
@@ -53,12 +42,6 @@ class TokenRecord(BaseModel):
     node_id: str | None = None  # set for role ``node``: the only node id the token may act as
 
 
-class TokenFile(BaseModel):
-    """The file's document."""
-
-    tokens: list[TokenRecord] = []
-
-
 class TokenStoreError(Exception):
     """A token operation the operator asked for that cannot be done (duplicate or unknown name)."""
 
@@ -77,131 +60,7 @@ def new_token() -> str:
 TokenKind = Literal["operator", "node"]
 
 
-class Tokens(Protocol):
-    """A token store: a JSON file (``TokenStore``) or PostgreSQL. Only hashes are kept."""
-
-    @property
-    def location(self) -> str:
-        """Where the tokens are, for messages (never a password)."""
-        ...
-
-    def records(self) -> list[TokenRecord]: ...
-    def verify(self, token: str) -> TokenRecord | None: ...
-    def create(self, name: str, role: Role, node_id: str | None = None) -> str: ...
-    def revoke(self, name: str) -> None: ...
-    def revoke_node(self, node_id: str) -> list[str]: ...
-    def close(self) -> None: ...
-
-
 def check_binding(role: Role, node_id: str | None) -> None:
     """A ``node`` token is bound to one node id; other roles have none."""
     if (role == Role.NODE) != (node_id is not None):
         raise TokenStoreError("a node token needs a node id, and only a node token has one")
-
-
-def open_token_store(url: str | None, path: Path, kind: TokenKind, *, connect_timeout_s: float = 10.0) -> Tokens:
-    """The ``kind`` tokens on PostgreSQL when ``url`` (``store.url``) is set, else in the file ``path``."""
-    if url is None:
-        return TokenStore(path)
-    from central.auth.postgres_tokens import PostgresTokenStore  # the [postgres] extra
-
-    return PostgresTokenStore(url, kind, connect_timeout_s=connect_timeout_s)
-
-
-class TokenStore:
-    """Load, change and check the tokens in one file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._records: list[TokenRecord] = []
-        self._stamp: tuple[int, int, int] | None = None
-        self.refresh()
-
-    @property
-    def location(self) -> str:
-        """The file's path."""
-        return str(self.path)
-
-    def close(self) -> None:
-        """Nothing to release: the file is read and written whole, never held open."""
-
-    def records(self) -> list[TokenRecord]:
-        """Every stored token (hashes, names, roles)."""
-        self.refresh()
-        return list(self._records)
-
-    def refresh(self) -> None:
-        """Re-read the file if it changed since the last read (a missing file holds no token)."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._records, self._stamp = [], None
-            return
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # a save is a rename: a new inode
-        if stamp == self._stamp:
-            return
-        try:
-            self._records = TokenFile.model_validate_json(self.path.read_bytes()).tokens
-        except (ValidationError, ValueError, OSError) as exc:
-            # Fail closed: an unreadable store accepts no token (writes answer 401).
-            log.error("token store %s is unreadable, no token is accepted: %s", self.path, exc)
-            self._records = []
-        self._stamp = stamp
-
-    def verify(self, token: str) -> TokenRecord | None:
-        """The record of ``token`` or None. Compares every stored hash in constant time."""
-        self.refresh()
-        presented = hash_token(token)
-        found: TokenRecord | None = None
-        for record in self._records:
-            if hmac.compare_digest(presented, record.sha256):
-                found = record
-        return found
-
-    def create(self, name: str, role: Role, node_id: str | None = None) -> str:
-        """Store a new token under ``name`` and return its plaintext (the only time it exists).
-        A ``node`` token is bound to ``node_id``; other roles have none."""
-        check_binding(role, node_id)
-        records = self.records()
-        if any(r.name == name for r in records):
-            raise TokenStoreError(f"a token named {name!r} exists already (revoke it first)")
-        token = new_token()
-        created = datetime.now(UTC).isoformat(timespec="seconds")
-        records.append(TokenRecord(name=name, role=role, sha256=hash_token(token), created_at=created, node_id=node_id))
-        self._save(records)
-        return token
-
-    def revoke(self, name: str) -> None:
-        """Remove the token named ``name``."""
-        records = self.records()
-        kept = [r for r in records if r.name != name]
-        if len(kept) == len(records):
-            raise TokenStoreError(f"no token named {name!r} in {self.path}")
-        self._save(kept)
-
-    def revoke_node(self, node_id: str) -> list[str]:
-        """Remove every token bound to ``node_id``; the names of those removed."""
-        records = self.records()
-        gone = [r.name for r in records if r.node_id == node_id]
-        if not gone:
-            raise TokenStoreError(f"no token for node {node_id!r} in {self.path}")
-        self._save([r for r in records if r.node_id != node_id])
-        return gone
-
-    def _save(self, records: list[TokenRecord]) -> None:
-        """Write atomically (temp file, fsync, rename) and readable by the owner only."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = json.dumps(TokenFile(tokens=records).model_dump(mode="json"), indent=2).encode()
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tokens-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                os.fchmod(f.fileno(), 0o600)
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self._stamp = None
-        self.refresh()

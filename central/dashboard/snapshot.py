@@ -21,7 +21,7 @@ from central.membership.tracker import MembershipTracker
 from central.origin import OriginService
 from central.placement import PlacementService
 from central.registry.service import RegistryService
-from central.registry.store import VersionRecord
+from central.storage.protocols import VersionRecord
 
 if TYPE_CHECKING:  # a replica's view; psycopg (the [postgres] extra) only where replicas run
     from central.ha.fleet_store import NodeLiveness

@@ -22,7 +22,7 @@ import psycopg
 
 from central.ha import session
 from central.ha.rendezvous import partitions_of
-from central.registry.pg_pool import masked_url
+from central.storage.postgres.pool import masked_url
 
 log = logging.getLogger(__name__)
 

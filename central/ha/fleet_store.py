@@ -26,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from central.ha.fencing import check_leader_epoch, check_partition_epoch
-from central.registry.pg_pool import masked_url, open_pool
+from central.storage.postgres.pool import masked_url, open_pool
 
 _log = logging.getLogger(__name__)
 

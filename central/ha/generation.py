@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from central.ha.fleet_store import CHANNEL
-from central.registry.pg_pool import StoreUnavailable, masked_url
+from central.storage.postgres.pool import StoreUnavailable, masked_url
 
 _log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 #: Advisory lock keys live in one 64-bit space per database; these share the "mflt" prefix
-#: of ``pg_migrations.MIGRATION_LOCK_KEY`` and never collide with it.
+#: of ``storage.postgres.migrate.MIGRATION_LOCK_KEY`` and never collide with it.
 LEADER_KEY = 0x6D666C74_6C656164  # "mflt" "lead"
 #: Partition ``k`` is locked under ``PARTITION_BASE + k`` (k < 4096, settings enforce it).
 PARTITION_BASE = 0x6D666C74_70000000  # "mflt" "p\0\0\0"

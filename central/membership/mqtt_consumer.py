@@ -24,7 +24,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from central.membership.events import EventLog
+from central.events import EventLog
 from central.membership.lag_probe import LagProbe
 from central.membership.mqtt_driver import BufferedClient, MqttLoopDriver
 from central.membership.tracker import MembershipTracker

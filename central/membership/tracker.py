@@ -11,9 +11,10 @@ Last Will of a session that has already been superseded, or not the node's own, 
 ignored; a dead node's own heartbeats bring it back (see ``sessions``).
 
 The pieces: value types in ``liveness``, the per-node record in ``node_state``, the
-ready-model index in ``ready_index``, the bdseq session rules in ``sessions``, events in
-``events``, and the per-node deadlines (lazily re-armed timers, grace after a broker
-link-up, frozen while the link is down) in ``timers``. The public names this module had
+ready-model index in ``ready_index``, the bdseq session rules in ``sessions``, transition
+events in ``notifier`` (into the fleet's event log, ``central.events``), and the per-node
+deadlines (lazily re-armed timers, grace after a broker link-up, frozen while the link is
+down) in ``timers``. The public names this module had
 before the split are still importable from it.
 """
 
@@ -24,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
-from central.membership.events import EventLog, Notifier
+from central.events import EventLog
 from central.membership.liveness import (
     REASON_ADDRESSES,
     REASON_BIRTH,
@@ -39,6 +40,7 @@ from central.membership.liveness import (
     TransitionInfo,
 )
 from central.membership.node_state import NO_KEYS, TrackedNode
+from central.membership.notifier import Notifier
 from central.membership.ready_index import ReadyIndex, ready_ids, ready_keys, reindex
 from central.membership.sessions import (
     Birth,
@@ -345,11 +347,6 @@ class MembershipTracker:
         nodes = self._nodes
         ids = ready_ids(self._ready_index, nodes, model, version)
         return [(node_id, nodes[node_id].http_address) for node_id in ids]
-
-    def record_event(self, event: Event) -> None:
-        """Keep (numbered) and publish an event from elsewhere in central (rollouts, operator
-        actions, start-up), beside the membership events, so dashboards read one log."""
-        self._notifier.events.publish(self._notifier.events.append(event))
 
     def events(self, limit: int | None = None) -> list[Event]:
         """The last ``limit`` events (all kept when None), oldest first."""

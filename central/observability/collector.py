@@ -19,10 +19,10 @@ from central.membership.failover import FailoverCoordinator
 from central.membership.tracker import MembershipTracker
 from central.origin import OriginService
 from central.placement import PlacementService
-from central.registry.blobs import ChunkBlobs
 from central.registry.service import RegistryService
 from central.rollout import RolloutService
 from central.rollout.model import NodeProgress, RolloutState
+from central.storage.protocols import ChunkBlobs
 
 __all__ = ["CentralStateCollector"]
 

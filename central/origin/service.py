@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded, PermissionDenied
 from central.origin.egress import TokenBucket
 from central.placement import PlacementService
-from central.registry.blobs import ChunkBlobs, CorruptBlob
+from central.storage.protocols import ChunkBlobs, CorruptBlob
 from fleetwire.digest import CHUNK_PIECE_BYTES, is_digest
 
 

@@ -15,13 +15,12 @@ from typing import Any, Protocol
 
 import onnx
 
-from central.registry.blobs import ChunkBlobs
 from central.registry.chunker import Chunker
 from central.registry.runtime_compat import make_loadable
 from central.registry.runtime_limits import runtime_limits
 from central.registry.signing import ManifestSigner
-from central.registry.sqlite_impl import utc_now
 from central.registry.validate import data_files, load_checked, signature
+from central.storage.protocols import ChunkBlobs, utc_now
 from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,10 @@
 """The registry: pushes, reads and deletes of model versions.
 
 Order of a push: stage the upload → run the pipeline (validate, chunk, manifest)
-in a worker thread → commit the version in one SQLite transaction → tell the
-distribution side. Blobs are durable before the commit, so a crash at any point
-leaves either the whole version or none of it."""
+in a worker thread → commit the version in one transaction (with a plain push's
+activation, when the storage has one transaction for both) → tell the distribution
+side. Blobs are durable before the commit, so a crash at any point leaves either the
+whole version or none of it."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from central.errors import Conflict, InvalidName, NotFound
-from central.registry.blobs import ChunkBlobs
 from central.registry.pipeline import PushContext, PushPipeline
 from central.registry.staging import StagedUpload
-from central.registry.store import MetadataStore, ModelRecord, VersionExists, VersionRecord
+from central.storage.protocols import ChunkBlobs, MetadataStore, ModelRecord, VersionExists, VersionRecord
 from fleetwire import names
 from fleetwire.manifest import Manifest
 
@@ -52,8 +53,12 @@ class RegistryService:
         blobs: ChunkBlobs,
         pipeline: PushPipeline,
         on_change: Callable[[], None],
+        transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
+        """``transaction``: opens one transaction of the storage (``Storage.transaction``), so a
+        version and what a push writes beside it (its activation) commit together."""
         self.store = store
+        self._transaction = transaction
         self.blobs = blobs
         self.pipeline = pipeline
         self._on_change = on_change
@@ -90,8 +95,13 @@ class RegistryService:
         eval_data: Path | None = None,
         threshold: float | None = None,
         dims: dict[str, int] | None = None,
+        in_commit: Callable[[str], None] | None = None,
     ) -> PushResult:
         """Run the pipeline on a staged upload and commit the version.
+
+        ``in_commit`` is called with the version's label in the version's transaction, in a
+        worker thread (a plain push's activation: the model's release pointer); if it raises,
+        the version is not stored either.
 
         ``version`` None means the next number, chosen under the lock so that
         concurrent pushes get distinct ones. The staged file is always discarded.
@@ -121,7 +131,7 @@ class RegistryService:
                 )
                 manifest = await asyncio.to_thread(self.pipeline.run, ctx)
                 try:
-                    await asyncio.to_thread(self.store.insert_version, manifest, ctx.manifests)
+                    await asyncio.to_thread(self._commit, manifest, ctx.manifests, in_commit)
                 except VersionExists as exc:
                     raise Conflict(f"model {name!r} already has a version {label!r}") from exc
         finally:
@@ -135,6 +145,14 @@ class RegistryService:
         )  # fmt: skip
         self._on_change()
         return PushResult(manifest=manifest, report=ctx.report)
+
+    def _commit(
+        self, manifest: Manifest, artifacts: dict[str, Manifest], in_commit: Callable[[str], None] | None
+    ) -> None:
+        with self._transaction():
+            self.store.insert_version(manifest, artifacts)
+            if in_commit is not None:
+                in_commit(manifest.version)
 
     def remove_orphan_blobs(self) -> int:
         """Delete blobs no version references (left by a push killed mid-way); at start-up only.

@@ -18,7 +18,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from central.registry.store import MetadataStore
+from central.storage.protocols import MetadataStore
 from fleetwire.manifest import Manifest
 from fleetwire.signing import (
     KeyEndorsement,

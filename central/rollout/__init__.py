@@ -12,7 +12,6 @@ from central.rollout.plan import ServingPlan
 from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
 from central.rollout.service import RolloutService
-from central.rollout.store import RolloutStore
 
 __all__ = [
     "DirectoryFleet",
@@ -24,6 +23,5 @@ __all__ = [
     "RolloutPreviewer",
     "RolloutRequest",
     "RolloutService",
-    "RolloutStore",
     "ServingPlan",
 ]

@@ -1,4 +1,4 @@
-"""The rollouts and release pointers in memory, written through to ``RolloutStore``.
+"""The rollouts and release pointers in memory, written through to a ``RolloutRecords`` store.
 
 Everything runs on central's loop; SQLite writes are small and synchronous, so a
 state change is durable before anyone is told about it."""
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from central.rollout.model import Rollout
 from central.rollout.plan import ServingPlan
-from central.rollout.store import Release, RolloutRecords
+from central.storage.protocols import Release, RolloutRecords
 
 
 class RolloutBook:
@@ -70,6 +70,12 @@ class RolloutBook:
         self._store.set_release(model, stable, epoch)
         self._releases[model] = Release(model, stable, epoch)
         self._on_write()
+
+    def write_release(self, model: str, stable: str) -> None:
+        """Write ``model``'s release pointer to the store only, superseding every rollout stored so
+        far: a plain push's activation inside the push's transaction (a worker thread, so the
+        in-memory book is left to ``set_release`` on the loop right after)."""
+        self._store.set_release(model, stable, self._store.max_id(model))
 
     def plan(self) -> ServingPlan:
         """The serving plan of this moment (reads the registry's latest versions)."""

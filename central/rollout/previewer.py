@@ -10,7 +10,6 @@ from central.errors import NotFound
 from central.membership import NodeDirectory
 from central.membership.nodes import NodeRecord
 from central.placement import Placement, PlacementService, place, place_by_site
-from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
@@ -26,6 +25,7 @@ from central.rollout.preview import (
     preview_costs,
     site_totals,
 )
+from central.storage.protocols import MetadataStore
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.payloads import ModelInfo
 

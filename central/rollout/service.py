@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from central.distribution.assignment import NodeHolding
 from central.errors import Conflict, NotFound
-from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
 from central.rollout.fleet import FleetView
@@ -18,6 +17,7 @@ from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, utc
 from central.rollout.plan import ServingPlan
 from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
+from central.storage.protocols import MetadataStore
 from fleetwire.manifest import Manifest
 
 
@@ -174,6 +174,12 @@ class RolloutService:
                 )
         elif not self._book.has_release(model):
             self._book.set_release(model, self._plan_now().stable(model), supersede=False)
+
+    def activation(self, model: str) -> Callable[[str], None]:
+        """What a plain push of ``model`` writes in its version's transaction (the registry calls
+        it with the version, in a worker thread): the release pointer, so the version and its
+        activation commit together. ``activated`` then does the rest on the loop."""
+        return lambda version: self._book.write_release(model, version)
 
     def activated(self, model: str, version: str, actor: str | None = None) -> None:
         """A plain push (by ``actor``): ``version`` is what every node serves now, past rollouts aside."""

@@ -19,11 +19,11 @@ from central.auth.middleware import is_write, protects
 from central.core import Central
 from central.dashboard import create_dashboard_router
 from central.errors import CentralError, NotFound, StoreUnavailable, unavailable_store_errors
+from central.events import operator_event
 from central.gateway import create_gateway_router
-from central.membership.events import operator_event
 from central.membership.liveness import NodeView
 from central.observability import create_metrics_router
-from central.registry.store import VersionRecord
+from central.storage.protocols import VersionRecord
 from central.transport.drift_routes import create_drift_router
 from central.transport.limits import JsonBodyLimit, UploadLimit
 from central.transport.push_options import push_options
@@ -248,12 +248,13 @@ def create_app(central: Central) -> FastAPI:
                     eval_data=pushed.eval_data.path if pushed.eval_data else None,
                     threshold=options.threshold,
                     dims=options.dims,
+                    in_commit=central.rollouts.activation(name) if activate else None,
                 )
             finally:
                 pushed.discard()
             m = result.manifest
             detail = {"model": name, "version": m.version, "sha256": m.sha256, "size": m.size, "activate": activate}
-            central.membership.record_event(operator_event("model_pushed", actor, detail))
+            central.events.record(operator_event("model_pushed", actor, detail))
             if activate:  # before the coalesced refresh runs: one plan, the new stable version
                 central.rollouts.activated(name, m.version, actor)
             return {"manifest": result.manifest.model_dump(), "report": result.report}
@@ -276,7 +277,7 @@ def create_app(central: Central) -> FastAPI:
         central.rollouts.check_deletable(name, version)
         await registry.delete(name, version)
         detail = {"model": name, "version": version}
-        central.membership.record_event(operator_event("version_deleted", actor_of(request), detail))
+        central.events.record(operator_event("version_deleted", actor_of(request), detail))
         return Response(status_code=204)
 
     @app.get("/api/v1/nodes")
@@ -342,7 +343,7 @@ def create_app(central: Central) -> FastAPI:
     app.include_router(create_dashboard_router(central.dashboard))
     app.include_router(create_rollout_router(central.rollouts))
     app.include_router(create_drift_router(central.drift))
-    app.include_router(create_transfer_router(central.transfer, central.membership.record_event))
+    app.include_router(create_transfer_router(central.transfer, central.events.record))
     if central.settings.gateway.enabled:
         app.include_router(create_gateway_router(central.gateway, central.registry.describe))
     return app

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 
 from central.auth import actor_of
 from central.distribution.transfer_policy import TransferPolicy
-from central.membership.events import operator_event
+from central.events import operator_event
 from central.settings import TransferSettings
 from fleetwire.mqtt.payloads import Event
 

@@ -19,7 +19,7 @@ from modelfleet.cli.config import JsonOption
 from modelfleet.cli.token import DataDirOption
 
 if TYPE_CHECKING:
-    from central.auth.tokens import Tokens
+    from central.storage.protocols import Tokens
 
 node_token_app = typer.Typer(
     no_args_is_help=True, help="Create, list and revoke edge nodes' credentials for central's gRPC Registry."
@@ -42,8 +42,8 @@ def register(app: typer.Typer) -> None:
 
 def _store(data_dir: Path, node_tokens_file: Path | None) -> Tokens:
     """The file in the data dir, or PostgreSQL when central's ``MODELFLEET_STORE__URL`` is set."""
-    from central.auth.tokens import open_token_store
     from central.settings import AuthSettings
+    from central.storage.tokens import open_token_store
 
     path = AuthSettings(node_tokens_file=node_tokens_file).node_tokens_path(data_dir)
     return open_token_store(os.environ.get("MODELFLEET_STORE__URL") or None, path, "node")

@@ -24,8 +24,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.settings import AuthSettings
+from central.storage.files.tokens import TokenStore
 from fleetwire.mqtt.topics import DEFAULT_PREFIX
 from fleetwire.signing import write_atomic
 from modelfleet.pki import LOOPBACK_SANS, CertAuthority, LeafFiles

@@ -11,8 +11,8 @@ import httpx
 from typer.testing import CliRunner
 
 from central.auth import Role
-from central.auth.postgres_tokens import PostgresTokenStore
 from central.server import CentralServer
+from central.storage.postgres.tokens import PostgresTokenStore
 from conftest import central_settings, push
 from modelfleet.cli import app
 
@@ -47,7 +47,7 @@ async def test_rollouts_events_and_tokens_survive_a_restart_on_postgres(
         await first.stop()
     assert [e["type"] for e in before][-1] == "rollout_started"
     left = {p.name for p in first_dir.iterdir()}
-    assert not left & {"rollouts.sqlite3", "events.sqlite3", "tokens.json", "registry.sqlite3"}, left
+    assert not left & {"central.sqlite3", "rollouts.sqlite3", "events.sqlite3", "tokens.json", "registry.sqlite3"}, left
 
     second = CentralServer(central_settings(tmp_path / "second", store={"url": postgres_url}, auth={"enabled": True}))
     await second.start()

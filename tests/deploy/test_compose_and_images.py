@@ -22,8 +22,8 @@ from deploy_checks import (
     run_script,
 )
 
-from central.auth import TokenStore
 from central.settings import CentralSettings
+from central.storage.files.tokens import TokenStore
 from edge_node.settings import EdgeSettings
 
 EDGES = ("edge-a", "edge-b", "edge-c")

@@ -31,8 +31,8 @@ from brokers import (
     connect_once,
     takeover_closes_session,
 )
-from central.auth import TokenStore
 from central.settings import CentralSettings
+from central.storage.files.tokens import TokenStore
 from edge_node.settings import EdgeSettings
 from fleetwire.mqtt.tls import MqttTlsSettings
 from modelfleet.up.secure import ACL_RULES

@@ -18,9 +18,9 @@ import yaml
 from deploy_checks import CONTAINER_SECRETS, assert_settings_apply, run_script
 from test_k8s_manifests import K8S, K8S_HA, NODES, _env_file, _find, _handshake, _pod, _secret_mounts
 
-from central.auth.postgres_tokens import PostgresTokenStore
 from central.registry.signing import KEY_FILE, ManifestSigner
 from central.settings import CentralSettings
+from central.storage.postgres.tokens import PostgresTokenStore
 from modelfleet.up.postgres import PostgresInstance
 
 _S3_KEYS = {"MODELFLEET_BLOBS__ACCESS_KEY": "fleet-access", "MODELFLEET_BLOBS__SECRET_KEY": "fleet-secret"}

@@ -13,9 +13,11 @@ import pytest
 from central.membership import NodeDirectory, NodeRecord
 from central.membership.tracker import MembershipTracker
 from central.placement import PlacementService
-from central.registry.sqlite_impl import SQLiteMetadataStore
-from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutRequest, RolloutService, RolloutStore
+from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutRequest, RolloutService
 from central.rollout.controller import CANARY_RETURN_S
+from central.storage.sqlite.database import SQLiteDatabase
+from central.storage.sqlite.registry import SQLiteMetadataStore
+from central.storage.sqlite.rollouts import SQLiteRolloutStore
 from fleetwire.manifest import ChunkRef, Manifest
 
 NODES = ["n0", "n1", "n2", "n3"]
@@ -27,9 +29,10 @@ class Central:
     def __init__(self, data_dir: Path) -> None:
         self.nodes = NodeDirectory(PlacementService(replicas=2, load_factor=1.25, enabled=True), lambda: None)
         self.tracker = MembershipTracker(default_interval_s=60.0)
-        self.registry = SQLiteMetadataStore(data_dir / "registry.sqlite3")
+        db = SQLiteDatabase(data_dir / "central.sqlite3")
+        self.registry = SQLiteMetadataStore(db)
         fleet = DirectoryFleet(self.nodes, self.tracker)
-        book = RolloutBook(RolloutStore(data_dir / "rollouts.sqlite3"), self._latest)
+        book = RolloutBook(SQLiteRolloutStore(db), self._latest)
         self.controller = RolloutController(book, fleet, emit=lambda _: None, on_change=lambda: None)
         self.service = RolloutService(book, self.controller, self.registry, fleet)
 

@@ -27,7 +27,7 @@ from central.registry.signing import (
     ManifestSigner,
     rotate_key,
 )
-from central.registry.sqlite_impl import SQLiteMetadataStore
+from central.storage.sqlite.registry import SQLiteMetadataStore
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.convert import endorsements_from_pb, endorsements_to_pb, manifest_from_pb, manifest_to_pb
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec

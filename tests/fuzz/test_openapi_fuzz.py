@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 from openapi_fuzzing import FuzzReport, fuzz_api
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import EdgeFactory, central_settings, push, wait_for
 
 #: Per operation; about 20 operations per server keep each run to a few seconds.

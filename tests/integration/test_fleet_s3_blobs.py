@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from central.errors import NotFound
-from central.registry.s3blobs import S3BlobStore
 from central.server import CentralServer
+from central.storage.blobs.s3 import S3BlobStore
 from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from modelfleet.up.s3server import S3Server
 

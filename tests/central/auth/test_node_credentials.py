@@ -18,8 +18,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.credentials import bearer_metadata
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import central_settings, push
 from modelfleet.cli import app
 

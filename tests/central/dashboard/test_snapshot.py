@@ -15,10 +15,10 @@ from central.membership import NodeDirectory, NodeRecord
 from central.membership.tracker import MembershipTracker
 from central.origin import OriginService, TokenBucket
 from central.placement import PlacementService
-from central.registry.blobs import BlobStore
 from central.registry.pipeline import PushPipeline
 from central.registry.service import RegistryService
-from central.registry.sqlite_impl import SQLiteMetadataStore
+from central.storage.blobs.local import BlobStore
+from central.storage.sqlite.registry import SQLiteMetadataStore
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Heartbeat, ModelInfo
 
 

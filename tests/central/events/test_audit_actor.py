@@ -7,8 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import central_settings
 
 AUDITED = {"model_pushed", "version_deleted", "rollout_started", "rollout_promoted", "rollout_rolled_back"}
@@ -62,7 +63,7 @@ async def test_operator_events_carry_the_token_name_and_never_the_token(tmp_path
             assert events[3]["detail"] == {"model": "tiny", "version": "2"}
     finally:
         await server.stop()
-    on_disk = b"".join(p.read_bytes() for p in data_dir.glob("events.sqlite3*"))
+    on_disk = b"".join(p.read_bytes() for p in data_dir.glob("central.sqlite3*"))
     assert b"alice" in on_disk and b"rollout_rolled_back" in on_disk  # the audit trail is on disk ...
     for token in [*tokens.values(), viewer]:
         assert token not in response.text and token.encode() not in on_disk  # ... and no token anywhere

@@ -14,22 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from central.membership.event_journal import RESERVE_AHEAD, EventJournal, JournalDB
-from central.membership.events import EventLog
+from central.events import RESERVE_AHEAD, EventJournal, EventLog
 from central.settings import CentralSettings
+from central.storage.protocols import JournalDB
+from central.storage.sqlite.events import SQLiteJournalDB
 from fleetwire.mqtt.payloads import Event
 
 
 class Where:
-    """One journal's storage: ``events.sqlite3`` in a temp dir, or a fresh PostgreSQL database."""
+    """One journal's storage: ``central.sqlite3`` in a temp dir, or a fresh PostgreSQL database."""
 
     def __init__(self, path: Path, url: str | None) -> None:
         self.path, self.url = path, url
 
-    def target(self) -> Path | JournalDB:
+    def target(self) -> JournalDB:
         if self.url is None:
-            return self.path
-        from central.membership.postgres_journal import PostgresJournalDB
+            return SQLiteJournalDB(self.path)
+        from central.storage.postgres.events import PostgresJournalDB
 
         return PostgresJournalDB(self.url)
 
@@ -48,7 +49,7 @@ class Where:
 @pytest.fixture(params=["sqlite", "postgres"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    return Where(tmp_path / "events.sqlite3", url)
+    return Where(tmp_path / "central.sqlite3", url)
 
 
 def _log(where: Where, kept: int) -> EventLog:
@@ -80,14 +81,15 @@ def test_pruning_keeps_the_last_n_and_numbering_goes_on_after_a_clean_restart(wh
 _WRITER = """
     import sys, time
     from pathlib import Path
-    from central.membership.event_journal import EventJournal
-    from central.membership.events import EventLog
+    from central.events import EventJournal, EventLog
+    from central.storage.sqlite.events import SQLiteJournalDB
     from fleetwire.mqtt.payloads import Event
 
-    target = Path(sys.argv[1])
     if sys.argv[1].startswith("postgresql://"):
-        from central.membership.postgres_journal import PostgresJournalDB
+        from central.storage.postgres.events import PostgresJournalDB
         target = PostgresJournalDB(sys.argv[1])
+    else:
+        target = SQLiteJournalDB(Path(sys.argv[1]))
     log = EventLog(100, journal=EventJournal(target, 100, flush_interval_s=0.02))
     for i in range(30):
         log.append(Event(type="node_dead", ts=i, node_id=f"n{i}"))

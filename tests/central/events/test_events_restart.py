@@ -28,7 +28,7 @@ ENV = {
 
 
 def _types_on_disk(data_dir: Path) -> list[str]:
-    with sqlite3.connect(data_dir / "events.sqlite3") as db:
+    with sqlite3.connect(data_dir / "central.sqlite3") as db:
         return [r[0] for r in db.execute("SELECT type FROM events ORDER BY seq")]
 
 
@@ -43,7 +43,7 @@ def _before_the_kill(data_dir: Path, url: str, model: Path) -> list[dict[str, An
         assert started.status_code == 201, started.text
         deadline = time.monotonic() + 10
         while "rollout_started" not in _types_on_disk(data_dir):
-            assert time.monotonic() < deadline, "the rollout's event never reached events.sqlite3"
+            assert time.monotonic() < deadline, "the rollout's event never reached central.sqlite3"
             time.sleep(0.02)
         events: list[dict[str, Any]] = api.get("/api/v1/events").json()
     return events

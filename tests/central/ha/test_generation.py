@@ -12,7 +12,7 @@ import pytest
 
 from central.ha.fleet_store import FleetStore
 from central.ha.generation import GenerationWatcher
-from central.registry.pg_pool import StoreUnavailable
+from central.storage.postgres.pool import StoreUnavailable
 
 #: Far beyond any wait below: whatever the watcher reports in a test, NOTIFY or a reconnect brought.
 NO_POLL_S = 3600.0

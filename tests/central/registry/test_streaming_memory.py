@@ -16,12 +16,12 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from central.registry.blobs import BlobStore
 from central.registry.bundle import ReceivedPart, arrange
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, PushContext
 from central.registry.staging import StagedFile, Staging
 from central.settings import ChunkingSettings
+from central.storage.blobs.local import BlobStore
 from central.transport.multipart import read_push_form
 from conftest import SMALL_CHUNKS
 

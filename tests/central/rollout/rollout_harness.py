@@ -1,4 +1,4 @@
-"""Rollout test harness: a rollout service over a real node directory, membership tracker and SQLite files,
+"""Rollout test harness: a rollout service over a real node directory, membership tracker and storage,
 fed with real heartbeat payloads: the controller's inputs without a fleet."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 from central.membership import NodeDirectory, NodeRecord
 from central.membership.tracker import MembershipTracker
 from central.placement import PlacementService
-from central.registry.stores import open_metadata_store
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController, RolloutService
-from central.rollout.store import open_rollout_store
-from central.settings import StoreSettings
+from central.settings import CentralSettings, StoreSettings
+from central.storage.factory import open_storage
 from fleetwire.manifest import ChunkRef, Manifest
 from fleetwire.mqtt.payloads import Event, Heartbeat, ModelInfo
 
@@ -29,9 +28,10 @@ class RolloutHarness:
         self.changes = 0
         self.nodes = NodeDirectory(PlacementService(replicas=2, load_factor=1.25, enabled=True), self._changed)
         self.tracker = MembershipTracker(default_interval_s=60.0)
-        self.registry = open_metadata_store(store, data_dir / "registry.sqlite3")
+        storage = open_storage(CentralSettings(data_dir=data_dir, store=store, events={"persist": False}))
+        self.registry = storage.metadata
         fleet = DirectoryFleet(self.nodes, self.tracker)
-        book = RolloutBook(open_rollout_store(store, data_dir / "rollouts.sqlite3"), self._latest)
+        book = RolloutBook(storage.rollouts, self._latest)
         self.controller = RolloutController(
             book, fleet, emit=self.events.append, on_change=self._changed, stuck_after_s=30.0
         )

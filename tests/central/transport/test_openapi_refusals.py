@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import central_settings
 
 PUSH = ("/api/v1/models/{name}/versions", "post")

@@ -20,8 +20,9 @@ import grpc
 import httpx
 import pytest
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import central_settings, push
 from fleetwire.credentials import bearer_metadata
 from fleetwire.v1 import registry_pb2

@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from central.auth import Role, TokenStore
+from central.auth import Role
 from central.server import CentralServer
+from central.storage.files.tokens import TokenStore
 from conftest import EdgeFactory, central_settings, metric_samples, sample, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.transfer import TransferCaps

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import psycopg
 
-from central.membership.event_journal import Row
-from central.registry.pg_pool import open_pool
+from central.storage.postgres.pool import open_pool
+from central.storage.protocols import JournalRow
 
 _UPSERT_META = (
     "INSERT INTO events_meta (replica, key, value) VALUES (%s, %s, %s)"
@@ -54,7 +54,7 @@ class PostgresJournalDB:
                 )
             ]
 
-    def write(self, rows: list[Row], prune_to: int | None, meta: dict[str, int]) -> int | None:
+    def write(self, rows: list[JournalRow], prune_to: int | None, meta: dict[str, int]) -> int | None:
         """Insert, maybe prune, store ``meta``: one transaction."""
         left: int | None = None
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:

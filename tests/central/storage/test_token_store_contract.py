@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from central.auth.tokens import Role, TokenKind, Tokens, TokenStoreError, hash_token, open_token_store
+from central.auth.tokens import Role, TokenKind, TokenStoreError, hash_token
+from central.storage.protocols import Tokens
+from central.storage.tokens import open_token_store
 
 
 @pytest.fixture(params=["file", "postgres"])

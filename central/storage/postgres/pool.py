@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from central.registry.pg_migrations import apply_migrations
+from central.storage.postgres.migrate import apply_migrations
 
 
 class StoreUnavailable(RuntimeError):

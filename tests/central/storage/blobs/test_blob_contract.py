@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from central.core import open_blobs
-from central.registry.blobs import BlobStore, ChunkBlobs, CorruptBlob
-from central.registry.s3blobs import S3BlobStore
 from central.settings import BlobSettings, CentralSettings
+from central.storage.blobs.local import BlobStore
+from central.storage.blobs.s3 import S3BlobStore
+from central.storage.factory import open_blobs
+from central.storage.protocols import ChunkBlobs, CorruptBlob
 from modelfleet.up.s3server import S3Server
 
 #: (store, write raw bytes under a key as someone tampering with the storage would)

@@ -24,7 +24,7 @@ import obstore
 from obstore.store import S3Store
 
 from central.errors import StoreUnavailable
-from central.registry.blobs import check_digest, verified
+from central.storage.blobs.local import check_digest, verified
 from fleetwire.digest import chunk_digest, is_digest
 
 #: How long ``usage()`` answers from its last listing.

@@ -1,17 +1,17 @@
-"""Central's event log on disk: ``events.sqlite3`` in the data directory, so a restarted
-(or crashed) central still tells what happened before.
+"""Central's event log on disk (the ``events`` tables of ``central.sqlite3``, or PostgreSQL
+with ``store.url``), so a restarted (or crashed) central still tells what happened before.
 
 Write-behind: the loop hands each event over with ``add`` (a deque append, nothing
 else) and a writer thread commits what has gathered every ``flush_interval_s``, or at
-once when ``flush_max_events`` wait, in one transaction (WAL, one connection, like the
-registry's and the rollouts' stores). A burst of 10,000 deaths costs ten commits, not
-10,000, and the loop never waits on a disk. A SIGKILL loses at most the events of the
+once when ``flush_max_events`` wait, in one transaction (on SQLite through a connection of
+its own). A burst of 10,000 deaths costs ten commits, not 10,000, and the loop never waits
+on a disk. A SIGKILL loses at most the events of the
 last flush interval.
 
 Pruning keeps the last ``kept`` rows and is batched too: one range ``DELETE`` once the
 table has grown ``kept // 10`` (at least 100) rows past ``kept``.
 
-Sequence numbers are not reused after a crash: ``meta.reserved`` is kept at least
+Sequence numbers are not reused after a crash: the meta value ``reserved`` is kept at least
 ``RESERVE_AHEAD // 2`` ahead of every number written, and a start after a crash continues
 after it (a visible gap says "events may be lost here"). Only a writer more than 50,000
 events behind the loop could fall short of that. A clean close stores the last number
@@ -20,17 +20,16 @@ handed out, so a clean restart continues without a gap."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections import deque
-from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
+from central.storage.protocols import JournalDB, JournalRow
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESERVE_AHEAD", "EventJournal", "JournalDB", "PreviousStop", "SQLiteJournalDB"]
+__all__ = ["RESERVE_AHEAD", "EventJournal", "PreviousStop"]
 
 #: Sequence numbers reserved ahead of the last one written (see the module doc).
 RESERVE_AHEAD = 100_000
@@ -38,118 +37,13 @@ RESERVE_AHEAD = 100_000
 #: How the central before this one ended: None when this journal is new.
 PreviousStop = Literal["clean", "unclean"] | None
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY,
-    ts INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    node_id TEXT,
-    body TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
-"""
-
-
-#: One row of ``events``: seq, ts, type, node_id, body (the event as JSON).
-Row = tuple[int | None, int, str, str | None, str]
-
-
-class JournalDB(Protocol):
-    """Where the journal's rows live: SQLite (``SQLiteJournalDB``) or PostgreSQL. Called from one
-    thread at a time (the journal holds its lock); each method is one transaction."""
-
-    #: What a failed read or write raises (the journal counts a failed write and goes on).
-    errors: tuple[type[Exception], ...]
-
-    def load(self) -> tuple[dict[str, int], int, int]:
-        """The meta values, the highest seq stored (0 when none) and the number of rows."""
-        ...
-
-    def bodies(self, limit: int) -> list[str]:
-        """The bodies of the newest ``limit`` events, newest first."""
-        ...
-
-    def write(self, rows: list[Row], prune_to: int | None, meta: dict[str, int]) -> int | None:
-        """Insert (or replace) ``rows``; when ``prune_to`` is set, drop all but the newest
-        ``prune_to`` rows and return the rows left; store ``meta``. All in one transaction."""
-        ...
-
-    def set_meta(self, meta: dict[str, int]) -> None:
-        """Store ``meta`` (key -> value)."""
-        ...
-
-    def close(self) -> None:
-        """Release the connection."""
-        ...
-
-
-class SQLiteJournalDB:
-    """``events.sqlite3``: WAL, one connection, like the registry's and the rollouts' stores."""
-
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-
-    def load(self) -> tuple[dict[str, int], int, int]:
-        """The meta values, the highest seq stored and the number of rows."""
-        meta = {str(k): int(v) for k, v in self._db.execute("SELECT key, value FROM meta").fetchall()}
-        max_seq, rows = self._db.execute("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM events").fetchone()
-        return meta, int(max_seq), int(rows)
-
-    def bodies(self, limit: int) -> list[str]:
-        """The newest ``limit`` bodies, newest first."""
-        return [r[0] for r in self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (limit,))]
-
-    def write(self, rows: list[Row], prune_to: int | None, meta: dict[str, int]) -> int | None:
-        """Insert, maybe prune, store ``meta``: one ``BEGIN IMMEDIATE`` transaction."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO events (seq, ts, type, node_id, body) VALUES (?, ?, ?, ?, ?)", rows
-            )
-            left = self._prune(prune_to) if prune_to is not None else None
-            if meta:
-                self.set_meta(meta)
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        return left
-
-    def _prune(self, kept: int) -> int:
-        """Drop every row but the newest ``kept`` (one range delete on the primary key); the rows left."""
-        row = self._db.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?", (kept - 1,)).fetchone()
-        if row is None:  # fewer rows than counted (a replaced row)
-            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-        self._db.execute("DELETE FROM events WHERE seq < ?", (row[0],))
-        return kept
-
-    def set_meta(self, meta: dict[str, int]) -> None:
-        """Upsert each key."""
-        self._db.executemany(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            list(meta.items()),
-        )
-
-    def close(self) -> None:
-        """Close the file."""
-        self._db.close()
-
 
 class EventJournal:
     """Write-behind copy of the event log (SQLite file or PostgreSQL); ``add`` is the only method
     the loop calls per event."""
 
     def __init__(
-        self, target: Path | JournalDB, kept: int, *, flush_interval_s: float = 0.1, flush_max_events: int = 1000
+        self, db: JournalDB, kept: int, *, flush_interval_s: float = 0.1, flush_max_events: int = 1000
     ) -> None:
         self.kept = kept
         self.flush_interval_s = flush_interval_s
@@ -161,7 +55,7 @@ class EventJournal:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
-        self._db: JournalDB = SQLiteJournalDB(target) if isinstance(target, Path) else target
+        self._db = db
         self.previous_stop, self._last_seq, self._rows = self._open()
         self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
         self._thread.start()
@@ -235,7 +129,7 @@ class EventJournal:
             self.flush()
 
     def _write(self, batch: list[Event]) -> None:
-        rows: list[Row] = [(e.seq, e.ts, e.type, e.node_id, e.model_dump_json()) for e in batch]
+        rows: list[JournalRow] = [(e.seq, e.ts, e.type, e.node_id, e.model_dump_json()) for e in batch]
         last = max(int(e.seq or 0) for e in batch)
         with self._lock:
             total = self._rows + len(rows)

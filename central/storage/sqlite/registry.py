@@ -1,16 +1,16 @@
-"""SQLite metadata store (WAL). A version becomes visible in one transaction after
-all its chunks are durable, so a crash mid-push leaves no half version."""
+"""Registry metadata on SQLite (the ``models`` and ``versions`` tables of ``central.sqlite3``).
+A version becomes visible in one transaction after all its chunks are durable, so a crash
+mid-push leaves no half version."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from central.registry.store import ModelRecord, VersionExists, VersionRecord
+from central.storage.protocols import ModelRecord, VersionExists, VersionRecord, manifest_digests, utc_now
+from central.storage.sqlite.database import SQLiteDatabase, database
 from fleetwire.manifest import Manifest
 
 _SCHEMA = """
@@ -31,40 +31,19 @@ CREATE INDEX IF NOT EXISTS versions_by_seq ON versions (name, seq);
 """
 
 
-def utc_now() -> str:
-    """RFC 3339 timestamp, UTC, millisecond precision."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _add_digests(digests: set[str], manifest: dict[str, Any]) -> None:
-    """Add the chunk digests of a stored manifest's JSON (graph, data files, alternatives)."""
-    for artifact in [manifest, *manifest.get("alternatives", ())]:
-        for file in [artifact, *artifact.get("files", ())]:
-            digests.update(c["digest"] for c in file["chunks"])
-
-
 class SQLiteMetadataStore:
-    """``MetadataStore`` on one SQLite file; safe to call from worker threads."""
+    """``MetadataStore`` on a SQLite file (or on ``central.sqlite3``'s shared connection, so that
+    its writes can join a transaction of the rollout store's); safe to call from worker threads."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
+    def __init__(self, target: Path | SQLiteDatabase) -> None:
+        self._db = database(target)
         self._db.executescript(_SCHEMA)
-        self._migrate()
-
-    def _migrate(self) -> None:
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}
-        if "artifacts" not in columns:  # registries made before artifacts were kept
+        if "artifacts" not in self._db.columns("versions"):  # registries made before artifacts were kept
             self._db.execute("ALTER TABLE versions ADD COLUMN artifacts TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self._db.close()
+        """Done with the connection (closed with its last user)."""
+        self._db.release()
 
     def reachable(self) -> bool:
         """A local file: always."""
@@ -105,17 +84,16 @@ class SQLiteMetadataStore:
         artifacts = artifacts or {manifest.artifact: manifest}
         artifacts_json = json.dumps({k: m.model_dump() for k, m in artifacts.items()})
         now = utc_now()
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute(
+        try:
+            with self._db.transaction() as conn:
+                conn.execute(
                     "INSERT INTO models (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
                     (manifest.name, now),
                 )
-                (seq,) = self._db.execute(
+                (seq,) = conn.execute(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM versions WHERE name = ?", (manifest.name,)
                 ).fetchone()
-                self._db.execute(
+                conn.execute(
                     "INSERT INTO versions (name, version, seq, manifest, created_at, artifacts)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (
@@ -127,34 +105,26 @@ class SQLiteMetadataStore:
                         artifacts_json,
                     ),
                 )
-                self._db.execute("COMMIT")
-            except sqlite3.IntegrityError as exc:
-                self._db.execute("ROLLBACK")
-                raise VersionExists(f"{manifest.name}:{manifest.version}") from exc
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        except sqlite3.IntegrityError as exc:
+            raise VersionExists(f"{manifest.name}:{manifest.version}") from exc
         return VersionRecord(manifest.name, manifest.version, int(seq), manifest, manifest.created_at, dict(artifacts))
 
     def replace_manifests(self, manifest: Manifest, artifacts: dict[str, Manifest]) -> None:
         """Overwrite a stored version's manifests in one statement (same chunks; e.g. now signed)."""
         artifacts_json = json.dumps({k: m.model_dump() for k, m in artifacts.items()})
-        with self._lock:
-            self._db.execute(
-                "UPDATE versions SET manifest = ?, artifacts = ? WHERE name = ? AND version = ?",
-                (manifest.model_dump_json(), artifacts_json, manifest.name, manifest.version),
-            )
+        self._db.execute(
+            "UPDATE versions SET manifest = ?, artifacts = ? WHERE name = ? AND version = ?",
+            (manifest.model_dump_json(), artifacts_json, manifest.name, manifest.version),
+        )
 
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version (and the model row once it has none left)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            cur = self._db.execute("DELETE FROM versions WHERE name = ? AND version = ?", (name, version))
-            self._db.execute(
+        with self._db.transaction() as conn:
+            cur = conn.execute("DELETE FROM versions WHERE name = ? AND version = ?", (name, version))
+            conn.execute(
                 "DELETE FROM models WHERE name = ? AND NOT EXISTS (SELECT 1 FROM versions WHERE name = ?)",
                 (name, name),
             )
-            self._db.execute("COMMIT")
         return cur.rowcount > 0
 
     def referenced_digests(self) -> set[str]:
@@ -162,14 +132,13 @@ class SQLiteMetadataStore:
         data) of every artifact, the alternatives the served manifest carries included."""
         digests: set[str] = set()
         for manifest_json, artifacts_json in self._query("SELECT manifest, artifacts FROM versions"):
-            _add_digests(digests, json.loads(manifest_json))
+            manifest_digests(digests, json.loads(manifest_json))
             for artifact in json.loads(artifacts_json).values():
-                _add_digests(digests, artifact)
+                manifest_digests(digests, artifact)
         return digests
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+        return self._db.query(sql, args)
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> VersionRecord:

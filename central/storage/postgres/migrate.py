@@ -1,4 +1,4 @@
-"""PostgreSQL schema migrations kept in the repo (``migrations/postgres/NNNN_*.sql``).
+"""PostgreSQL schema migrations kept in the repo (``central/storage/postgres/migrations/NNNN_*.sql``).
 
 Every replica applies them at start. All of it runs in one transaction that first takes a
 transaction-scoped advisory lock, so replicas starting together queue behind each other: the
@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 
 #: Shipped as package data (pyproject's ``[tool.setuptools.package-data]``).
-MIGRATIONS_DIR = Path(__file__).parent / "migrations" / "postgres"
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 #: The advisory lock key of registry migrations (any constant shared by all replicas).
 MIGRATION_LOCK_KEY = 0x6D666C74_6D696772  # "mflt" "migr"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from central.registry import blobs as blobs_module
-from central.registry.blobs import BlobStore, atomic_write
+from central.storage.blobs import local as blobs_module
+from central.storage.blobs.local import BlobStore, atomic_write
 
 
 def sha(data: bytes) -> str:

@@ -1,11 +1,11 @@
-"""Content-addressed chunk blobs: the interface central's callers use (``ChunkBlobs``) and the
-default implementation, files under ``<data_dir>/blobs/sha256/ab/abcdef…``.
+"""Content-addressed chunk blobs on the local filesystem (the default ``ChunkBlobs``), files
+under ``<data_dir>/blobs/sha256/ab/abcdef…``.
 
 Every write is temp file + fsync + rename + directory fsync, so a crash leaves either
 the whole blob or nothing under its name. A blob is only ever written under the
 digest of the bytes actually written, and every read checks that digest again, so a
 wrong chunk can never be served (``CorruptBlob``). The S3 implementation is
-``central.registry.s3blobs``."""
+``central.storage.blobs.s3``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
 
+from central.storage.protocols import CorruptBlob
 from fleetwire.digest import chunk_digest, is_digest
 
 _READ_PIECE = 64 * 1024
@@ -45,44 +45,6 @@ def atomic_write(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
-
-
-class CorruptBlob(Exception):
-    """A stored blob's bytes no longer hash to its digest; it is never served."""
-
-
-class ChunkBlobs(Protocol):
-    """What central's callers need from a chunk store. Blocking calls: async callers run them in
-    a thread (``asyncio.to_thread``)."""
-
-    def put(self, data: bytes) -> tuple[str, bool]:
-        """Store ``data`` under its own digest (idempotent); returns (digest, newly stored)."""
-        ...
-
-    def has(self, digest: str) -> bool:
-        """True when the blob is stored."""
-        ...
-
-    def read(self, digest: str) -> bytes:
-        """The whole blob, checked against its digest (``CorruptBlob``; ``FileNotFoundError``
-        when absent)."""
-        ...
-
-    def delete(self, digest: str) -> bool:
-        """Delete the blob unless it is younger than the store's grace period; True if deleted."""
-        ...
-
-    def digests(self) -> Iterator[str]:
-        """Every stored digest."""
-        ...
-
-    def usage(self) -> tuple[int, int]:
-        """(blobs, bytes) stored."""
-        ...
-
-    def remove_temp_files(self) -> int:
-        """Delete what a crashed write left behind; returns how many."""
-        ...
 
 
 def check_digest(digest: str) -> None:

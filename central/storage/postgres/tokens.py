@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from central.auth.tokens import Role, TokenKind, TokenRecord, TokenStoreError, check_binding, hash_token, new_token
-from central.registry.pg_pool import masked_url, open_pool
+from central.storage.postgres.pool import masked_url, open_pool
 
 _COLUMNS = "name, role, sha256, created_at, node_id"
 

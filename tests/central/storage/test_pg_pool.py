@@ -10,7 +10,7 @@ import time
 import pytest
 from psycopg_pool import PoolTimeout
 
-from central.registry.pg_pool import ON_LOOP_WAIT_S, LoopSafePool, open_pool
+from central.storage.postgres.pool import ON_LOOP_WAIT_S, LoopSafePool, open_pool
 from modelfleet.up.postgres import PostgresInstance
 
 FULL_TIMEOUT_S = 3.0

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from central.registry.postgres_impl import PostgresMetadataStore
-from central.registry.sqlite_impl import SQLiteMetadataStore, utc_now
-from central.registry.store import MetadataStore, VersionExists
+from central.storage.postgres.registry import PostgresMetadataStore
+from central.storage.protocols import MetadataStore, VersionExists, utc_now
+from central.storage.sqlite.registry import SQLiteMetadataStore
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 
 

@@ -17,11 +17,11 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from central.registry.pg_migrations import apply_migrations, bundled_migrations
-from central.registry.postgres_impl import PostgresMetadataStore, StoreUnavailable, masked_url
-from central.registry.sqlite_impl import utc_now
 from central.server import CentralServer
 from central.settings import CentralSettings
+from central.storage.postgres.migrate import apply_migrations, bundled_migrations
+from central.storage.postgres.registry import PostgresMetadataStore, StoreUnavailable, masked_url
+from central.storage.protocols import utc_now
 from conftest import central_settings, push
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
 
@@ -133,7 +133,7 @@ async def test_central_on_postgres_keeps_pushes_across_a_restart_and_never_logs_
             pushed = r.json()["manifest"]
     finally:
         await first.stop()
-    assert not (tmp_path / "central" / "registry.sqlite3").exists(), "metadata went to PostgreSQL, not SQLite"
+    assert not (tmp_path / "central" / "central.sqlite3").exists(), "metadata went to PostgreSQL, not SQLite"
 
     second = CentralServer(settings)
     await second.start()

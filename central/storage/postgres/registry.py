@@ -1,4 +1,4 @@
-"""PostgreSQL metadata store (psycopg 3 with a connection pool), for central replicas that
+"""Registry metadata on PostgreSQL (psycopg 3 with a connection pool), for central replicas that
 share one registry. Same semantics as ``SQLiteMetadataStore``: a version becomes visible in
 one transaction, sequence numbers per model are never reused, a taken (name, version)
 raises ``VersionExists``. Manifests are JSONB."""
@@ -6,14 +6,15 @@ raises ``VersionExists``. Manifests are JSONB."""
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from central.registry.pg_pool import StoreUnavailable, masked_url, open_pool
-from central.registry.sqlite_impl import _add_digests, utc_now
-from central.registry.store import ModelRecord, VersionExists, VersionRecord
+from central.storage.postgres.pool import StoreUnavailable, masked_url, open_pool
+from central.storage.postgres.shared import SharedTransaction
+from central.storage.protocols import ModelRecord, VersionExists, VersionRecord, manifest_digests, utc_now
 from fleetwire.manifest import Manifest
 
 _log = logging.getLogger(__name__)
@@ -31,9 +32,17 @@ class PostgresMetadataStore:
     """``MetadataStore`` on a PostgreSQL database; applies the bundled migrations on open.
     Thread-safe: each call borrows a pooled connection."""
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0, shared: SharedTransaction | None = None
+    ) -> None:
+        """``shared``: the transactions this store's writes join (``transaction()``) with other stores'."""
+        self._shared = shared or SharedTransaction()
         self._pool, applied = open_pool(url, name="registry", pool_size=pool_size, connect_timeout_s=connect_timeout_s)
         _log.info("registry metadata on PostgreSQL %s; migrations applied now: %s", masked_url(url), applied or "none")
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """One transaction on this store's pool that the stores sharing ``shared`` join (this thread)."""
+        return self._shared.transaction(self._pool)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -72,7 +81,7 @@ class PostgresMetadataStore:
         locked first, so two replicas pushing the same model never hand out one seq twice."""
         artifacts = artifacts or {manifest.artifact: manifest}
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._shared.connection(self._pool) as conn, conn.transaction():
                 conn.execute(
                     "INSERT INTO models (name, created_at) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
                     (manifest.name, utc_now()),
@@ -100,7 +109,7 @@ class PostgresMetadataStore:
 
     def replace_manifests(self, manifest: Manifest, artifacts: dict[str, Manifest]) -> None:
         """Overwrite a stored version's manifests in one statement (same chunks; e.g. now signed)."""
-        with self._pool.connection() as conn:
+        with self._shared.connection(self._pool) as conn:
             conn.execute(
                 "UPDATE versions SET manifest = %s, artifacts = %s WHERE name = %s AND version = %s",
                 (Jsonb(manifest.model_dump(mode="json")), _artifacts_json(artifacts), manifest.name, manifest.version),
@@ -108,7 +117,7 @@ class PostgresMetadataStore:
 
     def delete_version(self, name: str, version: str) -> bool:
         """Remove a version (and the model row once it has none left), under the model's row lock."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._shared.connection(self._pool) as conn, conn.transaction():
             conn.execute("SELECT 1 FROM models WHERE name = %s FOR UPDATE", (name,))
             cur = conn.execute("DELETE FROM versions WHERE name = %s AND version = %s", (name, version))
             conn.execute(
@@ -122,13 +131,13 @@ class PostgresMetadataStore:
         the served manifest's alternatives included)."""
         digests: set[str] = set()
         for manifest, artifacts in self._query("SELECT manifest, artifacts FROM versions"):
-            _add_digests(digests, manifest)
+            manifest_digests(digests, manifest)
             for artifact in artifacts.values():
-                _add_digests(digests, artifact)
+                manifest_digests(digests, artifact)
         return digests
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn:
+        with self._shared.connection(self._pool) as conn:
             return conn.execute(sql.encode(), args).fetchall()
 
     @staticmethod

@@ -1,5 +1,5 @@
 """Rollouts and release pointers on PostgreSQL (``store.url``), so central replicas share
-them. Same semantics as the SQLite ``RolloutStore``: ids only grow (a sequence), a rollout
+them. Same semantics as ``SQLiteRolloutStore``: ids only grow (a sequence), a rollout
 is stored whole as JSON with its state beside it, ``epoch`` is the highest rollout id a
 plain push superseded."""
 
@@ -9,15 +9,20 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from central.registry.pg_pool import open_pool
 from central.rollout.model import Rollout
-from central.rollout.store import Release
+from central.storage.postgres.pool import open_pool
+from central.storage.postgres.shared import SharedTransaction
+from central.storage.protocols import Release
 
 
 class PostgresRolloutStore:
     """``RolloutRecords`` on PostgreSQL; thread-safe (each call borrows a pooled connection)."""
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 4, connect_timeout_s: float = 10.0, shared: SharedTransaction | None = None
+    ) -> None:
+        """``shared``: the transactions (a push's, opened by the registry store) this store's writes join."""
+        self._shared = shared or SharedTransaction()
         self._pool, _ = open_pool(url, name="rollouts", pool_size=pool_size, connect_timeout_s=connect_timeout_s)
 
     def close(self) -> None:
@@ -31,7 +36,7 @@ class PostgresRolloutStore:
 
     def set_release(self, model: str, stable: str | None, epoch: int) -> None:
         """Point ``model`` at ``stable``; rollouts with an id up to ``epoch`` no longer apply."""
-        with self._pool.connection() as conn:
+        with self._shared.connection(self._pool) as conn:
             conn.execute(
                 "INSERT INTO releases (model, stable, epoch) VALUES (%s, %s, %s)"
                 " ON CONFLICT (model) DO UPDATE SET stable = excluded.stable, epoch = excluded.epoch",
@@ -40,7 +45,7 @@ class PostgresRolloutStore:
 
     def insert(self, rollout: Rollout) -> Rollout:
         """Store a new rollout; returns it with its id (one transaction)."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._shared.connection(self._pool) as conn, conn.transaction():
             row = conn.execute(
                 "INSERT INTO rollouts (model, state, body) VALUES (%s, %s, '{}') RETURNING id",
                 (rollout.model, rollout.state),
@@ -54,7 +59,7 @@ class PostgresRolloutStore:
 
     def update(self, rollout: Rollout) -> None:
         """Persist a rollout's new state and progress."""
-        with self._pool.connection() as conn:
+        with self._shared.connection(self._pool) as conn:
             conn.execute(
                 "UPDATE rollouts SET state = %s, body = %s WHERE id = %s",
                 (rollout.state, Jsonb(rollout.model_dump(mode="json")), rollout.id),
@@ -69,5 +74,5 @@ class PostgresRolloutStore:
         return int(self._query("SELECT COALESCE(MAX(id), 0) FROM rollouts WHERE model = %s", (model,))[0][0])
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn:
+        with self._shared.connection(self._pool) as conn:
             return conn.execute(sql, args).fetchall()

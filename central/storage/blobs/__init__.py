@@ -1,0 +1,1 @@
+"""Chunk blob stores: a local directory (``local``) or an S3 bucket (``s3``)."""

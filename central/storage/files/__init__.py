@@ -1,0 +1,1 @@
+"""Stores kept as plain files users handle themselves: the JSON token files."""

@@ -1,0 +1,1 @@
+"""SQLite implementations of the storage protocols (one ``central.sqlite3``)."""
