@@ -120,6 +120,7 @@ class Central:
             settings.gateway,
             scheme=tls.edge_scheme,
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
+            catalog=self.registry.describe,
         )
         self.rollouts = self._rollout_service(settings)
         a, s = settings.auth, settings.store

@@ -21,8 +21,9 @@ import grpc
 import orjson
 from fastapi.responses import Response
 
+from central.gateway.candidates import ModelCatalog
 from central.gateway.grpc_convert import ConvertError, error_message, grpc_response, rest_request
-from central.gateway.metadata import ModelCatalog, gateway_server_metadata, model_ready, node_document
+from central.gateway.metadata import gateway_server_metadata, model_ready, node_document
 from central.gateway.proxy import AFFINITY_HEADER, NODE_HEADER, GatewayProxy
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc

@@ -18,7 +18,6 @@ against central as it does against one edge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import metadata as package_metadata
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +28,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from central.gateway.candidates import ModelCatalog
 from central.gateway.outcomes import failure_of, node_error
 from central.gateway.proxy import NODE_HEADER, GatewayProxy
 from fleetwire.datatypes import oip_datatype
@@ -37,9 +37,6 @@ from fleetwire.names import InvalidName, check_name
 
 SERVER_NAME = "modelfleet-gateway"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
-#: ``(model, version)`` → the stored manifest of that version (None: the model's newest) and
-#: every stored version of the model, or None when the registry has no such model or version.
-ModelCatalog = Callable[[str, str | None], tuple[Manifest, list[str]] | None]
 
 
 def _version() -> str:

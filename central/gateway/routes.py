@@ -20,8 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from central.gateway.candidates import NodeSource
-from central.gateway.metadata import ModelCatalog, create_metadata_router
+from central.gateway.candidates import ModelCatalog, NodeSource
+from central.gateway.metadata import create_metadata_router
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
 from central.gateway.router import GatewayRouter
 from central.gateway.timeouts import ReadTimeouts
@@ -35,9 +35,11 @@ def create_gateway(
     *,
     scheme: str = "http",
     ssl_context: ssl.SSLContext | None = None,
+    catalog: ModelCatalog | None = None,
 ) -> GatewayProxy:
     """A router and proxy over ``source`` configured by ``settings``, reaching edges over
-    ``scheme`` (verified with ``ssl_context`` for https); ``close()`` it at shutdown."""
+    ``scheme`` (verified with ``ssl_context`` for https); ``catalog`` tells an unknown model
+    (404) from one no node serves yet (503); ``close()`` it at shutdown."""
     s = settings or GatewaySettings()
     router = GatewayRouter(source, policy=s.policy, failure_threshold=s.failure_threshold, open_s=s.open_s)
     timeouts = ReadTimeouts(
@@ -58,6 +60,7 @@ def create_gateway(
         max_outstanding=s.max_outstanding,
         scheme=scheme,
         ssl_context=ssl_context,
+        catalog=catalog,
     )
 
 
