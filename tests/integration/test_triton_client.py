@@ -62,7 +62,7 @@ async def fleet(
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         for name, path in files.items():
             assert (await push(api, name, path)).status_code == 201
-    tracker = mqtt_central.central.membership
+    tracker = mqtt_central.central.liveness
     await wait_for(lambda: all(tracker.ready_endpoints(m) for m in files), 30, "both models ready in heartbeats")
     return mqtt_central, edge, files
 

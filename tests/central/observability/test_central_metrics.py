@@ -41,7 +41,7 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     heartbeat = {"enabled": True, "interval_s": 0.3}
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=heartbeat, broker=broker) for i in range(2)]
-    tracker = mqtt_central.central.membership
+    tracker = mqtt_central.central.liveness
     await wait_for(lambda: tracker.counts()["alive"] == 2, 20, "two alive nodes")
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         before = await _scrape(api)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from central.core import open_blobs
 from central.registry.blobs import BlobStore, ChunkBlobs, CorruptBlob
 from central.registry.s3blobs import S3BlobStore
 from central.settings import BlobSettings, CentralSettings
+from central.stores import open_blobs
 from modelfleet.up.s3server import S3Server
 
 #: (store, write raw bytes under a key as someone tampering with the storage would)
