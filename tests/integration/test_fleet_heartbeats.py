@@ -68,11 +68,16 @@ async def test_gateway_routes_by_heartbeats_and_a_leaving_node_loses_its_chunks(
         assert membership["counts"]["alive"] == 2
 
 
-async def test_no_node_can_serve_gives_503_naming_the_model(mqtt_central: CentralServer) -> None:
+async def test_no_node_can_serve_gives_503_naming_the_model(
+    mqtt_central: CentralServer, small_model_file: Path
+) -> None:
     async with httpx.AsyncClient(base_url=mqtt_central.http_url) as api:
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
-        response = await api.post("/v2/models/ghost/infer", json=body)
-    assert response.status_code == 503 and "ghost" in response.json()["error"]
+        assert (await push(api, "lonely", small_model_file)).status_code == 201  # known, on no node
+        response = await api.post("/v2/models/lonely/infer", json=body)
+        assert response.status_code == 503 and "lonely" in response.json()["error"]
+        response = await api.post("/v2/models/ghost/infer", json=body)  # never pushed
+        assert response.status_code == 404 and "ghost" in response.json()["error"]
 
 
 async def test_central_and_edges_reconverge_after_the_broker_restarts(
