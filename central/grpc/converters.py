@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from central.distribution import DesiredState, Verdict
+from central.distribution import ArtifactVerdict, DesiredState
 from central.membership import NodeRecord
 from fleetwire.convert import manifest_to_pb
 from fleetwire.transfer import DEFAULT_SITE, caps_to_pb, site_or_default
@@ -22,7 +22,7 @@ def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
     )
 
 
-def _verdict_to_pb(v: Verdict | None) -> registry_pb2.ArtifactVerdict | None:
+def _verdict_to_pb(v: ArtifactVerdict | None) -> registry_pb2.ArtifactVerdict | None:
     if v is None:
         return None
     return registry_pb2.ArtifactVerdict(

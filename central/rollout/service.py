@@ -12,11 +12,11 @@ from central.errors import Conflict, NotFound
 from central.registry.store import MetadataStore
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
+from central.rollout.cost import RolloutPreview
 from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
 from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, utc
 from central.rollout.plan import ServingPlan
-from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
 from fleetwire.manifest import Manifest
 

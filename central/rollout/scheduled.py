@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from central.rollout.labels import describe_selector, matches
 from central.rollout.model import NodeFailure, NodeProgress, Rollout
-from central.rollout.progress import Verdict, failure_reason, node_progress, settle, tally
+from central.rollout.progress import NextStep, failure_reason, node_progress, settle, tally
 from central.rollout.waves import admit as rate_admit
 from central.rollout.waves import canary_waves, next_admission_at, order_targets, wave_sizes
 from central.rollout.windows import describe_window, may_switch
@@ -73,32 +73,32 @@ def admit(r: Rollout, labels: dict[str, dict[str, str]], now: float) -> list[str
     return chosen
 
 
-def decide(r: Rollout, now: float, labels: dict[str, dict[str, str]]) -> Verdict:
+def decide(r: Rollout, now: float, labels: dict[str, dict[str, str]]) -> NextStep:
     """The next step: roll back, complete, promote (next wave), or wait, with the reason."""
     reported = r.ready + r.failed
     if reported >= r.min_nodes and r.failure_rate > r.failure_threshold:
         errors = {n: f.error or f.reason for n, f in r.failures.items()}
-        return Verdict("roll_back", failure_reason(r, errors))
+        return NextStep("roll_back", failure_reason(r, errors))
     if not r.targets:
-        return Verdict("wait", f"no node matches selector {describe_selector(r.selector)}", blocked=True)
+        return NextStep("wait", f"no node matches selector {describe_selector(r.selector)}", blocked=True)
     last = r.wave >= len(r.wave_sizes) - 1
     members = wave_members(r)
     header = f"wave {r.wave + 1} of {len(r.wave_sizes)} ({len(members)} of {len(r.targets)} nodes)"
     outside = [n for n in members if n not in r.switch_at]
     if outside:
-        return Verdict("wait", f"{header}: {_why_waiting(r, outside, labels, now)}", blocked=False)
+        return NextStep("wait", f"{header}: {_why_waiting(r, outside, labels, now)}", blocked=False)
     behind = [n for n in members if r.nodes.get(n) != "ready"]
     if behind:
         shown = ", ".join(behind[:5]) + (", …" if len(behind) > 5 else "")
-        return Verdict("wait", f"{header}: waiting for {len(behind)} to load version {r.version}: {shown}", True)
+        return NextStep("wait", f"{header}: waiting for {len(behind)} to load version {r.version}: {shown}", True)
     if last:
-        return Verdict("complete", None)
+        return NextStep("complete", None)
     if r.soak_s is None:
-        return Verdict("wait", f"{header} healthy; waiting for a manual promote to the next wave")
+        return NextStep("wait", f"{header} healthy; waiting for a manual promote to the next wave")
     left = r.soak_s - (now - (r.healthy_since or now))
     if left <= 0:
-        return Verdict("promote", None)
-    return Verdict("wait", f"{header} healthy; next wave in {left:.0f} s")
+        return NextStep("promote", None)
+    return NextStep("wait", f"{header} healthy; next wave in {left:.0f} s")
 
 
 def _why_waiting(r: Rollout, outside: list[str], labels: dict[str, dict[str, str]], now: float) -> str:

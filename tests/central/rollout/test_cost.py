@@ -4,7 +4,7 @@ how the sites add up."""
 
 from __future__ import annotations
 
-from central.rollout.preview import (
+from central.rollout.cost import (
     PIN_LABEL,
     PreviewNode,
     artifacts_to_fetch,
