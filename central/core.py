@@ -72,11 +72,11 @@ class Central:
         self._membership(settings)
         self._serving(settings)
         self._distribution(settings)
+        self.mode.steer(self._fleet_parts())  # before the metrics: registering them reads the mode's
         self.dashboard = DashboardService(self._dashboard_sources())
         self.metrics = CentralMetrics(self._state_collector(), self.gateway, self.liveness)
         #: What the transports get (each only the handlers it needs).
         self.handlers = self._handlers()
-        self.mode.steer(self._fleet_parts())
 
     def _membership(self, settings: CentralSettings) -> None:
         """The node directory (gRPC registrations), the liveness tracker and its MQTT consumer."""
