@@ -57,7 +57,7 @@ class Central:
         data.mkdir(parents=True, exist_ok=True)
         self._fresh = not (data / "registry.sqlite3").exists()
         self._stores = stores = open_stores(settings)
-        self.blobs, self.store, self.events = stores.blobs, stores.metadata, stores.events
+        self.blobs, self.store, self._events = stores.blobs, stores.metadata, stores.events
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
         #: What differs between a central alone and one replica: picked once, here.
         self.mode = open_fleet_mode(settings)
@@ -74,7 +74,7 @@ class Central:
         self._distribution(settings)
         self.mode.steer(self._fleet_parts())  # before the metrics: registering them reads the mode's
         self.dashboard = DashboardService(self._dashboard_sources())
-        self.metrics = CentralMetrics(self._state_collector(), self.gateway, self.liveness)
+        self._metrics = CentralMetrics(self._state_collector(), self.gateway, self.liveness)
         #: What the transports get (each only the handlers it needs).
         self.handlers = self._handlers()
 
@@ -83,8 +83,8 @@ class Central:
         self.directory = NodeDirectory(self.placement, on_change=self._changed, sink=self.mode.registrations)
         m = settings.mqtt
         #: Liveness from heartbeats (the MQTT consumer feeds it).
-        self.liveness = make_tracker(m, events=self.events)
-        self.failover = self.mode.failover(self.liveness, self.directory) if m.enabled else None
+        self.liveness = make_tracker(m, events=self._events)
+        self._failover = self.mode.failover(self.liveness, self.directory) if m.enabled else None
         self.mqtt = MembershipConsumer(m, self.liveness, broker=settings.broker) if m.enabled else None
 
     def _serving(self, settings: CentralSettings) -> None:
@@ -99,38 +99,38 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
             catalog=self.registry.describe,
         )
-        self.rollouts = self._rollout_service(settings)
+        self._rollouts = self._rollout_service(settings)
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here)
         #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
-        self.drift = DriftWatch(
+        self._drift = DriftWatch(
             self._manifest_of,
             emit=self.liveness.record_event,
             on_change=self._changed_here,
-            roll_back=self.rollouts.roll_back_version,
+            roll_back=self._rollouts.roll_back_version,
         )
-        self.rollouts.forced = self.drift.forced
+        self._rollouts.forced = self._drift.forced
         self._unsubscribe = [
             self.liveness.watch_heartbeats(self.verdicts.harvest),
-            self.liveness.watch_heartbeats(self.drift.harvest),
+            self.liveness.watch_heartbeats(self._drift.harvest),
             self.liveness.subscribe(lambda *_: self._rollout_controller.poke()),
         ]
 
     def _distribution(self, settings: CentralSettings) -> None:
         """Edges' transfer caps, the desired state of every node and the origin."""
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
-        self.transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
-        self.desired = DesiredStateService(
+        self._transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
+        self._desired = DesiredStateService(
             self.placement,
-            self.rollouts.active_versions,
+            self._rollouts.active_versions,
             self.directory.peers,
-            serving=self.rollouts.serving,
+            serving=self._rollouts.serving,
             grace_s=settings.origin.replaced_state_grace_s,
             verdicts=self.verdicts,
             hardware_class=self.directory.hardware_class,
             peer_sites=self.directory.sites,
-            limits=self.transfer.caps_for,
-            holding=self.rollouts.holding,
+            limits=self._transfer.caps_for,
+            holding=self._rollouts.holding,
         )
         origin = settings.origin
         self.origin = OriginService(
@@ -139,7 +139,7 @@ class Central:
             EgressBucket(origin.egress_bytes_s),
             origin.max_concurrent_streams,
             origin.max_waiting_streams,
-            entitled=self.desired.allows_chunk,
+            entitled=self._desired.allows_chunk,
         )
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
@@ -167,31 +167,33 @@ class Central:
     def _handlers(self) -> Handlers:
         record = self.liveness.record_event
         return Handlers(
-            registry=RegistryHandlers(self.registry, self.rollouts, self.staging, self.placement, self.desired, record),
+            registry=RegistryHandlers(
+                self.registry, self._rollouts, self.staging, self.placement, self._desired, record
+            ),
             fleet=FleetHandlers(
                 directory=self.directory,
                 liveness=self.liveness,
                 consumer=self.mqtt,
                 placement=self.placement,
                 verdicts=self.verdicts,
-                desired=self.desired,
+                desired=self._desired,
                 origin=self.origin,
-                transfer=self.transfer,
+                transfer=self._transfer,
                 record_event=record,
             ),
-            rollouts=RolloutHandlers(self.rollouts, self.drift),
+            rollouts=RolloutHandlers(self._rollouts, self._drift),
             health=HealthHandlers(self.store.reachable, self.mqtt, self.mode),
             edges=EdgeHandlers(
                 directory=self.directory,
                 signer=self.signer,
-                desired=self.desired,
+                desired=self._desired,
                 registry=self.registry,
                 origin=self.origin,
                 partitions=self.mode.heartbeat_partitions,
                 node_tokens=self._stores.node_tokens,
             ),
             gateway=self.gateway,
-            metrics=self.metrics,
+            metrics=self._metrics,
             dashboard=self.dashboard,
             operator_tokens=self._stores.operator_tokens,
         )
@@ -213,7 +215,7 @@ class Central:
             directory=self.directory,
             registry=self.registry,
             placement=self.placement,
-            desired=self.desired,
+            desired=self._desired,
             origin=self.origin,
             gateway=self.gateway,
             gateway_enabled=self.settings.gateway.enabled,
@@ -224,16 +226,16 @@ class Central:
 
     def _state_collector(self) -> CentralStateCollector:
         return CentralStateCollector(
-            membership=self.liveness,
-            nodes=self.directory,
-            failover=self.failover,
+            liveness=self.liveness,
+            directory=self.directory,
+            failover=self._failover,
             placement=self.placement,
-            desired=self.desired,
+            desired=self._desired,
             registry=self.registry,
             blobs=self.blobs,
             origin=self.origin,
             gateway=self.gateway,
-            rollouts=self.rollouts,
+            rollouts=self._rollouts,
             mode_metrics=self.mode.metrics,
         )
 
@@ -271,24 +273,24 @@ class Central:
         self._refresh_pending = False
         if self._closed:  # queued before close (e.g. a node left during shutdown)
             return
-        self.desired.refresh()
+        self._desired.refresh()
         self.mode.after_refresh()
 
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
-        self.desired.refresh()
+        self._desired.refresh()
         self.liveness.record_event(self._started_event())
-        self.drift.start()
+        self._drift.start()
         self.mode.start_rollouts()  # tells the log of each rollout it resumes
 
     def _started_event(self) -> Event:
         """``central_started``: a new data dir or not, how the last run stopped, what it resumes."""
-        journal = self.events.journal
+        journal = self._events.journal
         detail = {
             "fresh": self._fresh,
             "previous_stop": journal.previous_stop if journal is not None else None,
-            "events_restored": len(self.events.last()) if journal is not None else 0,
-            "rollouts_resumed": sum(1 for r in self.rollouts.all() if r.in_progress),
+            "events_restored": len(self._events.last()) if journal is not None else 0,
+            "rollouts_resumed": sum(1 for r in self._rollouts.all() if r.in_progress),
         }
         return Event(type="central_started", ts=int(time.time() * 1000), detail=detail)
 
@@ -297,8 +299,8 @@ class Central:
         self._closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        self.drift.stop()
-        self.rollouts.close()
+        self._drift.stop()
+        self._rollouts.close()
         self.liveness.close()
         self.mode.close()
         self._stores.close()

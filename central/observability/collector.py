@@ -56,8 +56,8 @@ class CentralStateCollector(Collector):
     def __init__(
         self,
         *,
-        membership: MembershipTracker,
-        nodes: NodeDirectory,
+        liveness: MembershipTracker,
+        directory: NodeDirectory,
         failover: FailoverCoordinator | None,
         placement: PlacementService,
         desired: DesiredStateService,
@@ -70,8 +70,8 @@ class CentralStateCollector(Collector):
     ) -> None:
         """``mode_metrics``: the fleet mode's own families (a replica's leadership, partitions, writes)."""
         self._mode_metrics = mode_metrics
-        self._membership = membership
-        self._nodes_directory = nodes
+        self._liveness = liveness
+        self._directory = directory
         self._failover = failover
         self._placement = placement
         self._desired = desired
@@ -83,7 +83,7 @@ class CentralStateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
-        yield from _membership(self._membership)
+        yield from _membership(self._liveness)
         yield from self._nodes()
         yield from self._registry()
         o = self._origin.stats
@@ -97,7 +97,7 @@ class CentralStateCollector(Collector):
         yield from self._mode_metrics()
 
     def _nodes(self) -> Iterator[Metric]:
-        members = [n.node_id for n in self._nodes_directory.nodes()]
+        members = [n.node_id for n in self._directory.nodes()]
         yield _gauge("modelfleet_nodes", "Nodes registered with central (on the placement ring).", len(members))
         chunks = GaugeMetricFamily(
             "modelfleet_placement_chunks", "Chunks of the active versions each node owns.", labels=("node",)
