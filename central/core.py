@@ -11,7 +11,7 @@ from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
 from central.fleet_mode import FleetParts, open_fleet_mode
 from central.gateway import create_gateway
-from central.handlers import EdgeHandlers, FleetHandlers, Handlers, HealthHandlers, RegistryHandlers, RolloutHandlers
+from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.observability import CentralMetrics, CentralStateCollector
@@ -75,8 +75,18 @@ class Central:
         self.mode.steer(self._fleet_parts())  # before the metrics: registering them reads the mode's
         self.dashboard = DashboardService(self._dashboard_sources())
         self._metrics = CentralMetrics(self._state_collector(), self.gateway, self.liveness)
-        #: What the transports get (each only the handlers it needs).
+        #: What the HTTP API (and the gateway's gRPC) serves.
         self.handlers = self._handlers()
+        #: What edges ask over the gRPC Registry service.
+        self.edge_handlers = EdgeHandlers(
+            directory=self.directory,
+            signer=self.signer,
+            desired=self._desired,
+            registry=self.registry,
+            origin=self.origin,
+            partitions=self.mode.heartbeat_partitions,
+            node_tokens=self._stores.node_tokens,
+        )
 
     def _membership(self, settings: CentralSettings) -> None:
         """The node directory (gRPC registrations), the liveness tracker and its MQTT consumer."""
@@ -164,9 +174,9 @@ class Central:
         previewer = RolloutPreviewer(book, self.store, fleet, self.placement, self.directory, self._verdict_artifact)
         return RolloutService(book, controller, self.store, fleet, previewer)
 
-    def _handlers(self) -> Handlers:
+    def _handlers(self) -> ApiHandlers:
         record = self.liveness.record_event
-        return Handlers(
+        return ApiHandlers(
             registry=RegistryHandlers(
                 self.registry, self._rollouts, self.staging, self.placement, self._desired, record
             ),
@@ -183,15 +193,6 @@ class Central:
             ),
             rollouts=RolloutHandlers(self._rollouts, self._drift),
             health=HealthHandlers(self.store.reachable, self.mqtt, self.mode),
-            edges=EdgeHandlers(
-                directory=self.directory,
-                signer=self.signer,
-                desired=self._desired,
-                registry=self.registry,
-                origin=self.origin,
-                partitions=self.mode.heartbeat_partitions,
-                node_tokens=self._stores.node_tokens,
-            ),
             gateway=self.gateway,
             metrics=self._metrics,
             dashboard=self.dashboard,

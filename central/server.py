@@ -28,7 +28,7 @@ class CentralServer:
         self.central = central = Central(settings)
         handlers, material = central.handlers, central.tls_material
         self._grpc = GrpcServer(
-            handlers.edges,
+            central.edge_handlers,
             settings.grpc_host,
             settings.grpc_port,
             material,

@@ -16,9 +16,9 @@ from central.handlers.rollouts import RolloutHandlers
 from central.observability import CentralMetrics
 
 __all__ = [
+    "ApiHandlers",
     "EdgeHandlers",
     "FleetHandlers",
-    "Handlers",
     "HealthHandlers",
     "PushOptions",
     "PushRequest",
@@ -29,16 +29,15 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Handlers:
-    """Every handler of one central; each transport takes the ones it needs."""
+class ApiHandlers:
+    """What central's HTTP API serves: operators' use cases, the dashboard, the metrics and the
+    gateway. (Edges' use cases, ``EdgeHandlers``, go to the gRPC Registry service alone.)"""
 
     registry: RegistryHandlers
     fleet: FleetHandlers
     rollouts: RolloutHandlers
     health: HealthHandlers
-    #: The gRPC Registry service's (what edges ask).
-    edges: EdgeHandlers
-    #: The inference gateway (REST and KServe v2 gRPC).
+    #: The inference gateway (REST, and KServe v2 gRPC with ``registry.describe`` as catalog).
     gateway: GatewayProxy
     metrics: CentralMetrics
     dashboard: DashboardService

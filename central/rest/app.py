@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from central.auth.tokens import Tokens
 from central.dashboard import create_dashboard_router
-from central.handlers import Handlers
+from central.handlers import ApiHandlers
 from central.rest.auth import OperatorAuth, is_write, protects
 from central.rest.errors import ERROR_RESPONSES, install_error_handlers
 from central.rest.fleet_routes import create_fleet_router
@@ -62,7 +62,7 @@ def _declare_auth(app: FastAPI, protect_reads: bool) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(handlers: Handlers, settings: CentralSettings) -> FastAPI:
+def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     """The FastAPI application over one central's ``handlers``."""
     app = FastAPI(title="modelfleet central", version="0.1.0", responses=ERROR_RESPONSES)
     install_error_handlers(app)
