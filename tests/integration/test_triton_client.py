@@ -197,7 +197,7 @@ async def test_tritons_grpc_client_against_an_edge_and_the_gateway(
     seen = await _triton_grpc_session(edge.infer_grpc_address, feed)
     _check_grpc(seen, files, feed, "modelfleet-edge", ghost="StatusCode.NOT_FOUND")
     seen = await _triton_grpc_session(central.infer_grpc_address, feed)
-    # the gateway knows no node that serves "ghost": 503 over REST, UNAVAILABLE here
-    _check_grpc(seen, files, feed, "modelfleet-gateway", ghost="StatusCode.UNAVAILABLE")
+    # the registry has never heard of "ghost": 404 over REST, NOT_FOUND here (as the edge)
+    _check_grpc(seen, files, feed, "modelfleet-gateway", ghost="StatusCode.NOT_FOUND")
     stats = central.central.gateway.stats
     assert stats.node_failures == 0 and stats.retries == 0 and stats.requests >= 4
