@@ -99,20 +99,23 @@ async def test_watch_needs_registration_and_sends_a_new_state_on_every_change(
     stream.cancel()
 
 
+async def _node_ids(api: httpx.AsyncClient) -> list[str]:
+    return [n["node_id"] for n in (await api.get("/api/v1/nodes")).json()]
+
+
 async def test_a_node_whose_stream_closes_leaves_the_ring(
-    central: CentralServer, stub: registry_pb2_grpc.RegistryStub
+    api: httpx.AsyncClient, stub: registry_pb2_grpc.RegistryStub
 ) -> None:
     await _register(stub, "short-lived")
     stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="short-lived"))
     await stream.read()
-    assert [n.node_id for n in central.central.directory.nodes()] == ["short-lived"]
+    assert await _node_ids(api) == ["short-lived"]
     stream.cancel()
     for _ in range(100):
-        if not central.central.directory.nodes():
+        if not await _node_ids(api):
             break
         await asyncio.sleep(0.05)
-    assert central.central.directory.nodes() == []
-    assert central.central.placement.members() == []
+    assert await _node_ids(api) == []
 
 
 @pytest.mark.parametrize(
@@ -125,27 +128,27 @@ async def test_a_node_whose_stream_closes_leaves_the_ring(
     ],
 )
 async def test_register_rejects_a_bad_node_id_or_label(
-    central: CentralServer, stub: registry_pb2_grpc.RegistryStub, node_id: str, labels: dict[str, str], needle: str
+    api: httpx.AsyncClient, stub: registry_pb2_grpc.RegistryStub, node_id: str, labels: dict[str, str], needle: str
 ) -> None:
     node = registry_pb2.NodeInfo(node_id=node_id, grpc_address="127.0.0.1:1", labels=labels)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Register(registry_pb2.RegisterRequest(node=node))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in (err.value.details() or "")
-    assert central.central.directory.nodes() == []
+    assert await _node_ids(api) == []
 
 
 async def test_every_state_is_sealed_for_its_node_and_starts_above_the_edges_generation(
-    central: CentralServer, stub: registry_pb2_grpc.RegistryStub, api: httpx.AsyncClient, small_model_file: Path
+    stub: registry_pb2_grpc.RegistryStub, api: httpx.AsyncClient, small_model_file: Path
 ) -> None:
     reply = await _register(stub, "sealed")
     held = 1_000_000  # what another replica, or this central before a restart, had reached
     stream = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="sealed", since_generation=held))
     first = await stream.read()
     assert isinstance(first, registry_pb2.DesiredState) and first.generation == held + 1
-    seal = open_seal(first, "sealed", central.central.signer.public_key)
+    seal = open_seal(first, "sealed", reply.manifest_public_key)
     assert seal.generation == first.generation and seal.issued_at_ms > 0
     with pytest.raises(SealError):
-        open_seal(first, "another-node", central.central.signer.public_key)
+        open_seal(first, "another-node", reply.manifest_public_key)
     assert (await push(api, "tiny", small_model_file)).status_code == 201
     update = await asyncio.wait_for(stream.read(), timeout=10)
     assert isinstance(update, registry_pb2.DesiredState) and update.generation == held + 2
