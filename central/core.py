@@ -1,25 +1,22 @@
-"""Wires central's services together. Transports get this one object."""
+"""Wires central's services together once, for one fleet mode, and hands the transports
+their handlers (``central.handlers``); no transport sees this object."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
 from central.events import create_event_log
-from central.gateway import Candidate, create_gateway
-from central.ha.view import SharedNodeSource
+from central.fleet_mode import FleetParts, open_fleet_mode
+from central.gateway import create_gateway
+from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
-from central.membership.failover import FailoverCoordinator
-from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
-from central.membership.tracker import MembershipTracker
+from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.observability import CentralMetrics, CentralStateCollector
-from central.origin import OriginService, TokenBucket
+from central.origin import EgressBucket, OriginService
 from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
 from central.registry.chunker import Chunker
@@ -37,23 +34,21 @@ from fleetwire.manifest import Manifest
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
 
-if TYPE_CHECKING:  # psycopg (the [postgres] extra) only where a replica is configured
-    from central.ha.replica import Replica
 
-
-class TrackerNodeSource:
-    """Gateway candidates: alive nodes whose last heartbeat lists the model ready."""
-
-    def __init__(self, tracker: MembershipTracker) -> None:
-        self._tracker = tracker
-
-    def candidates(self, model: str, version: str | None) -> list[Candidate]:
-        """Node id and HTTP address of every node that can serve ``model`` (``version``)."""
-        return [Candidate(n, a) for n, a in self._tracker.ready_endpoints(model, version) if a]
+def _pipeline(settings: CentralSettings, central: Central) -> PushPipeline:
+    steps: list[PushStep] = [
+        ValidateStep(),
+        QuantizeStep(settings.quantize),
+        *([GuardStep()] if settings.quantize.enabled else []),
+        ChunkStep(Chunker(settings.chunking), central.blobs),
+        ManifestStep(central.signer),
+    ]
+    return PushPipeline(steps)
 
 
 class Central:
-    """The registry, placement, node directory, desired state and origin of one central."""
+    """The registry, placement, node directory, liveness, rollouts, desired state and origin of
+    one central, in one fleet mode (alone, or one replica)."""
 
     def __init__(self, settings: CentralSettings) -> None:
         self.settings = settings
@@ -61,181 +56,198 @@ class Central:
         self._closed = False
         data = settings.data_dir
         #: Every store, SQLite (one ``central.sqlite3``) or PostgreSQL, picked once.
-        self.storage = storage = open_storage(settings)
+        self._storage = storage = open_storage(settings)
         self._fresh = storage.fresh
-        self.blobs = storage.blobs
+        self.blobs, self.store = storage.blobs, storage.metadata
         self.blobs.remove_temp_files()
+        self._events = create_event_log(settings.events, storage.events)
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
-        self.store = storage.metadata
-        #: This process as one replica of a replicated central (``ha.replica_id``), else None.
-        self.replica = self._replica(settings)
-        self.signer = self._signer(settings, data)
+        #: What differs between a central alone and one replica: picked once, here.
+        self.mode = open_fleet_mode(settings)
+        self.signer: ManifestSigner = self.mode.signer(data)
         self.signer.sign_stored(self.store)
         p = settings.placement
         self.placement = PlacementService(
             replicas=p.replicas, load_factor=p.load_factor, enabled=p.enabled, site_aware=p.site_aware
         )
-        steps: list[PushStep] = [
-            ValidateStep(),
-            QuantizeStep(settings.quantize),
-            *([GuardStep()] if settings.quantize.enabled else []),
-            ChunkStep(Chunker(settings.chunking), self.blobs),
-            ManifestStep(self.signer),
-        ]
-        pipeline = PushPipeline(steps)
         self.registry = RegistryService(
-            self.store, self.blobs, pipeline, on_change=self._changed_here, transaction=storage.transaction
+            self.store,
+            self.blobs,
+            _pipeline(settings, self),
+            on_change=self._changed_here,
+            transaction=storage.transaction,
         )
         self.registry.remove_orphan_blobs()
-        self.nodes = NodeDirectory(self.placement, on_change=self._changed, sink=self.replica)
+        self._membership(settings)
+        self._serving(settings)
+        self._distribution(settings)
+        self.mode.steer(self._fleet_parts())  # before the metrics: registering them reads the mode's
+        self.dashboard = DashboardService(self._dashboard_sources())
+        self._metrics = CentralMetrics(self._state_collector(), self.gateway, self.liveness)
+        #: What the HTTP API (and the gateway's gRPC) serves.
+        self.handlers = self._handlers()
+        #: What edges ask over the gRPC Registry service.
+        self.edge_handlers = EdgeHandlers(
+            directory=self.directory,
+            signer=self.signer,
+            desired=self._desired,
+            registry=self.registry,
+            origin=self.origin,
+            partitions=self.mode.heartbeat_partitions,
+            node_tokens=self._storage.node_tokens,
+        )
+
+    def _membership(self, settings: CentralSettings) -> None:
+        """The node directory (gRPC registrations), the liveness tracker and its MQTT consumer."""
+        self.directory = NodeDirectory(self.placement, on_change=self._changed, sink=self.mode.registrations)
         m = settings.mqtt
-        self.events = create_event_log(settings.events, storage.events)
-        self.membership = make_tracker(m, events=self.events)
-        # A replica's ring follows the shared liveness instead (central.ha.replica).
-        self.failover = FailoverCoordinator(self.membership, self.nodes) if m.enabled and self.replica is None else None
-        self.mqtt = MembershipConsumer(m, self.membership, broker=settings.broker) if m.enabled else None
+        #: Liveness from heartbeats (the MQTT consumer feeds it).
+        self.liveness = make_tracker(m, events=self._events)
+        self._failover = self.mode.failover(self.liveness, self.directory) if m.enabled else None
+        self.mqtt = MembershipConsumer(m, self.liveness, broker=settings.broker) if m.enabled else None
+
+    def _serving(self, settings: CentralSettings) -> None:
+        """The gateway, the rollouts and the INT8 drift watch."""
         tls = settings.tls
         #: The TLS files, read and checked once here for the gateway's client and both listeners.
         self.tls_material = material = tls.material() if tls.enabled else None
         self.gateway = create_gateway(
-            TrackerNodeSource(self.membership) if self.replica is None else SharedNodeSource(self.replica.view),
+            self.mode.node_source(self.liveness),
             settings.gateway,
             scheme=tls.edge_scheme,
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
+            catalog=self.registry.describe,
         )
-        self.rollouts = self._rollout_service(settings)
-        #: The REST API's operator tokens (``auth.enabled``) and the gRPC Registry's node tokens
-        #: (``auth.nodes_required``): files in the data dir, or PostgreSQL with ``store.url``.
-        self.operator_tokens = storage.operator_tokens
-        self.node_tokens = storage.node_tokens
+        self._rollouts = self._rollout_service(settings)
         #: Which artifact each hardware class serves, as the first node of the class timed it.
-        self.verdicts = VerdictBook(self.nodes.hardware_class, on_new=self._changed_here)
-        self._verdicts_unsubscribe = self.membership.watch_heartbeats(self.verdicts.harvest)
+        self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here)
         #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
-        self.drift = DriftWatch(
+        self._drift = DriftWatch(
             self._manifest_of,
-            emit=self.events.record,
+            emit=self._events.record,
             on_change=self._changed_here,
-            roll_back=self.rollouts.roll_back_version,
+            roll_back=self._rollouts.roll_back_version,
         )
-        self.rollouts.forced = self.drift.forced
-        self._drift_unsubscribe = self.membership.watch_heartbeats(self.drift.harvest)
+        self._rollouts.forced = self._drift.forced
+        self._unsubscribe = [
+            self.liveness.watch_heartbeats(self.verdicts.harvest),
+            self.liveness.watch_heartbeats(self._drift.harvest),
+            self.liveness.subscribe(lambda *_: self._rollout_controller.poke()),
+        ]
+
+    def _distribution(self, settings: CentralSettings) -> None:
+        """Edges' transfer caps, the desired state of every node and the origin."""
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
-        self.transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
-        self.desired = DesiredStateService(
+        self._transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
+        self._desired = DesiredStateService(
             self.placement,
-            self.rollouts.active_versions,
-            self.nodes.peers,
-            serving=self.rollouts.serving,
+            self._rollouts.active_versions,
+            self.directory.peers,
+            serving=self._rollouts.serving,
             grace_s=settings.origin.replaced_state_grace_s,
             verdicts=self.verdicts,
-            hardware_class=self.nodes.hardware_class,
-            peer_sites=self.nodes.sites,
-            limits=self.transfer.caps_for,
-            holding=self.rollouts.holding,
+            hardware_class=self.directory.hardware_class,
+            peer_sites=self.directory.sites,
+            limits=self._transfer.caps_for,
+            holding=self._rollouts.holding,
         )
-        bucket = TokenBucket(settings.origin.egress_bytes_s)
         origin = settings.origin
         self.origin = OriginService(
             self.blobs,
             self.placement,
-            bucket,
+            EgressBucket(origin.egress_bytes_s),
             origin.max_concurrent_streams,
             origin.max_waiting_streams,
-            entitled=self.desired.allows_chunk,
-        )
-        self.dashboard = DashboardService(self._dashboard_sources(settings))
-        self.metrics = CentralMetrics(self._state_collector(), self.gateway, self.membership)
-        if self.replica is not None:
-            from central.ha.replica import ReplicaParts
-
-            self.replica.attach(
-                ReplicaParts(
-                    nodes=self.nodes,
-                    tracker=self.membership,
-                    consumer=self.mqtt,
-                    placement=self.placement,
-                    book=self._rollout_book,
-                    controller=self._rollout_controller,
-                    changed=self._changed,
-                )
-            )
-
-    @staticmethod
-    def _replica(settings: CentralSettings) -> Replica | None:
-        if settings.ha.replica_id is None:
-            return None
-        from central.ha.replica import Replica  # psycopg: the [postgres] extra
-
-        return Replica(settings)
-
-    def _signer(self, settings: CentralSettings, data: Path) -> ManifestSigner:
-        """The manifest key: this data dir's, or on a replica the one all replicas share."""
-        if self.replica is None:
-            return ManifestSigner.load_or_create(data)
-        from central.ha.shared_files import share_signing_key
-
-        with self.replica.fleet.connection() as conn:
-            return share_signing_key(conn, data)
-
-    def _dashboard_sources(self, settings: CentralSettings) -> DashboardSources:
-        return DashboardSources(
-            membership=self.membership,
-            nodes=self.nodes,
-            registry=self.registry,
-            placement=self.placement,
-            desired=self.desired,
-            origin=self.origin,
-            gateway=self.gateway,
-            gateway_enabled=settings.gateway.enabled,
-            mqtt_enabled=self.mqtt is not None,
-            shared=self.replica.view if self.replica is not None else None,
-            replicas=self.replicas if self.replica is not None else None,
-        )
-
-    def _state_collector(self) -> CentralStateCollector:
-        return CentralStateCollector(
-            membership=self.membership,
-            nodes=self.nodes,
-            failover=self.failover,
-            placement=self.placement,
-            desired=self.desired,
-            registry=self.registry,
-            blobs=self.blobs,
-            origin=self.origin,
-            gateway=self.gateway,
-            rollouts=self.rollouts,
-            replica=self.replica.health if self.replica is not None else None,
+            entitled=self._desired.allows_chunk,
         )
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
-        fleet = (
-            DirectoryFleet(self.nodes, self.membership)
-            if self.replica is None
-            else DirectoryFleet(self.nodes, reports=self.replica.view.reported, clocks=self.replica.view.clock)
-        )
+        mode = self.mode
+        fleet: DirectoryFleet = mode.rollout_fleet(self.directory, self.liveness)
         self._rollout_book = book = RolloutBook(
-            self.storage.rollouts,
-            self._latest_versions,
-            on_write=self.replica.bump if self.replica is not None else None,
+            self._storage.rollouts, self._latest_versions, on_write=mode.changed_here
         )
         r = settings.rollout
-        controller = RolloutController(
+        self._rollout_controller = controller = RolloutController(
             book,
             fleet,
-            emit=self.events.record,
+            emit=self._events.record,
             on_change=self._changed_here,
             interval_s=r.interval_s,
             stuck_after_s=r.stuck_after_s,
-            reread=book.reload if self.replica is not None else None,
-            leading=(lambda: self.replica is not None and self.replica.is_leader) if self.replica is not None else None,
+            reread=lambda: mode.reread(book),
+            leading=mode.leads,
             flip_rules=FlipRules(r.flip_lead_s, r.flip_max_clock_offset_s, r.flip_max_clock_error_s),
         )
-        self._rollout_controller = controller
-        self._rollouts_unsubscribe = self.membership.subscribe(lambda *_: controller.poke())
-        previewer = RolloutPreviewer(book, self.store, fleet, self.placement, self.nodes, self._verdict_artifact)
+        previewer = RolloutPreviewer(book, self.store, fleet, self.placement, self.directory, self._verdict_artifact)
         return RolloutService(book, controller, self.store, fleet, previewer)
+
+    def _handlers(self) -> ApiHandlers:
+        record = self._events.record
+        return ApiHandlers(
+            registry=RegistryHandlers(
+                self.registry, self._rollouts, self.staging, self.placement, self._desired, record
+            ),
+            fleet=FleetHandlers(
+                directory=self.directory,
+                liveness=self.liveness,
+                consumer=self.mqtt,
+                placement=self.placement,
+                verdicts=self.verdicts,
+                desired=self._desired,
+                origin=self.origin,
+                transfer=self._transfer,
+                record_event=record,
+            ),
+            rollouts=RolloutHandlers(self._rollouts, self._drift),
+            health=HealthHandlers(self.store.reachable, self.mqtt, self.mode),
+            gateway=self.gateway,
+            metrics=self._metrics,
+            dashboard=self.dashboard,
+            operator_tokens=self._storage.operator_tokens,
+        )
+
+    def _fleet_parts(self) -> FleetParts:
+        return FleetParts(
+            directory=self.directory,
+            liveness=self.liveness,
+            consumer=self.mqtt,
+            placement=self.placement,
+            book=self._rollout_book,
+            controller=self._rollout_controller,
+            changed=self._changed,
+        )
+
+    def _dashboard_sources(self) -> DashboardSources:
+        return DashboardSources(
+            liveness=self.liveness,
+            directory=self.directory,
+            registry=self.registry,
+            placement=self.placement,
+            desired=self._desired,
+            origin=self.origin,
+            gateway=self.gateway,
+            gateway_enabled=self.settings.gateway.enabled,
+            mqtt_enabled=self.mqtt is not None,
+            shared=self.mode.shared_liveness,
+            replicas=self.mode.replicas,
+        )
+
+    def _state_collector(self) -> CentralStateCollector:
+        return CentralStateCollector(
+            liveness=self.liveness,
+            directory=self.directory,
+            failover=self._failover,
+            placement=self.placement,
+            desired=self._desired,
+            registry=self.registry,
+            blobs=self.blobs,
+            origin=self.origin,
+            gateway=self.gateway,
+            rollouts=self._rollouts,
+            mode_metrics=self.mode.metrics,
+        )
 
     def _verdict_artifact(self, key: tuple[str, str], hardware_class: str) -> str | None:
         """The artifact ``hardware_class`` serves of version ``key``, per its verdict (None: none)."""
@@ -247,17 +259,16 @@ class Central:
         return record.manifest if record is not None else None
 
     def _site_of(self, node_id: str) -> str | None:
-        node = self.nodes.get(node_id)
+        node = self.directory.get(node_id)
         return node.site if node is not None else None
 
     def _latest_versions(self) -> dict[str, str | None]:
         return {m.name: m.latest for m in self.store.list_models()}
 
     def _changed_here(self) -> None:
-        """A change made by this process (a push, a rollout step, a verdict): re-place here and,
-        on a replica, tell the others to re-read."""
-        if self.replica is not None:
-            self.replica.bump()
+        """A change made by this process (a push, a rollout step, a verdict): re-place here and
+        tell whoever shares the fleet's state."""
+        self.mode.changed_here()
         self._changed()
 
     def _changed(self) -> None:
@@ -272,69 +283,39 @@ class Central:
         self._refresh_pending = False
         if self._closed:  # queued before close (e.g. a node left during shutdown)
             return
-        self.desired.refresh()
-        if self.replica is not None:
-            self.replica.after_refresh()
+        self._desired.refresh()
+        self.mode.after_refresh()
 
     def start(self) -> None:
         """Compute the initial desired state (needs the running loop)."""
-        self.desired.refresh()
-        self.events.record(self._started_event())
-        self.drift.start()
-        if self.replica is None:  # a replica runs rollouts only while it leads
-            self._rollout_controller.start()  # tells the log of each rollout it resumes
+        self._desired.refresh()
+        self._events.record(self._started_event())
+        self._drift.start()
+        self.mode.start_rollouts()  # tells the log of each rollout it resumes
 
     def _started_event(self) -> Event:
         """``central_started``: a new data dir or not, how the last run stopped, what it resumes."""
-        journal = self.events.journal
+        journal = self._events.journal
         detail = {
             "fresh": self._fresh,
             "previous_stop": journal.previous_stop if journal is not None else None,
-            "events_restored": len(self.events.last()) if journal is not None else 0,
-            "rollouts_resumed": sum(1 for r in self.rollouts.all() if r.in_progress),
+            "events_restored": len(self._events.last()) if journal is not None else 0,
+            "rollouts_resumed": sum(1 for r in self._rollouts.all() if r.in_progress),
         }
         return Event(type="central_started", ts=int(time.time() * 1000), detail=detail)
 
-    def readiness(self) -> dict[str, Any]:
-        """``/readyz``: whether this central can take traffic now, and why not."""
-        checks: dict[str, bool] = {"store": self.store.reachable()}
-        if self.mqtt is not None:
-            checks["broker"] = self.mqtt.connected
-        body: dict[str, Any] = {}
-        if self.replica is not None:
-            health = self.replica.health()
-            checks["control_session"] = health["control_connected"]
-            checks["fleet_feed"] = health["generation_connected"]
-            body["replica"] = health
-        body["checks"] = checks
-        body["ready"] = all(checks.values())
-        return body
-
-    def replicas(self) -> dict[str, Any]:
-        """The live replicas (a replicated central), or this one process."""
-        if self.replica is None:
-            return {"replicated": False, "replicas": [{"replica_id": None, "leader": True}]}
-        return {
-            "replicated": True,
-            "this": self.replica.replica_id,
-            "leader_id": self.replica.control.leader_id() if self.replica.control is not None else None,
-            "replicas": [dataclasses.asdict(r) for r in self.replica.replicas()],
-        }
-
     def close(self) -> None:
-        """Release the tracker's timers, the metadata store and the event log (written out)."""
+        """Release the tracker's timers, the fleet mode and the stores (the event log written out)."""
         self._closed = True
-        self._rollouts_unsubscribe()
-        self._verdicts_unsubscribe()
-        self._drift_unsubscribe()
-        self.drift.stop()
-        self.rollouts.close()
-        self.membership.close()
-        if self.replica is not None:
-            self.replica.close()
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._drift.stop()
+        self._rollouts.close()
+        self.liveness.close()
+        self.mode.close()
         self.store.close()
-        for tokens in (self.operator_tokens, self.node_tokens):
+        for tokens in (self._storage.operator_tokens, self._storage.node_tokens):
             if tokens is not None:
                 tokens.close()
-        if self.events.journal is not None:
-            self.events.journal.close()
+        if self._events.journal is not None:
+            self._events.journal.close()

@@ -56,7 +56,7 @@ class DashboardService:
         self._shared: tuple[float, dict[str, Any]] | None = None
         # A shared snapshot older than a transition would undo, on a page, the state the
         # transition's message has just shown: any transition retires it.
-        sources.membership.subscribe(self._retire_shared)
+        sources.liveness.subscribe(self._retire_shared)
 
     def _retire_shared(self, *_: object) -> None:
         self._shared = None
@@ -84,7 +84,7 @@ class DashboardService:
     async def stream(self, rollouts: RolloutSource = _no_rollouts) -> AsyncIterator[bytes]:
         """SSE bytes until the client goes away or ``close()``; see the module doc."""
         queue: asyncio.Queue[object] = asyncio.Queue(_QUEUE_LIMIT)
-        unsubscribe = self._sources.membership.subscribe(self._enqueuer(queue))
+        unsubscribe = self._sources.liveness.subscribe(self._enqueuer(queue))
         self._queues.add(queue)
         try:
             yield f"retry: {RETRY_MS}\n\n".encode()

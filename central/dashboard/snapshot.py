@@ -9,11 +9,12 @@ with central: it adds the time elapsed since the document arrived."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from central.distribution import DesiredStateService
+from central.fleet_mode.protocol import SharedLiveness
 from central.gateway import GatewayProxy
 from central.membership import NodeDirectory
 from central.membership.liveness import NodeView
@@ -22,10 +23,6 @@ from central.origin import OriginService
 from central.placement import PlacementService
 from central.registry.service import RegistryService
 from central.storage.protocols import VersionRecord
-
-if TYPE_CHECKING:  # a replica's view; psycopg (the [postgres] extra) only where replicas run
-    from central.ha.fleet_store import NodeLiveness
-    from central.ha.view import SharedView
 
 __all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "DashboardSources", "build_snapshot", "membership_event"]
 
@@ -44,9 +41,9 @@ Placed = dict[tuple[str, str], dict[str, list[str]]]
 class DashboardSources:
     """The services a snapshot reads (all read-only here)."""
 
-    membership: MembershipTracker
+    liveness: MembershipTracker
     """Liveness, last heartbeats, counters and the event log."""
-    nodes: NodeDirectory
+    directory: NodeDirectory
     """Nodes registered over gRPC (capacity, labels)."""
     registry: RegistryService
     """Models and their versions."""
@@ -62,14 +59,14 @@ class DashboardSources:
     """Whether the gateway routes are served."""
     mqtt_enabled: bool
     """Whether central follows heartbeats over MQTT (else there is no broker link to show)."""
-    shared: SharedView | None = None
-    """A replica's copy of the fleet state: liveness of the nodes other replicas track."""
-    replicas: Callable[[], dict[str, Any]] | None = None
-    """The live replicas and who leads (a replicated central)."""
+    shared: Callable[[], Mapping[str, SharedLiveness]]
+    """Liveness of the nodes other replicas track (``FleetMode.shared_liveness``; none alone)."""
+    replicas: Callable[[], dict[str, Any]]
+    """The live replicas and who leads, or this one process (``FleetMode.replicas``)."""
 
 
 def _node(
-    view: NodeView | None, record: Any, now: float, owned: int, shared: NodeLiveness | None = None
+    view: NodeView | None, record: Any, now: float, owned: int, shared: SharedLiveness | None = None
 ) -> dict[str, Any]:
     """One node row: liveness from the tracker, registration from the directory; on a replica,
     a node another replica tracks gets its state and models from the shared liveness."""
@@ -113,9 +110,9 @@ def _round(value: float | None) -> float | None:
 
 def nodes_section(sources: DashboardSources, now: float, placed: Placed) -> list[dict[str, Any]]:
     """Every node the tracker or the directory knows, by id."""
-    views = {v.node_id: v for v in sources.membership.nodes()}
-    records = {r.node_id: r for r in sources.nodes.nodes()}
-    shared = sources.shared.liveness if sources.shared is not None else {}
+    views = {v.node_id: v for v in sources.liveness.nodes()}
+    records = {r.node_id: r for r in sources.directory.nodes()}
+    shared = sources.shared()
     owned: dict[str, set[str]] = {}
     for owners_by_digest in placed.values():  # one pass, not one scan of the placement per node
         for digest, owners in owners_by_digest.items():
@@ -220,7 +217,7 @@ def gateway_section(proxy: GatewayProxy, enabled: bool) -> dict[str, Any]:
 
 def central_section(sources: DashboardSources) -> dict[str, Any]:
     """Central's own state: desired-state generation, broker link, detection settings."""
-    tracker = sources.membership
+    tracker = sources.liveness
     return {
         "generation": sources.desired.generation,
         "mqtt_enabled": sources.mqtt_enabled,
@@ -230,7 +227,7 @@ def central_section(sources: DashboardSources) -> dict[str, Any]:
         "counts": tracker.counts(),
         "counters": tracker.counters.as_dict(),
         "origin_bytes_sent": sources.origin.stats.bytes_sent,
-        "replicas": sources.replicas() if sources.replicas is not None else None,
+        "replicas": sources.replicas(),
     }
 
 
@@ -246,7 +243,7 @@ def build_snapshot(sources: DashboardSources, loop_now: float, rollouts: list[di
         "models": models_section(sources.registry, versions, placed, nodes),
         "placement": placement_section(placed),
         "rollouts": rollouts,
-        "events": [e.model_dump() for e in reversed(sources.membership.events(MAX_EVENTS))],
+        "events": [e.model_dump() for e in reversed(sources.liveness.events(MAX_EVENTS))],
         "gateway": gateway_section(sources.gateway, sources.gateway_enabled),
     }
 

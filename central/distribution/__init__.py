@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from central.distribution.assignment import VersionAssignment
 from central.distribution.desired_state import DesiredState, DesiredStateService
-from central.distribution.verdicts import Verdict, VerdictBook
+from central.distribution.verdicts import ArtifactVerdict, VerdictBook
 
-__all__ = ["DesiredState", "DesiredStateService", "Verdict", "VerdictBook", "VersionAssignment"]
+__all__ = ["ArtifactVerdict", "DesiredState", "DesiredStateService", "VerdictBook", "VersionAssignment"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from central.distribution.verdicts import Verdict
+from central.distribution.verdicts import ArtifactVerdict
 from fleetwire.manifest import Manifest
 
 
@@ -17,7 +17,7 @@ class VersionAssignment:
     serve: bool
     placement: dict[str, list[str]]
     #: Which artifact to serve, as a node of this node's hardware class timed it; None: time them.
-    verdict: Verdict | None = None
+    verdict: ArtifactVerdict | None = None
     #: Held whole but not served (a staged rollout before its flip).
     stage: bool = False
     #: Served from this instant of central's clock (Unix seconds); None: at once.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from central.distribution.assignment import NodeHolding, VersionAssignment
 from central.distribution.grants import SentLog, SentState
-from central.distribution.verdicts import Verdict, VerdictBook
+from central.distribution.verdicts import ArtifactVerdict, VerdictBook
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
 from fleetwire.transfer import TransferCaps
@@ -132,7 +132,7 @@ class DesiredStateService:
             limits=self._limits(node_id) if self._limits is not None else TransferCaps(),
         )
 
-    def _verdict(self, manifest: Manifest, hardware_class: str) -> Verdict | None:
+    def _verdict(self, manifest: Manifest, hardware_class: str) -> ArtifactVerdict | None:
         """The verdict for ``manifest`` on ``hardware_class``, if it names one of its artifacts."""
         if self._verdicts is None or not manifest.alternatives:
             return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from fleetwire.mqtt.fast import AnyHeartbeat
 
-__all__ = ["MAX_VERDICTS", "SHARED_SOURCES", "Verdict", "VerdictBook"]
+__all__ = ["MAX_VERDICTS", "SHARED_SOURCES", "ArtifactVerdict", "VerdictBook"]
 
 #: Verdicts kept at most (one per model version and hardware class: a fleet has few classes).
 MAX_VERDICTS = 4096
@@ -32,7 +32,7 @@ VersionKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ArtifactVerdict:
     """The artifact a node of ``hardware_class`` timed fastest, and by how much."""
 
     artifact: str
@@ -62,17 +62,17 @@ class VerdictBook:
         self._registered_class = registered_class
         self._on_new = on_new
         self._max = max_entries
-        self._verdicts: dict[tuple[str, str, str], Verdict] = {}
+        self._verdicts: dict[tuple[str, str, str], ArtifactVerdict] = {}
         self._active: frozenset[VersionKey] | None = None
 
     def __len__(self) -> int:
         return len(self._verdicts)
 
-    def get(self, key: VersionKey, hardware_class: str) -> Verdict | None:
+    def get(self, key: VersionKey, hardware_class: str) -> ArtifactVerdict | None:
         """The verdict for a version on a class, or None: nodes of it time the artifacts."""
         return self._verdicts.get((key[0], key[1], hardware_class)) if hardware_class else None
 
-    def record(self, key: VersionKey, verdict: Verdict) -> bool:
+    def record(self, key: VersionKey, verdict: ArtifactVerdict) -> bool:
         """Keep ``verdict`` unless the version is not active or its class has one already."""
         book_key = (key[0], key[1], verdict.hardware_class)
         if book_key in self._verdicts or (self._active is not None and key not in self._active):
@@ -96,7 +96,7 @@ class VerdictBook:
                 continue
             if self._registered_class(node_id) != c.hardware_class:
                 continue
-            verdict = Verdict(
+            verdict = ArtifactVerdict(
                 artifact=c.artifact,
                 hardware_class=c.hardware_class,
                 node_id=c.from_node or node_id,

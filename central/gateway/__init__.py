@@ -5,10 +5,10 @@ affinity), with per-node circuit breakers and retries on other nodes."""
 from __future__ import annotations
 
 from central.gateway.breaker import BreakerState, CircuitBreaker
-from central.gateway.candidates import Candidate, NodeSource, StaticNodeSource
+from central.gateway.candidates import Candidate, ModelCatalog, NodeSource, StaticNodeSource
+from central.gateway.factory import create_gateway
 from central.gateway.proxy import AFFINITY_HEADER, NODE_HEADER, GatewayProxy, GatewayResponse, GatewayStats
 from central.gateway.router import GatewayRouter, Policy
-from central.gateway.routes import create_gateway, create_gateway_router
 
 __all__ = [
     "AFFINITY_HEADER",
@@ -20,9 +20,9 @@ __all__ = [
     "GatewayResponse",
     "GatewayRouter",
     "GatewayStats",
+    "ModelCatalog",
     "NodeSource",
     "Policy",
     "StaticNodeSource",
     "create_gateway",
-    "create_gateway_router",
 ]

@@ -18,28 +18,22 @@ against central as it does against one edge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import metadata as package_metadata
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
-from fastapi import APIRouter
-from fastapi.responses import Response
-from pydantic import BaseModel
 
+from central.gateway.candidates import ModelCatalog
 from central.gateway.outcomes import failure_of, node_error
-from central.gateway.proxy import NODE_HEADER, GatewayProxy
+from central.gateway.proxy import NODE_HEADER, GatewayProxy, GatewayResponse
 from fleetwire.datatypes import oip_datatype
 from fleetwire.manifest import Manifest, TensorSpec
 from fleetwire.names import InvalidName, check_name
 
 SERVER_NAME = "modelfleet-gateway"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
-#: ``(model, version)`` → the stored manifest of that version (None: the model's newest) and
-#: every stored version of the model, or None when the registry has no such model or version.
-ModelCatalog = Callable[[str, str | None], tuple[Manifest, list[str]] | None]
 
 
 def _version() -> str:
@@ -49,22 +43,23 @@ def _version() -> str:
         return "0"
 
 
-def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(doc), status_code=status, media_type="application/json", headers=headers)
+def json_answer(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> GatewayResponse:
+    """A JSON document as the gateway's answer."""
+    return GatewayResponse(status, {"content-type": "application/json", **(headers or {})}, orjson.dumps(doc))
 
 
 def _what(model: str, version: str | None) -> str:
     return f"model {model!r}" + (f" (version {version!r})" if version is not None else "")
 
 
-def _invalid(model: str, version: str | None) -> Response | None:
+def _invalid(model: str, version: str | None) -> GatewayResponse | None:
     """422 naming the rule for a name no model can have (as the inference routes do)."""
     try:
         check_name("model name", model)
         if version is not None:
             check_name("version", version)
     except InvalidName as exc:
-        return _json({"error": str(exc)}, 422)
+        return json_answer({"error": str(exc)}, 422)
     return None
 
 
@@ -90,17 +85,17 @@ def catalog_metadata(manifest: Manifest, versions: list[str]) -> dict[str, Any]:
     }
 
 
-def _not_served(model: str, version: str | None, suffix: str, catalog: ModelCatalog | None) -> Response:
+def _not_served(model: str, version: str | None, suffix: str, catalog: ModelCatalog | None) -> GatewayResponse:
     """The registry's metadata of a model no node serves; 404 for its config or an unknown model."""
     found = catalog(model, version) if catalog is not None and suffix == "" else None
     if found is None:
-        return _json({"error": f"{_what(model, version)} is not served by any alive node"}, 404)
-    return _json(catalog_metadata(*found))
+        return json_answer({"error": f"{_what(model, version)} is not served by any alive node"}, 404)
+    return json_answer(catalog_metadata(*found))
 
 
 async def node_document(
     proxy: GatewayProxy, model: str, version: str | None, suffix: str, catalog: ModelCatalog | None = None
-) -> Response:
+) -> GatewayResponse:
     """``GET`` ``suffix`` ("" for metadata, "/config") of the model from the first node that
     answers it; nodes that fail or no longer serve it are skipped. With no node serving it,
     the metadata comes from ``catalog`` (central's registry) when it knows the model."""
@@ -124,12 +119,16 @@ async def node_document(
             if answer.status_code == 404 and not_found is None:
                 not_found = (candidate.node_id, answer)
             continue
-        return Response(answer.content, answer.status_code, media_type="application/json",
-                        headers={NODE_HEADER: candidate.node_id})  # fmt: skip
+        return _passed(answer.content, answer.status_code, candidate.node_id)
     if not_found is not None:
         node, answer = not_found
-        return Response(answer.content, 404, media_type="application/json", headers={NODE_HEADER: node})
-    return _json({"error": f"no node answered for {_what(model, version)}: {reason}"}, 503, {"Retry-After": "1"})
+        return _passed(answer.content, 404, node)
+    return json_answer({"error": f"no node answered for {_what(model, version)}: {reason}"}, 503, {"Retry-After": "1"})
+
+
+def _passed(body: bytes, status: int, node_id: str) -> GatewayResponse:
+    """A node's answer, passed on as it came, naming the node."""
+    return GatewayResponse(status, {"content-type": "application/json", NODE_HEADER: node_id}, body)
 
 
 def gateway_server_metadata() -> dict[str, Any]:
@@ -137,91 +136,9 @@ def gateway_server_metadata() -> dict[str, Any]:
     return {"name": SERVER_NAME, "version": _version(), "extensions": EXTENSIONS}
 
 
-def model_ready(proxy: GatewayProxy, model: str, version: str | None) -> Response:
+def model_ready(proxy: GatewayProxy, model: str, version: str | None) -> GatewayResponse:
     """Ready when a node that can take requests reports ``model`` (``version``) ready."""
     if (invalid := _invalid(model, version)) is not None:
         return invalid
     ready = bool(proxy.router.order(model, version))
-    return _json({"name": model, "ready": ready}, 200 if ready else 400)
-
-
-class GatewayErrorBody(BaseModel):
-    """``{"error": "…"}``."""
-
-    error: str
-
-
-class LiveBody(BaseModel):
-    """``{"live": true}``."""
-
-    live: bool
-
-
-class ReadyBody(BaseModel):
-    """The server's or a model's readiness (a model's carries its name)."""
-
-    name: str | None = None
-    ready: bool
-
-
-class ServerMetadataBody(BaseModel):
-    """The OIP server metadata document."""
-
-    name: str
-    version: str
-    extensions: list[str]
-
-
-_ERRORS: dict[int | str, dict[str, Any]] = {422: {"model": GatewayErrorBody}}
-_DOCUMENT: dict[int | str, dict[str, Any]] = {
-    200: {"model": dict[str, Any], "description": "The document of a node that serves the model (or the registry's)"},
-    404: {"model": GatewayErrorBody},
-    503: {"model": GatewayErrorBody},
-    **_ERRORS,
-}
-_MODEL_READY: dict[int | str, dict[str, Any]] = {200: {"model": ReadyBody}, 400: {"model": ReadyBody}, **_ERRORS}
-
-
-def create_metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> APIRouter:
-    """Health, server metadata, model readiness, metadata and configuration over ``proxy``;
-    ``catalog`` describes models no node serves yet."""
-    router = APIRouter()
-    document = gateway_server_metadata()
-
-    @router.get("/v2/health/live", responses={200: {"model": LiveBody}})
-    async def live() -> Response:
-        return _json({"live": True})
-
-    @router.get("/v2/health/ready", responses={200: {"model": ReadyBody}})
-    async def ready() -> Response:
-        return _json({"ready": True})
-
-    @router.get("/v2", responses={200: {"model": ServerMetadataBody}})
-    async def server_metadata() -> Response:
-        return _json(document)
-
-    @router.get("/v2/models/{name}", responses=_DOCUMENT)
-    async def metadata(name: str) -> Response:
-        return await node_document(proxy, name, None, "", catalog)
-
-    @router.get("/v2/models/{name}/versions/{v}", responses=_DOCUMENT)
-    async def version_metadata(name: str, v: str) -> Response:
-        return await node_document(proxy, name, v, "", catalog)
-
-    @router.get("/v2/models/{name}/config", responses=_DOCUMENT)
-    async def config(name: str) -> Response:
-        return await node_document(proxy, name, None, "/config")
-
-    @router.get("/v2/models/{name}/versions/{v}/config", responses=_DOCUMENT)
-    async def version_config(name: str, v: str) -> Response:
-        return await node_document(proxy, name, v, "/config")
-
-    @router.get("/v2/models/{name}/ready", responses=_MODEL_READY)
-    async def is_ready(name: str) -> Response:
-        return model_ready(proxy, name, None)
-
-    @router.get("/v2/models/{name}/versions/{v}/ready", responses=_MODEL_READY)
-    async def is_version_ready(name: str, v: str) -> Response:
-        return model_ready(proxy, name, v)
-
-    return router
+    return json_answer({"name": model, "ready": ready}, 200 if ready else 400)

@@ -34,7 +34,8 @@ Per attempt, in the router's order (one overall deadline across attempts, at mos
 When no node can serve (none reports the model ready, every breaker is open, or every
 attempt failed before it ran) the gateway answers 503 ``{"error": "no node can serve
 model 'm' (version 'v'): <last reason>"}``, with the node's ``Retry-After`` when the last
-failure carried one. Every answer from a node carries ``X-Modelfleet-Node``."""
+failure carried one; a model (version) the catalog (central's registry) has never heard of
+is a 404 instead. Every answer from a node carries ``X-Modelfleet-Node``."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from central.gateway.candidates import Candidate
+from central.gateway.candidates import Candidate, ModelCatalog
 from central.gateway.outcomes import Failure, FailureKind, failure_of, node_error
 from central.gateway.probe import LivenessProber
 from central.gateway.rolling import RollingStats
@@ -151,7 +152,9 @@ class GatewayProxy:
         transport: httpx.AsyncBaseTransport | None = None,
         scheme: str = "http",
         ssl_context: ssl.SSLContext | None = None,
+        catalog: ModelCatalog | None = None,
     ) -> None:
+        """``catalog`` (central's registry): a model it does not know is a 404, not a 503."""
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
         self.router = router
@@ -169,6 +172,7 @@ class GatewayProxy:
         #: "https" when edges serve HTTPS (central's ``tls.edge_https``); ``ssl_context`` verifies them.
         self.scheme = scheme
         self.stats = GatewayStats()
+        self._catalog = catalog
         #: Requests per second and latency over the last minute (for the dashboard).
         self.rolling = RollingStats()
         #: Called with (model, status, seconds) for every answered request (metrics).
@@ -227,6 +231,14 @@ class GatewayProxy:
         finally:
             self.outstanding -= 1
 
+    def _unknown(self, model: str, version: str | None) -> GatewayResponse | None:
+        """A 404 when the catalog has never heard of ``model`` (``version``); None otherwise."""
+        if self._catalog is None or self._catalog(model, version) is not None:
+            return None
+        if version is not None and self._catalog(model, None) is not None:
+            return _error(404, f"model {model!r} has no version {version!r}")
+        return _error(404, f"unknown model {model!r}")
+
     def _unavailable(self, model: str, version: str | None, reason: str, retry_after: str | None) -> GatewayResponse:
         self.stats.unavailable += 1
         what = f"model {model!r}" + (f" (version {version!r})" if version is not None else "")
@@ -253,7 +265,9 @@ class GatewayProxy:
             return _error(413, f"request body of {len(request_body)} bytes exceeds the limit of {self.max_body_bytes}")
         candidates = self.router.order(model, version, key)
         if not candidates:
-            return self._unavailable(model, version, self._no_candidates_reason(model, version), None)
+            return self._unknown(model, version) or self._unavailable(
+                model, version, self._no_candidates_reason(model, version), None
+            )
         lowered = {k.lower(): v for k, v in headers.items()}
         sent_headers = {k: lowered[k] for k in _FORWARDED_REQUEST_HEADERS if k in lowered}
         rows = request_rows(request_body, _header_length(lowered))

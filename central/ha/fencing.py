@@ -9,7 +9,6 @@ epoch and fails with :class:`Fenced` instead of overwriting the new owner's stat
 
 from __future__ import annotations
 
-import grpc
 import psycopg
 
 from central.errors import CentralError
@@ -23,7 +22,7 @@ class Fenced(CentralError):
     nothing was written. Clients may retry; another replica now answers for it."""
 
     http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    rpc_status = "UNAVAILABLE"
 
 
 def check_leader_epoch(conn: psycopg.Connection, epoch: int) -> None:

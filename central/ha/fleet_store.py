@@ -30,7 +30,7 @@ from central.storage.postgres.pool import masked_url, open_pool
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["CHANNEL", "LIVENESS_STATES", "FleetChanges", "FleetSnapshot", "FleetStore", "NodeLiveness"]
+__all__ = ["CHANNEL", "LIVENESS_STATES", "FleetChanges", "FleetSnapshot", "FleetStore", "LivenessRow"]
 
 #: The NOTIFY channel; its payload is the new generation (a wake-up only, never the data).
 CHANNEL = "modelfleet_fleet"
@@ -52,7 +52,7 @@ _UPSERT_LIVENESS = (
 
 
 @dataclass(frozen=True)
-class NodeLiveness:
+class LivenessRow:
     """What the owner of ``partition`` last decided about one node."""
 
     node_id: str
@@ -78,7 +78,7 @@ class FleetSnapshot:
 
     gen: int
     nodes: dict[str, dict[str, Any]]
-    liveness: dict[str, NodeLiveness]
+    liveness: dict[str, LivenessRow]
     placement: dict[str, Any] | None
     placement_epoch: int | None
 
@@ -94,7 +94,7 @@ class FleetChanges:
     """Registrations written since (new or changed)."""
     node_ids: set[str]
     """Every registered node now (a registration missing here was removed)."""
-    liveness: dict[str, NodeLiveness]
+    liveness: dict[str, LivenessRow]
     """Liveness rows written since."""
     placement: dict[str, Any] | None
     """The leader's placement, when it was written since."""
@@ -114,14 +114,14 @@ def _current_gen(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def _clock(row: NodeLiveness) -> Jsonb | None:
+def _clock(row: LivenessRow) -> Jsonb | None:
     return Jsonb(list(row.clock)) if row.clock is not None else None
 
 
-def _liveness(row: tuple[Any, ...]) -> NodeLiveness:
+def _liveness(row: tuple[Any, ...]) -> LivenessRow:
     models = tuple(dict(m) for m in row[4])
     clock = (float(row[5][0]), float(row[5][1])) if isinstance(row[5], list) and len(row[5]) == 2 else None
-    return NodeLiveness(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models, clock)
+    return LivenessRow(str(row[0]), int(row[1]), str(row[2]), str(row[3]), models, clock)
 
 
 class FleetStore:
@@ -175,7 +175,7 @@ class FleetStore:
             raise psycopg.Rollback(tx)  # takes the bump and its NOTIFY back
         return None
 
-    def put_liveness(self, partition: int, epoch: int, rows: Sequence[NodeLiveness]) -> int:
+    def put_liveness(self, partition: int, epoch: int, rows: Sequence[LivenessRow]) -> int:
         """Upsert liveness rows as the owner of ``partition`` at ``epoch``; raises ``Fenced``
         if that is no longer this writer's epoch. Rows of other partitions are skipped: a
         partition's owner speaks only for its own nodes. Nothing to write: no bump."""

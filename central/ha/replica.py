@@ -19,23 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from central.fleet_mode.protocol import FleetParts
 from central.ha.control import ReplicaControl, ReplicaInfo
 from central.ha.control_thread import ControlThread
 from central.ha.fencing import Fenced
-from central.ha.fleet_store import FleetStore, NodeLiveness
+from central.ha.fleet_store import FleetStore, LivenessRow
 from central.ha.generation import GenerationWatcher
-from central.ha.view import SharedView, models_to_json, record_to_json
+from central.ha.view import SharedView, models_to_json
 from central.membership.liveness import NodeLiveness as Liveness
 from central.membership.liveness import TransitionInfo
-from central.membership.mqtt_consumer import MembershipConsumer
-from central.membership.nodes import NodeDirectory, NodeRecord
-from central.membership.tracker import MembershipTracker
-from central.placement import PlacementService
-from central.rollout import RolloutBook, RolloutController
 from central.settings import CentralSettings
 from fleetwire.mqtt.fast import AnyHeartbeat
 from fleetwire.mqtt.topics import partition_of
@@ -49,36 +43,30 @@ _FLUSH_DELAY_S = 0.05
 _SYNC_MIN_INTERVAL_S = 0.2
 
 
-@dataclass
-class ReplicaParts:
-    """This process's services the replica steers."""
-
-    nodes: NodeDirectory
-    tracker: MembershipTracker
-    consumer: MembershipConsumer | None
-    placement: PlacementService
-    book: RolloutBook
-    controller: RolloutController
-    #: Re-read everything and re-place (``Central._changed``; coalesced there).
-    changed: Callable[[], None]
-
-
 class Replica:
     """Leadership, partitions and the shared fleet state of one replica."""
 
-    def __init__(self, settings: CentralSettings) -> None:
+    def __init__(self, settings: CentralSettings, fleet: FleetStore, view: SharedView, parts: FleetParts) -> None:
+        """Steer ``parts`` from the shared ``fleet`` state (mirrored in ``view``): from here on,
+        the tracker's transitions and heartbeats are written out, and the consumer follows no
+        partition until the control session hands some out."""
         ha, store = settings.ha, settings.store
         assert ha.replica_id is not None and store.url is not None  # the settings check both
         self.replica_id = ha.replica_id
         self._settings = settings
         self._url = store.url
-        self.fleet = FleetStore(store.url, connect_timeout_s=store.connect_timeout_s)
-        self.view = SharedView()
+        self.fleet = fleet
+        self.view = view
         self.control: ControlThread | None = None
         self._watcher = GenerationWatcher(store.url, self._on_generation, poll_s=max(ha.tick_s, 0.25))
-        self._parts: ReplicaParts | None = None
-        self._unsubscribe: list[Callable[[], None]] = []
-        self._pending: dict[str, NodeLiveness] = {}
+        self._parts = parts
+        self._unsubscribe = [
+            parts.liveness.subscribe(self._on_transition),
+            parts.liveness.watch_heartbeats(self._on_heartbeat),
+        ]
+        if parts.consumer is not None:
+            parts.consumer.set_partitions(set(), total=ha.partitions)
+        self._pending: dict[str, LivenessRow] = {}
         self._written: dict[str, tuple[Any, ...]] = {}
         self._flush_task: asyncio.Task[None] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -92,28 +80,7 @@ class Replica:
         self.write_errors = 0
         self._closed = False
 
-    # ----------------------------------------------------------------- NodeSink (registrations)
-
-    def put(self, record: NodeRecord) -> None:
-        """A registration this replica took: to the shared store first."""
-        self.fleet.put_node(record.node_id, record_to_json(record))
-
-    def remove(self, node_id: str) -> None:
-        """An explicit unregister this replica took."""
-        self.fleet.remove_node(node_id)
-
-    # ----------------------------------------------------------------- wiring
-
-    def attach(self, parts: ReplicaParts) -> None:
-        """Steer these services (called once, before ``start``)."""
-        self._parts = parts
-        self._unsubscribe = [
-            parts.tracker.subscribe(self._on_transition),
-            parts.tracker.watch_heartbeats(self._on_heartbeat),
-        ]
-        if parts.consumer is not None:
-            # nothing until the control session hands some out
-            parts.consumer.set_partitions(set(), total=self._settings.ha.partitions)
+    # ----------------------------------------------------------------- lifecycle
 
     async def start(self, *, http_url: str, grpc_address: str) -> None:
         """Read the fleet, join the replicas (leadership, partitions) and follow the generation."""
@@ -161,7 +128,6 @@ class Replica:
                 cancel.cancel()
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        self.fleet.close()
 
     @property
     def is_leader(self) -> bool:
@@ -198,17 +164,15 @@ class Replica:
         self.leader_epoch = epoch
         self._written_placement = None
         log.warning("replica %s is the leader (epoch %d)", self.replica_id, epoch)
-        if self._parts is not None:
-            self._parts.book.reload()
-            self._parts.controller.start()
-            self._parts.changed()
+        self._parts.book.reload()
+        self._parts.controller.start()
+        self._parts.changed()
 
     def leadership_lost(self) -> None:
         """Another replica leads (or may): stop the controller at once."""
         log.warning("replica %s lost the leadership (epoch %s)", self.replica_id, self.leader_epoch)
         self.leader_epoch = None
-        if self._parts is not None:
-            self._parts.controller.stop()
+        self._parts.controller.stop()
 
     def partitions_gained(self, gained: dict[int, int]) -> None:
         """Follow these partitions' heartbeats. Their nodes are new to the tracker, so each gets
@@ -227,13 +191,13 @@ class Replica:
         this, a node that died while its partition had no owner would stay alive for everyone."""
         parts = self._parts
         owned = self.control.owned if self.control is not None else {}
-        if parts is None or self._closed:
+        if self._closed:
             return
         still = {k for k, epoch in gained.items() if owned.get(k) == epoch}
         for node_id, row in list(self.view.liveness.items()):
             if row.partition not in still or row.state == "dead":
                 continue
-            state = parts.tracker.state_of(node_id)
+            state = parts.liveness.state_of(node_id)
             if state is None or state is Liveness.DEAD:
                 log.warning("node %s: alive in the shared liveness, not heard by its new owner: dead", node_id)
                 self._queue(node_id, "dead", row.http_address, list(self.view.reported(node_id) or []), row.clock)
@@ -242,18 +206,16 @@ class Replica:
         """Stop following these partitions; their nodes are the new owner's from now."""
         self._follow_owned()
         parts = self._parts
-        if parts is None:
-            return
         n = self._settings.ha.partitions
-        gone = [node_id for node_id in parts.tracker.node_ids() if partition_of(node_id, n) in released]
+        gone = [node_id for node_id in parts.liveness.node_ids() if partition_of(node_id, n) in released]
         for node_id in gone:
             self._pending.pop(node_id, None)
             self._written.pop(node_id, None)
-        parts.tracker.release(gone)
+        parts.liveness.release(gone)
         log.info("replica %s handed over partitions %s", self.replica_id, sorted(released))
 
     def _follow_owned(self) -> None:
-        if self._parts is not None and self._parts.consumer is not None and self.control is not None:
+        if self._parts.consumer is not None and self.control is not None:
             self._parts.consumer.set_partitions(set(self.control.owned))
 
     # ----------------------------------------------------------------- liveness out
@@ -294,7 +256,7 @@ class Replica:
         )  # fmt: skip
         self._written[node_id] = signature
         partition = partition_of(node_id, self._settings.ha.partitions)
-        self._pending[node_id] = NodeLiveness(node_id, partition, state, http_address, tuple(body), clock)
+        self._pending[node_id] = LivenessRow(node_id, partition, state, http_address, tuple(body), clock)
         if self._flush_handle is None and not self._closed:
             self._flush_handle = asyncio.get_running_loop().call_later(_FLUSH_DELAY_S, self._start_flush)
 
@@ -309,7 +271,7 @@ class Replica:
         """Write the queued rows, per partition, fenced by the epoch this replica holds it at."""
         pending, self._pending = self._pending, {}
         owned = dict(self.control.owned) if self.control is not None else {}
-        by_partition: dict[int, list[NodeLiveness]] = {}
+        by_partition: dict[int, list[LivenessRow]] = {}
         for row in pending.values():
             by_partition.setdefault(row.partition, []).append(row)
         for partition, rows in sorted(by_partition.items()):
@@ -366,19 +328,17 @@ class Replica:
             replan = ring_changed or changes.placement is not None or changes.config_gen != self._config_gen
             self._config_gen = changes.config_gen
         parts = self._parts
-        if parts is None or not replan:
+        if not replan:
             return  # liveness only: the gateway routes from the view already
         parts.book.reload()
         if ring_changed:
-            parts.nodes.mirror(self.view.members())
+            parts.directory.mirror(self.view.members())
         parts.changed()
 
     def after_refresh(self) -> None:
         """Right after the desired state was recomputed: the leader stores its placement (if it
         changed), a follower takes the leader's over its own guess."""
         parts = self._parts
-        if parts is None:
-            return
         if self.is_leader and self.leader_epoch is not None:
             body = parts.placement.export()
             if body == self._written_placement:
@@ -395,14 +355,6 @@ class Replica:
                 log.warning("placement write failed (%s); retrying at the next change", exc)
         elif self.view.placement is not None:
             parts.placement.restore(self.view.placement)
-
-    def bump(self) -> None:
-        """Tell the other replicas to re-read (a push, a rollout change made here)."""
-        try:
-            self.fleet.bump()
-        except Exception as exc:  # they catch up at their next poll of the generation
-            self.write_errors += 1
-            log.warning("could not bump the fleet generation: %s", exc)
 
 
 #: A node's clock estimate is written again only when it moved this much (ms): offsets are

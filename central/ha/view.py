@@ -18,7 +18,7 @@ from fleetwire.mqtt.payloads import ModelInfo
 from fleetwire.transfer import site_or_default
 
 if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
-    from central.ha.fleet_store import FleetChanges, FleetSnapshot, NodeLiveness
+    from central.ha.fleet_store import FleetChanges, FleetSnapshot, LivenessRow
 
 #: Liveness states a node routes and places from; a node without any row yet (registered,
 #: no heartbeat heard) counts as alive, as a fresh registration does on a single central.
@@ -61,7 +61,7 @@ class SharedView:
     def __init__(self) -> None:
         self.gen = 0
         self.records: dict[str, NodeRecord] = {}
-        self.liveness: dict[str, NodeLiveness] = {}
+        self.liveness: dict[str, LivenessRow] = {}
         self.placement: dict[str, Any] | None = None
         self.placement_epoch: int | None = None
         self._reported: dict[str, list[ModelInfo]] = {}
@@ -97,7 +97,7 @@ class SharedView:
             self.placement_epoch = changes.placement_epoch
         return ring_changed
 
-    def _take(self, row: NodeLiveness) -> None:
+    def _take(self, row: LivenessRow) -> None:
         node_id = row.node_id
         self.liveness[node_id] = row
         if row.models:

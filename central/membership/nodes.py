@@ -41,11 +41,30 @@ class NodeRecord:
 
 
 class NodeSink(Protocol):
-    """Where a replicated central writes registrations so that every replica sees them."""
+    """Where registrations go besides the directory (a replicated central: the shared store,
+    so that every replica sees them; ``central.fleet_mode``)."""
 
-    def put(self, record: NodeRecord) -> None: ...
+    #: Whether a node's last closing watch stream means it left (False: it only moved to
+    #: another replica; liveness comes from MQTT and explicit unregister).
+    closing_stream_leaves: bool
 
-    def remove(self, node_id: str) -> None: ...
+    def put(self, record: NodeRecord) -> None:
+        """A registration taken here (raises when it could not be shared: nobody registers)."""
+
+    def remove(self, node_id: str) -> None:
+        """An explicit unregister taken here."""
+
+
+class LocalRegistrations:
+    """Registrations stay in this process: a node's last closing watch stream means it left."""
+
+    closing_stream_leaves = True
+
+    def put(self, record: NodeRecord) -> None:
+        """Nothing to share."""
+
+    def remove(self, node_id: str) -> None:
+        """Nothing to share."""
 
 
 class NodeDirectory:
@@ -54,11 +73,11 @@ class NodeDirectory:
     def __init__(
         self, placement: PlacementService, on_change: Callable[[], None], *, sink: NodeSink | None = None
     ) -> None:
-        """``sink``: the shared store of a replicated central (writes go there first, and a
-        closing stream evicts nobody); None: this process alone decides."""
+        """``sink``: where registrations go first (``FleetMode.registrations``; by default
+        they stay here)."""
         self._placement = placement
         self._on_change = on_change
-        self._sink = sink
+        self._sink: NodeSink = sink or LocalRegistrations()
         self._nodes: dict[str, NodeRecord] = {}
         # Watch streams of nodes evicted while their stream stayed open (MQTT said dead):
         # their eventual close must not evict the node once it registered again.
@@ -87,8 +106,7 @@ class NodeDirectory:
 
     def register(self, record: NodeRecord) -> None:
         """Add or update a node and put it on the ring."""
-        if self._sink is not None:
-            self._sink.put(record)  # first: a failed write registers nobody
+        self._sink.put(record)  # first: a failed write registers nobody
         self._apply(record)
         log.info("node %s registered (%s)", record.node_id, record.grpc_address)
         self._on_change()
@@ -119,8 +137,7 @@ class NodeDirectory:
 
     def unregister(self, node_id: str) -> bool:
         """Remove a node; its chunks get new owners. False if it was unknown."""
-        if self._sink is not None:
-            self._sink.remove(node_id)
+        self._sink.remove(node_id)
         if not self._drop(node_id):
             return False
         log.info("node %s left", node_id)
@@ -155,7 +172,7 @@ class NodeDirectory:
                 self._orphan_streams.pop(node_id, None)
             return
         node.streams -= 1
-        if node.streams <= 0 and self._sink is None:
+        if node.streams <= 0 and self._sink.closing_stream_leaves:
             self.unregister(node_id)
 
 

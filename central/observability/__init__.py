@@ -8,6 +8,5 @@ from __future__ import annotations
 
 from central.observability.collector import CentralStateCollector
 from central.observability.instruments import CentralMetrics, gateway_outcome
-from central.observability.routes import create_metrics_router
 
-__all__ = ["CentralMetrics", "CentralStateCollector", "create_metrics_router", "gateway_outcome"]
+__all__ = ["CentralMetrics", "CentralStateCollector", "gateway_outcome"]

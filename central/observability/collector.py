@@ -7,7 +7,7 @@ reader of the tracker, the placement and the gateway."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, get_args
+from typing import get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -42,27 +42,6 @@ _GATEWAY_COUNTERS = (
 )
 
 
-def _replica(h: dict[str, Any]) -> Iterator[Metric]:
-    """One replica of a replicated central: every replica exports its own (label them by pod)."""
-    yield _gauge("modelfleet_replica_leader", "1 while this replica leads (places chunks, runs rollouts).", h["leader"])
-    yield _gauge("modelfleet_replica_partitions", "Heartbeat partitions this replica owns.", len(h["partitions"]))
-    yield _gauge("modelfleet_replicas_live", "Replicas this one sees up (itself included).", len(h["replicas"]))
-    yield _gauge("modelfleet_replica_fleet_generation", "The shared fleet generation last read.", h["fleet_generation"])
-    yield _gauge(
-        "modelfleet_replica_links_up",
-        "1 while both PostgreSQL sessions (control, fleet feed) are up.",
-        h["control_connected"] and h["generation_connected"],
-    )
-    yield _counter(
-        "modelfleet_replica_liveness_writes", "Node liveness rows this replica wrote as a partition owner.",
-        h["liveness_writes"],
-    )  # fmt: skip
-    yield _counter(
-        "modelfleet_replica_fenced_writes", "Writes refused because this replica's epoch was stale.", h["stale_writes"]
-    )
-    yield _counter("modelfleet_replica_store_errors", "Shared-state reads or writes that failed.", h["write_errors"])
-
-
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
@@ -77,8 +56,8 @@ class CentralStateCollector(Collector):
     def __init__(
         self,
         *,
-        membership: MembershipTracker,
-        nodes: NodeDirectory,
+        liveness: MembershipTracker,
+        directory: NodeDirectory,
         failover: FailoverCoordinator | None,
         placement: PlacementService,
         desired: DesiredStateService,
@@ -87,12 +66,12 @@ class CentralStateCollector(Collector):
         origin: OriginService,
         gateway: GatewayProxy,
         rollouts: RolloutService,
-        replica: Callable[[], dict[str, Any]] | None = None,
+        mode_metrics: Callable[[], Iterable[Metric]],
     ) -> None:
-        """``replica``: a replicated central's ``Replica.health`` (leadership, partitions, writes)."""
-        self._replica = replica
-        self._membership = membership
-        self._nodes_directory = nodes
+        """``mode_metrics``: the fleet mode's own families (a replica's leadership, partitions, writes)."""
+        self._mode_metrics = mode_metrics
+        self._liveness = liveness
+        self._directory = directory
         self._failover = failover
         self._placement = placement
         self._desired = desired
@@ -104,7 +83,7 @@ class CentralStateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
-        yield from _membership(self._membership)
+        yield from _membership(self._liveness)
         yield from self._nodes()
         yield from self._registry()
         o = self._origin.stats
@@ -115,11 +94,10 @@ class CentralStateCollector(Collector):
         )
         yield from _gateway(self._gateway)
         yield from _rollouts(self._rollouts)
-        if self._replica is not None:
-            yield from _replica(self._replica())
+        yield from self._mode_metrics()
 
     def _nodes(self) -> Iterator[Metric]:
-        members = [n.node_id for n in self._nodes_directory.nodes()]
+        members = [n.node_id for n in self._directory.nodes()]
         yield _gauge("modelfleet_nodes", "Nodes registered with central (on the placement ring).", len(members))
         chunks = GaugeMetricFamily(
             "modelfleet_placement_chunks", "Chunks of the active versions each node owns.", labels=("node",)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from central.origin.egress import TokenBucket
+from central.origin.egress import EgressBucket
 from central.origin.service import OriginService, OriginStats
 
-__all__ = ["OriginService", "OriginStats", "TokenBucket"]
+__all__ = ["EgressBucket", "OriginService", "OriginStats"]

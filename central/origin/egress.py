@@ -9,7 +9,7 @@ import asyncio
 import time
 
 
-class TokenBucket:
+class EgressBucket:
     """``rate`` bytes/s with a burst of ``burst`` bytes; rate 0 means no limit."""
 
     def __init__(self, rate: int, burst: int | None = None) -> None:

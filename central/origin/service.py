@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 
 from central.errors import BadRequest, FetchFromOwners, NotFound, Overloaded, PermissionDenied
-from central.origin.egress import TokenBucket
+from central.origin.egress import EgressBucket
 from central.placement import PlacementService
 from central.storage.protocols import ChunkBlobs, CorruptBlob
 from fleetwire.digest import CHUNK_PIECE_BYTES, is_digest
@@ -41,7 +41,7 @@ class OriginService:
         self,
         blobs: ChunkBlobs,
         placement: PlacementService,
-        bucket: TokenBucket,
+        bucket: EgressBucket,
         max_streams: int,
         max_waiting: int = 1024,
         entitled: Callable[[str, str], bool] | None = None,

@@ -13,7 +13,7 @@ from central.quantize.quantizer import QuantizationError, QuantizationResult, qu
 from central.quantize.recipes import RECIPES, Recipe
 from central.quantize.step import QuantizeStep
 from central.quantize.synthetic import generated_samples
-from central.quantize.verdict import Measure, Verdict, judge, wilson_lower_bound
+from central.quantize.verdict import GuardVerdict, Measure, judge, wilson_lower_bound
 
 __all__ = [
     "RECIPES",
@@ -21,6 +21,7 @@ __all__ = [
     "CalibrationData",
     "Family",
     "GuardStep",
+    "GuardVerdict",
     "Measure",
     "QuantizationError",
     "QuantizationFailed",
@@ -28,7 +29,6 @@ __all__ = [
     "QuantizeSettings",
     "QuantizeStep",
     "Recipe",
-    "Verdict",
     "compare",
     "detect_family",
     "generated_samples",

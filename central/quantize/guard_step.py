@@ -22,11 +22,11 @@ import numpy as np
 
 from central.errors import AccuracyGuardFailed
 from central.quantize.guard import accuracy, compare, run_outputs
-from central.quantize.plan import Candidate, QuantizePlan
+from central.quantize.plan import Int8Candidate, QuantizePlan
 from central.quantize.quantizer import quantize_recipe
 from central.quantize.recipes import by_preference
 from central.quantize.report import FP32_HINT, guard_message, publish
-from central.quantize.verdict import Verdict, judge, z_score
+from central.quantize.verdict import GuardVerdict, judge, z_score
 from central.registry.pipeline import PushContext
 
 #: Folder suffix of a candidate re-made with its sensitive nodes in FP32.
@@ -71,11 +71,13 @@ class GuardStep:
         ctx.artifacts[name] = retry.path
 
 
-def _margin(verdict: Verdict) -> float:
+def _margin(verdict: GuardVerdict) -> float:
     return verdict.decided_by.lower_bound - verdict.threshold
 
 
-def _verdict(ctx: PushContext, plan: QuantizePlan, candidate: Candidate, reference: list[np.ndarray]) -> Verdict:
+def _verdict(
+    ctx: PushContext, plan: QuantizePlan, candidate: Int8Candidate, reference: list[np.ndarray]
+) -> GuardVerdict:
     """Run the candidate on the guard's samples and judge it against ``reference``."""
     names = [spec.name for spec in ctx.outputs]
     got = run_outputs(candidate.path, plan.samples.guard, names, plan.batch_size, plan.fixed_batch)
@@ -86,7 +88,7 @@ def _verdict(ctx: PushContext, plan: QuantizePlan, candidate: Candidate, referen
     return judge(compare(ctx.outputs, reference, got, z, generated=generated, threshold=plan.threshold), plan.threshold)
 
 
-def _retry(ctx: PushContext, plan: QuantizePlan, candidate: Candidate) -> Candidate | None:
+def _retry(ctx: PushContext, plan: QuantizePlan, candidate: Int8Candidate) -> Int8Candidate | None:
     """The candidate re-made with the sensitive nodes in FP32, or None if that fails."""
     out = candidate.path.parent.with_name(candidate.path.parent.name + _RETRY_SUFFIX) / candidate.path.name
     try:

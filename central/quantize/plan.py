@@ -14,11 +14,11 @@ from central.quantize.family import Family
 from central.quantize.quantizer import Calibration, QuantizationResult, Source
 from central.quantize.recipes import Recipe
 from central.quantize.samples import PushSamples
-from central.quantize.verdict import Verdict
+from central.quantize.verdict import GuardVerdict
 
 
 @dataclass
-class Candidate:
+class Int8Candidate:
     """One INT8 artifact: its recipe, its file, how it was made."""
 
     recipe: Recipe
@@ -42,13 +42,13 @@ class QuantizePlan:
     #: Batch size of guard runs, and whether the model's batch dimension is fixed.
     batch_size: int
     fixed_batch: bool
-    candidates: dict[str, Candidate] = field(default_factory=dict)
+    candidates: dict[str, Int8Candidate] = field(default_factory=dict)
     #: Recipes that gave no loadable model, with the reason.
     failed: dict[str, str] = field(default_factory=dict)
     quantize_seconds: float = 0.0
     #: The guard step's findings: a verdict per candidate, task accuracy per artifact
     #: ("fp32" included) when the eval data has labels.
-    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    verdicts: dict[str, GuardVerdict] = field(default_factory=dict)
     accuracies: dict[str, float] = field(default_factory=dict)
     guard_seconds: float | None = None
     #: What ``central.quantize.normalize`` changed when the graph as pushed failed a

@@ -13,8 +13,8 @@ from typing import Any
 
 from central.errors import QuantizationFailed
 from central.quantize.cpu import cpu_kind, reported_flags
-from central.quantize.plan import Candidate, QuantizePlan
-from central.quantize.verdict import LABELS, Verdict, wilson_lower_bound, z_score
+from central.quantize.plan import Int8Candidate, QuantizePlan
+from central.quantize.verdict import LABELS, GuardVerdict, wilson_lower_bound, z_score
 from central.registry.pipeline import PushContext
 
 #: How a refused push says what to do, naming the CLI flag and the REST field.
@@ -29,7 +29,7 @@ def _accuracy_fields(plan: QuantizePlan, name: str) -> dict[str, Any]:
     return {"fp32_accuracy": fp32, "int8_accuracy": int8, "accuracy_delta_pp": round((fp32 - int8) * 100, 4)}
 
 
-def artifact_report(plan: QuantizePlan, candidate: Candidate) -> dict[str, Any]:
+def artifact_report(plan: QuantizePlan, candidate: Int8Candidate) -> dict[str, Any]:
     """Recipe, how it went, and the guard's verdict for one INT8 artifact."""
     r = candidate.result
     fused = plan.source.fused
@@ -56,7 +56,7 @@ def artifact_report(plan: QuantizePlan, candidate: Candidate) -> dict[str, Any]:
     return report
 
 
-def _margin(verdict: Verdict | None) -> float:
+def _margin(verdict: GuardVerdict | None) -> float:
     return -1.0 if verdict is None else verdict.decided_by.lower_bound - verdict.threshold
 
 
@@ -100,7 +100,7 @@ def publish(ctx: PushContext, plan: QuantizePlan, served: str | None = None, rea
     ctx.report["quantization"] = report
 
 
-def _ceiling(verdict: Verdict, plan: QuantizePlan) -> str:
+def _ceiling(verdict: GuardVerdict, plan: QuantizePlan) -> str:
     """A hint when the sample count alone keeps the top-1 bound below the threshold."""
     n = verdict.decided_by.samples
     best = wilson_lower_bound(n, n, z_score(plan.confidence))

@@ -26,7 +26,7 @@ from central.quantize.cpu import cpu_flags
 from central.quantize.family import Family, detect_family, sensitive_nodes
 from central.quantize.guard import GUARD_BATCH
 from central.quantize.normalize import Normalization, normalize
-from central.quantize.plan import Candidate, QuantizePlan
+from central.quantize.plan import Int8Candidate, QuantizePlan
 from central.quantize.quantizer import (
     Calibration,
     QuantizationError,
@@ -197,7 +197,7 @@ class QuantizeStep:
         except Exception as exc:  # anything else from ORT's quantizer is a failed recipe too
             plan.failed[recipe.name] = shorten(exc)
             return
-        plan.candidates[recipe.name] = Candidate(recipe, out, result)
+        plan.candidates[recipe.name] = Int8Candidate(recipe, out, result)
         ctx.artifacts[recipe.name] = out
 
 

@@ -84,7 +84,7 @@ class Measure:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardVerdict:
     """Every measure, the threshold, and which measure decided."""
 
     passed: bool
@@ -108,7 +108,7 @@ class Verdict:
         }
 
 
-def judge(measures: list[Measure], threshold: float) -> Verdict:
+def judge(measures: list[Measure], threshold: float) -> GuardVerdict:
     """Pass when every judged measure's bound reaches ``threshold``; the smallest margin decides."""
     deciding = min((m for m in measures if m.gates), key=lambda m: m.lower_bound - threshold)
-    return Verdict(deciding.lower_bound >= threshold, deciding, measures, threshold)
+    return GuardVerdict(deciding.lower_bound >= threshold, deciding, measures, threshold)

@@ -189,22 +189,11 @@ class RegistryService:
         found = records[-1] if records and version is None else next((r for r in records if r.version == version), None)
         return None if found is None else (found.manifest, [r.version for r in records])
 
-    def active_versions(self) -> list[Manifest]:
-        """The versions the fleet holds and serves: the latest of every model."""
-        active = []
-        for model in self.store.list_models():
-            if model.latest is not None:
-                record = self.store.get_version(model.name, model.latest)
-                if record is not None:
-                    active.append(record.manifest)
-        return active
-
     async def delete(self, name: str, version: str) -> None:
-        """Delete a version that the fleet does not serve, and its unshared blobs (every file of
-        every artifact: ``unique_chunks`` covers data files and alternatives)."""
+        """Delete a version and its unshared blobs (every file of every artifact: ``unique_chunks``
+        covers data files and alternatives). Whether the fleet serves it is the rollouts' to say
+        (``RolloutService.check_deletable``), checked by the caller first."""
         record = self.get(name, version)
-        if any(m.key == (name, version) for m in self.active_versions()):
-            raise Conflict(f"{name}:{version} is the version the fleet serves; push a newer version before deleting it")
         async with self._mutation:
             await asyncio.to_thread(self.store.delete_version, name, version)
             referenced = await asyncio.to_thread(self.store.referenced_digests)

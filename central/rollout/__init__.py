@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
+from central.rollout.cost import RolloutPreview
 from central.rollout.fleet import DirectoryFleet, FleetView
 from central.rollout.model import Rollout, RolloutRequest
 from central.rollout.plan import ServingPlan
-from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
 from central.rollout.service import RolloutService
 

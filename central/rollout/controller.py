@@ -12,12 +12,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from central.rollout import flip, waved
+from central.rollout import flip, scheduled
 from central.rollout.book import RolloutBook
 from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
 from central.rollout.model import Rollout, RolloutState, utc
-from central.rollout.progress import Verdict, choose_canaries, decide, node_progress, retry, settle, tally
+from central.rollout.progress import NextStep, choose_canaries, decide, node_progress, retry, settle, tally
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class RolloutController:
             return self.transition(r, "rolling", "promoted after a healthy soak", "rollout_promoted")
         return self._conclude(r, rollout, verdict, now, waves_changed)
 
-    def _conclude(self, r: Rollout, before: Rollout, verdict: Verdict, now: float, replan: bool) -> Rollout:
+    def _conclude(self, r: Rollout, before: Rollout, verdict: NextStep, now: float, replan: bool) -> Rollout:
         """Act on ``verdict`` (roll back, complete, or wait), persist what changed, and re-plan the
         fleet when the nodes serving the version changed (``replan``)."""
         self._note_stall(r, before, verdict, now)
@@ -161,14 +161,14 @@ class RolloutController:
         self, r: Rollout, before: Rollout, labels: dict[str, dict[str, str]], now: float
     ) -> Rollout:
         """A rollout by waves, rate and windows: progress, admissions, then the gate's verdict."""
-        waved.refresh(r, before, self._fleet.reported, now)
-        r.healthy_since = waved.healthy_since(r, now)
-        verdict = waved.decide(r, now, labels)
-        admitted = waved.admit(r, labels, now) if verdict.decision != "roll_back" else []
+        scheduled.refresh(r, before, self._fleet.reported, now)
+        r.healthy_since = scheduled.healthy_since(r, now)
+        verdict = scheduled.decide(r, now, labels)
+        admitted = scheduled.admit(r, labels, now) if verdict.decision != "roll_back" else []
         if admitted:
             log.info("rollout %d of %s: %s switch to version %s", r.id, r.model, ", ".join(admitted), r.version)
-            r.healthy_since = waved.healthy_since(r, now)
-            verdict = waved.decide(r, now, labels)
+            r.healthy_since = scheduled.healthy_since(r, now)
+            verdict = scheduled.decide(r, now, labels)
         if verdict.decision == "promote":
             return self.next_wave(r, "after a healthy soak")
         return self._conclude(r, before, verdict, now, bool(admitted))
@@ -251,7 +251,7 @@ class RolloutController:
         )
         return (r.healthy_since or now) if healthy else None
 
-    def _note_stall(self, r: Rollout, before: Rollout, verdict: Verdict, now: float) -> None:
+    def _note_stall(self, r: Rollout, before: Rollout, verdict: NextStep, now: float) -> None:
         """Send ``rollout_stuck`` once per stall of ``stuck_after_s`` with no node progress."""
         if r.nodes != before.nodes or r.state != before.state:
             r.progressed_at, r.stuck_reported = now, False

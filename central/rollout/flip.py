@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from central.rollout.labels import describe_selector
 from central.rollout.model import NodeFailure, NodeProgress, Rollout, utc
-from central.rollout.progress import Verdict, failure_reason, settle, tally
+from central.rollout.progress import NextStep, failure_reason, settle, tally
 from fleetwire.mqtt.payloads import ModelInfo
 
 #: node id → ``(offset_ms, error_ms)`` of central's clock against the node's; None: unknown.
@@ -101,41 +101,41 @@ def refresh(r: Rollout, reports: Callable[[str], Sequence[ModelInfo] | None], be
     tally(r, staged_count=True)
 
 
-def decide(r: Rollout, now: float, rules: FlipRules) -> Verdict:
+def decide(r: Rollout, now: float, rules: FlipRules) -> NextStep:
     """The next step of a staged rollout whose progress is up to date: ``flip`` (send it),
     ``complete``, ``roll_back`` or ``wait``."""
     reported = r.ready + r.failed + r.staged
     if reported >= r.min_nodes and r.failure_rate > r.failure_threshold:
         errors = {n: f.error or f.reason for n, f in r.failures.items() if r.nodes.get(n) == "failed"}
-        return Verdict("roll_back", failure_reason(r, errors))
+        return NextStep("roll_back", failure_reason(r, errors))
     if not r.targets:
-        return Verdict("wait", f"no node matches selector {describe_selector(r.selector)}", blocked=True)
+        return NextStep("wait", f"no node matches selector {describe_selector(r.selector)}", blocked=True)
     flip_at = r.flip_instant
     holding = r.staged + r.ready
     offline = [n for n, p in r.nodes.items() if p == "offline"]
     gone = f"; offline: {_names(offline)} (switches once back and staged)" if offline else ""
     if r.state == "staging":
         if flip_at is not None and now >= flip_at - rules.lead_s:
-            return Verdict("flip", None)
+            return NextStep("flip", None)
         counted = f"staged on {holding} of {len(r.targets)} nodes"
         behind = [n for n in r.targets if r.nodes.get(n) not in ("staged", "ready")]
         waiting = f"; waiting for {_listed(behind)}" if behind else ""
         if flip_at is None:
-            return Verdict(
+            return NextStep(
                 "wait", f"{counted}{waiting}{gone}; flip with `modelfleet flip {r.model}`", blocked=bool(behind)
             )
-        return Verdict(
+        return NextStep(
             "wait", f"{counted}{waiting}{gone}; flipping at {utc(flip_at).isoformat()}", blocked=bool(behind)
         )
     behind = [n for n in r.targets if r.nodes.get(n) != "ready"]
     if not behind:
-        return Verdict("complete", f"every node on version {r.version}{gone}" if offline else None)
+        return NextStep("complete", f"every node on version {r.version}{gone}" if offline else None)
     assert flip_at is not None
     when = utc(flip_at).isoformat()
     if now < flip_at:
-        return Verdict("wait", f"flipping {len(r.switch_at)} of {len(r.targets)} nodes at {when}{gone}")
+        return NextStep("wait", f"flipping {len(r.switch_at)} of {len(r.targets)} nodes at {when}{gone}")
     detail = ", ".join(f"{n} ({r.nodes.get(n, 'pending')})" for n in behind[:5]) + (", …" if len(behind) > 5 else "")
-    return Verdict("wait", f"flipped at {when}; {len(behind)} not on it yet: {detail}{gone}", blocked=True)
+    return NextStep("wait", f"flipped at {when}; {len(behind)} not on it yet: {detail}{gone}", blocked=True)
 
 
 def _names(nodes: list[str]) -> str:

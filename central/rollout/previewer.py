@@ -1,4 +1,4 @@
-"""Gathers what central knows for a rollout's cost preview (``central.rollout.preview``):
+"""Gathers what central knows for a rollout's cost preview (``central.rollout.cost``):
 the version's manifest, the placement it has or will get, every node's site, hardware
 class and labels, and what each node holds now. Reads only; a preview writes nothing."""
 
@@ -11,11 +11,7 @@ from central.membership import NodeDirectory
 from central.membership.nodes import NodeRecord
 from central.placement import Placement, PlacementService, place, place_by_site
 from central.rollout.book import RolloutBook
-from central.rollout.fleet import FleetView
-from central.rollout.labels import matches
-from central.rollout.model import RolloutRequest
-from central.rollout.plan import ServingPlan
-from central.rollout.preview import (
+from central.rollout.cost import (
     PreviewNode,
     RolloutPreview,
     VersionKey,
@@ -25,6 +21,10 @@ from central.rollout.preview import (
     preview_costs,
     site_totals,
 )
+from central.rollout.fleet import FleetView
+from central.rollout.labels import matches
+from central.rollout.model import RolloutRequest
+from central.rollout.plan import ServingPlan
 from central.storage.protocols import MetadataStore
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.payloads import ModelInfo

@@ -20,7 +20,7 @@ Decision = Literal["wait", "promote", "complete", "roll_back", "flip"]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class NextStep:
     """What the controller should do next, and why (in words, for ``reason``)."""
 
     decision: Decision
@@ -106,26 +106,26 @@ def _waiting(nodes: list[str], what: str, version: str) -> str:
     return f"waiting for {len(nodes)} {what}{plural} to load version {version}: {shown}"
 
 
-def decide(rollout: Rollout, now: float, errors: dict[str, str]) -> Verdict:
+def decide(rollout: Rollout, now: float, errors: dict[str, str]) -> NextStep:
     """The next step for an in-progress rollout whose progress fields are up to date."""
     reported = rollout.ready + rollout.failed
     if reported >= rollout.min_nodes and rollout.failure_rate > rollout.failure_threshold:
-        return Verdict("roll_back", failure_reason(rollout, errors))
+        return NextStep("roll_back", failure_reason(rollout, errors))
     if not rollout.targets:
-        return Verdict("wait", f"no node matches selector {describe_selector(rollout.selector)}", blocked=True)
+        return NextStep("wait", f"no node matches selector {describe_selector(rollout.selector)}", blocked=True)
     wave = rollout.canary_nodes if rollout.state == "canary" else rollout.targets
     behind = [n for n in wave if rollout.nodes.get(n) != "ready"]
     if behind:
-        return Verdict("wait", _waiting(behind, "canary " if rollout.state == "canary" else "", rollout.version), True)
+        return NextStep("wait", _waiting(behind, "canary " if rollout.state == "canary" else "", rollout.version), True)
     if rollout.state == "rolling":
-        return Verdict("complete", None)
+        return NextStep("complete", None)
     healthy = f"canary healthy on {len(wave)} {'node' if len(wave) == 1 else 'nodes'}"
     if rollout.soak_s is None:
-        return Verdict("wait", f"{healthy}; waiting for a manual promote")
+        return NextStep("wait", f"{healthy}; waiting for a manual promote")
     left = rollout.soak_s - (now - (rollout.healthy_since or now))
     if left <= 0:
-        return Verdict("promote", None)
-    return Verdict("wait", f"{healthy}; promoting in {left:.0f} s")
+        return NextStep("promote", None)
+    return NextStep("wait", f"{healthy}; promoting in {left:.0f} s")
 
 
 def retry(r: Rollout, nodes: Sequence[str] | None, now: float) -> list[str]:

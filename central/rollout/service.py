@@ -11,11 +11,11 @@ from central.distribution.assignment import NodeHolding
 from central.errors import Conflict, NotFound
 from central.rollout.book import RolloutBook
 from central.rollout.controller import RolloutController
+from central.rollout.cost import RolloutPreview
 from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
 from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, utc
 from central.rollout.plan import ServingPlan
-from central.rollout.preview import RolloutPreview
 from central.rollout.previewer import RolloutPreviewer
 from central.storage.protocols import MetadataStore
 from fleetwire.manifest import Manifest

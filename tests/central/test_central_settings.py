@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
+from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MQTT_MOVED_TO_BROKER, CentralSettings, MqttSettings
 
 #: An environment value per moved field, and what it becomes in ``broker``.

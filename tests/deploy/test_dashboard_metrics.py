@@ -75,7 +75,7 @@ async def test_every_metric_in_the_dashboard_and_rules_is_exported(
         edge = await make_edge("edge-a", central, heartbeat=heartbeat, broker=broker)
         async with httpx.AsyncClient(base_url=central.http_url, timeout=30) as api:
             assert (await push(api, "tiny", small_model_file)).status_code == 201
-            tracker = central.central.membership
+            tracker = central.central.liveness
             await wait_for(lambda: len(tracker.ready_endpoints("tiny")) == 1, 30, "tiny ready")
             body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
             assert (await api.post("/v2/models/tiny/infer", json=body)).status_code == 200

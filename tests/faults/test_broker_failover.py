@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from brokers import MosquittoBroker, retained
-from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import NodeLiveness
+from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MqttSettings
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.settings import HeartbeatSettings

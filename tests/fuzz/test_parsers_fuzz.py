@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
+from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.registry.chunker import Chunker
 from central.settings import ChunkingSettings, MqttSettings
 from fleetwire.manifest import Manifest

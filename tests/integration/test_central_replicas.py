@@ -54,13 +54,22 @@ def _heartbeat(broker: MosquittoBroker) -> dict[str, Any]:
     return {"heartbeat": {"enabled": True, "interval_s": 0.3}, "broker": {"host": broker.host, "port": broker.port}}
 
 
+def _replica(server: CentralServer) -> dict[str, Any]:
+    """What ``/readyz`` says about the replica (leadership, epoch, partitions)."""
+    return dict(server.central.handlers.health.readiness()["replica"])
+
+
 def _leaders(replicas: list[CentralServer]) -> list[str]:
-    return [r.settings.ha.replica_id or "" for r in replicas if r.central.replica and r.central.replica.is_leader]
+    return [r.settings.ha.replica_id or "" for r in replicas if _replica(r)["leader"]]
 
 
 def _owned(replica: CentralServer) -> set[int]:
-    assert replica.central.replica is not None and replica.central.replica.control is not None
-    return set(replica.central.replica.control.owned)
+    return set(_replica(replica)["partitions"])
+
+
+def _alive(replica: CentralServer, node_id: str) -> bool:
+    row = replica.central.mode.shared_liveness().get(node_id)
+    return row is not None and row.state == "alive"
 
 
 async def test_replicas_share_one_fleet(
@@ -71,7 +80,7 @@ async def test_replicas_share_one_fleet(
     await wait_for(
         lambda: sorted(k for r in replicas for k in _owned(r)) == list(range(PARTITIONS)), 10, "partitions split"
     )
-    leader = next(r for r in replicas if r.central.replica and r.central.replica.is_leader)
+    leader = next(r for r in replicas if _replica(r)["leader"])
     followers = [r for r in replicas if r is not leader]
 
     async with httpx.AsyncClient(timeout=30) as api:
@@ -93,8 +102,7 @@ async def test_replicas_share_one_fleet(
 
         def routed_everywhere() -> bool:
             return all(
-                {c.node_id for c in r.central.replica.view.candidates("tiny", "1")} == ids  # type: ignore[union-attr]
-                for r in replicas
+                {c.node_id for c in r.central.gateway.router.source.candidates("tiny", "1")} == ids for r in replicas
             )
 
         await wait_for(routed_everywhere, 30, "both edges ready in every replica's view")
@@ -124,11 +132,11 @@ async def test_replicas_share_one_fleet(
         await wait_for(same_placement, 15, "one placement on every replica")
 
         # The leader stops: another leads with a higher epoch, partitions move, routing goes on.
-        epoch = leader.central.replica.leader_epoch  # type: ignore[union-attr]
+        epoch = _replica(leader)["leader_epoch"]
         await leader.stop()
         leader._stopped = True  # type: ignore[attr-defined]
         await wait_for(lambda: len(_leaders(followers)) == 1, 10, "a new leader")
-        new_epoch = next(f.central.replica.leader_epoch for f in followers if f.central.replica.is_leader)  # type: ignore[union-attr]
+        new_epoch = next(_replica(f)["leader_epoch"] for f in followers if _replica(f)["leader"])
         assert epoch is not None and new_epoch is not None and new_epoch > epoch
         await wait_for(
             lambda: sorted(k for r in followers for k in _owned(r)) == list(range(PARTITIONS)),
@@ -139,8 +147,7 @@ async def test_replicas_share_one_fleet(
             response = await api.post(f"{r.http_url}/v2/models/tiny/infer", json=body)
             assert response.status_code == 200, response.text
         for r in followers:
-            assert r.central.replica is not None and r.central.replica.view.alive("edge-0")
-            assert r.central.replica.view.alive("edge-1")
+            assert _alive(r, "edge-0") and _alive(r, "edge-1")
 
 
 async def test_a_single_central_keeps_plain_topics_and_no_replica_block(tmp_path: Path) -> None:
@@ -155,20 +162,32 @@ async def test_a_single_central_keeps_plain_topics_and_no_replica_block(tmp_path
         await server.stop()
 
 
-async def test_a_node_its_new_owner_never_hears_is_declared_dead(start_replica: ReplicaFactory) -> None:
-    from central.ha.fleet_store import NodeLiveness
+async def test_a_node_its_new_owner_never_hears_is_declared_dead(
+    start_replica: ReplicaFactory, postgres_url: str
+) -> None:
+    from central.ha.fleet_store import FleetStore, LivenessRow
     from fleetwire.mqtt.topics import partition_of
 
     first, second = await start_replica("r0"), await start_replica("r1")
     await wait_for(lambda: bool(_owned(first)) and bool(_owned(second)), 10, "partitions split")
-    assert first.central.replica is not None and first.central.replica.control is not None
-    partition, epoch = next(iter(first.central.replica.control.owned.items()))
+    partition = min(_owned(first))
     ghost = next(f"ghost-{i}" for i in range(10_000) if partition_of(f"ghost-{i}", PARTITIONS) == partition)
     # The shared liveness says alive (its owner saw it last), but the node is gone and left no
     # retained birth: a dead node whose partition changes hands must not stay alive for everyone.
-    first.central.replica.fleet.put_liveness(partition, epoch, [NodeLiveness(ghost, partition, "alive", "", ())])
+    fleet = FleetStore(postgres_url)
+    try:
+        with fleet.connection() as conn:
+            row = conn.execute("SELECT epoch FROM ha_partitions WHERE partition = %s", (partition,)).fetchone()
+        assert row is not None
+        fleet.put_liveness(partition, int(row[0]), [LivenessRow(ghost, partition, "alive", "", ())])
+    finally:
+        fleet.close()
     await first.stop()
     first._stopped = True  # type: ignore[attr-defined]
-    view = second.central.replica.view  # type: ignore[union-attr]
     await wait_for(lambda: partition in _owned(second), 10, "the partition taken over")
-    await wait_for(lambda: ghost in view.liveness and view.liveness[ghost].state == "dead", 10, "the ghost dead")
+
+    def ghost_dead() -> bool:
+        row = second.central.mode.shared_liveness().get(ghost)
+        return row is not None and row.state == "dead"
+
+    await wait_for(ghost_dead, 10, "the ghost dead")

@@ -154,7 +154,7 @@ async def test_with_the_broker_down_edges_fetch_and_serve_then_heartbeat_again(
             "heartbeats again",
         )
         names = {e.node_id for e in edges}
-        alive = lambda: {v.node_id for v in central.central.membership.nodes() if str(v.state) == "alive"}  # noqa: E731
+        alive = lambda: {v.node_id for v in central.central.liveness.nodes() if str(v.state) == "alive"}  # noqa: E731
         await wait_for(lambda: alive() == names, 30, "both alive at central")
     finally:
         await central.stop()

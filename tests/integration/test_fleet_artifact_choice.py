@@ -205,7 +205,7 @@ async def test_a_class_times_once_and_its_verdict_serves_the_next_node(
 
         # The choice, its speed-up and the reason in the nodes API and `modelfleet nodes`.
         def reported() -> bool:
-            views = {v.node_id: v for v in mqtt_central.central.membership.nodes()}
+            views = {v.node_id: v for v in mqtt_central.central.liveness.nodes()}
             return (
                 all(
                     any(m.choice is not None for m in views[n].models)

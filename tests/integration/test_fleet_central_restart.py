@@ -27,7 +27,7 @@ async def test_edges_resync_after_a_central_restart(make_edge: EdgeFactory, mode
     second = CentralServer(settings.model_copy(update={"grpc_port": first.grpc_port, "http_port": 0}))
     await second.start()
     try:
-        await wait_for(lambda: len(second.central.nodes.nodes()) == 2, 30, "edges re-registering")
+        await wait_for(lambda: len(second.central.directory.nodes()) == 2, 30, "edges re-registering")
         v2 = build_mlp(tmp_path / "v2.onnx", width=384, hidden_layers=4, head_seed=3)
         async with httpx.AsyncClient(base_url=second.http_url) as api:
             assert (await push(api, "mlp", v2)).status_code == 201

@@ -39,7 +39,9 @@ async def test_stopping_an_owner_mid_rollout_still_completes_everywhere(
     await victim.stop(unregister=False)  # its stream closes; central re-places its chunks
 
     survivors = edges[1:]
-    await wait_for(lambda: victim.node_id not in {n.node_id for n in slow_central.central.nodes.nodes()}, what="leave")
+    await wait_for(
+        lambda: victim.node_id not in {n.node_id for n in slow_central.central.directory.nodes()}, what="leave"
+    )
     placement = slow_central.central.placement.placement(("mlp", "1"))
     assert all(victim.node_id not in owners for owners in placement.values())
     await wait_for(lambda: all(version_state(e, "mlp", "1") == "complete" for e in survivors), 60, "survivors")
@@ -88,7 +90,7 @@ async def test_an_edge_rejects_a_peer_that_serves_corrupted_bytes_and_still_fini
     rogue_server, stream = await _join_as_rogue(central, liar)
     try:
         edges = [await make_edge(f"edge-{i}", central) for i in range(2)]
-        await wait_for(lambda: len(central.central.nodes.nodes()) == 3, what="rogue and two edges registered")
+        await wait_for(lambda: len(central.central.directory.nodes()) == 3, what="rogue and two edges registered")
         response = await push(api, "mlp", model_file)
         assert response.status_code == 201
         digests = {c["digest"] for c in response.json()["manifest"]["chunks"]}

@@ -31,7 +31,7 @@ def _heartbeat(broker: MosquittoBroker) -> dict[str, object]:
 
 
 def _alive(central: CentralServer) -> set[str]:
-    return {v.node_id for v in central.central.membership.nodes() if str(v.state) == "alive"}
+    return {v.node_id for v in central.central.liveness.nodes() if str(v.state) == "alive"}
 
 
 async def test_gateway_routes_by_heartbeats_and_a_leaving_node_loses_its_chunks(
@@ -41,7 +41,7 @@ async def test_gateway_routes_by_heartbeats_and_a_leaving_node_loses_its_chunks(
     await wait_for(lambda: _alive(mqtt_central) == {e.node_id for e in edges}, 20, "three alive nodes")
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         assert (await push(api, "tiny", small_model_file)).status_code == 201
-        tracker = mqtt_central.central.membership
+        tracker = mqtt_central.central.liveness
         await wait_for(lambda: len(tracker.ready_endpoints("tiny")) == 3, 30, "tiny ready in heartbeats")
 
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
@@ -68,11 +68,16 @@ async def test_gateway_routes_by_heartbeats_and_a_leaving_node_loses_its_chunks(
         assert membership["counts"]["alive"] == 2
 
 
-async def test_no_node_can_serve_gives_503_naming_the_model(mqtt_central: CentralServer) -> None:
+async def test_no_node_can_serve_gives_503_naming_the_model(
+    mqtt_central: CentralServer, small_model_file: Path
+) -> None:
     async with httpx.AsyncClient(base_url=mqtt_central.http_url) as api:
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
-        response = await api.post("/v2/models/ghost/infer", json=body)
-    assert response.status_code == 503 and "ghost" in response.json()["error"]
+        assert (await push(api, "lonely", small_model_file)).status_code == 201  # known, on no node
+        response = await api.post("/v2/models/lonely/infer", json=body)
+        assert response.status_code == 503 and "lonely" in response.json()["error"]
+        response = await api.post("/v2/models/ghost/infer", json=body)  # never pushed
+        assert response.status_code == 404 and "ghost" in response.json()["error"]
 
 
 async def test_central_and_edges_reconverge_after_the_broker_restarts(
@@ -85,4 +90,4 @@ async def test_central_and_edges_reconverge_after_the_broker_restarts(
     mosquitto.restart()
     await wait_for(lambda: all(e.edge.heartbeat.bdseq >= 2 for e in edges), 30, "edges reconnected with a new bdseq")
     await wait_for(lambda: _alive(mqtt_central) == names, 30, "both alive again at central")
-    assert {n.node_id for n in mqtt_central.central.nodes.nodes()} == names
+    assert {n.node_id for n in mqtt_central.central.directory.nodes()} == names

@@ -15,7 +15,7 @@ async def test_push_reaches_every_edge_byte_for_byte(
     central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, model_file: Path
 ) -> None:
     edges = [await make_edge(f"edge-{i}", central) for i in range(4)]
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 4, what="four registered edges")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 4, what="four registered edges")
 
     response = await push(api, "mlp", model_file)
     assert response.status_code == 201, response.text
@@ -46,7 +46,7 @@ async def test_every_chunk_has_two_distinct_owners_spread_over_the_fleet(
 ) -> None:
     for i in range(4):
         await make_edge(f"edge-{i}", central)
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 4, what="four registered edges")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 4, what="four registered edges")
     assert (await push(api, "mlp", model_file)).status_code == 201
 
     nodes = (await api.get("/api/v1/nodes")).json()

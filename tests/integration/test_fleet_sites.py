@@ -39,7 +39,7 @@ async def test_each_chunk_crosses_into_each_site_once(
 ) -> None:
     central = sited_central
     edges = [await make_edge(node, central, site=site) for node, site in SITES.items()]
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 4, what="four registered edges")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 4, what="four registered edges")
     async with httpx.AsyncClient(base_url=central.http_url, timeout=30.0) as api:
         response = await push(api, "mlp", model_file)
         assert response.status_code == 201, response.text

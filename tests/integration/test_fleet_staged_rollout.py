@@ -63,7 +63,7 @@ async def test_canary_promote_and_automatic_rollback_of_a_version_that_fails_to_
     }
     v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
-    tracker = fleet_central.central.membership
+    tracker = fleet_central.central.liveness
     async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30) as api:
         assert (await push(api, "tiny", v1, version="1")).status_code == 201
         await wait_for(lambda: len(tracker.ready_endpoints("tiny", "1")) == 3, 30, "v1 ready on three nodes")

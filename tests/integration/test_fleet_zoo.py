@@ -114,7 +114,7 @@ async def _served_everywhere(fleet: ZooFleet, name: str) -> None:
         except Exception:
             return False
 
-    tracker = fleet.central.central.membership
+    tracker = fleet.central.central.liveness
     await wait_for(
         lambda: all(served(e) for e in fleet.edges) and len(tracker.ready_endpoints(name)) == len(fleet.edges),
         120,

@@ -61,7 +61,7 @@ async def _v1_everywhere_then_v2_stored(
     v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
     assert (await push(api, "tiny", v1, version="1")).status_code == 201
-    await wait_for(lambda: len(central.central.membership.ready_endpoints("tiny", "1")) == count, 30, "v1 ready")
+    await wait_for(lambda: len(central.central.liveness.ready_endpoints("tiny", "1")) == count, 30, "v1 ready")
     response = await push(api, "tiny", v2, version="2", activate="false")
     assert response.status_code == 201, response.text
 

@@ -109,7 +109,7 @@ async def test_a_tls_fleet_moves_chunks_over_mutual_tls_and_serves_through_the_h
             assert not edge.edge.fetcher.stats.peer_errors, edge.edge.fetcher.stats.as_dict()
         assert sum(e.edge.peer_servicer.chunks_served for e in edges) > 0
 
-        tracker = tls_central.central.membership
+        tracker = tls_central.central.liveness
         await wait_for(lambda: len(tracker.ready_endpoints("mlp")) == 2, 20, "mlp ready in heartbeats")
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 384], "data": np.ones(384).tolist()}]}
         response = await api.post("/v2/models/mlp/infer", json=body)

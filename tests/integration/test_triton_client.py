@@ -62,7 +62,7 @@ async def fleet(
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         for name, path in files.items():
             assert (await push(api, name, path)).status_code == 201
-    tracker = mqtt_central.central.membership
+    tracker = mqtt_central.central.liveness
     await wait_for(lambda: all(tracker.ready_endpoints(m) for m in files), 30, "both models ready in heartbeats")
     return mqtt_central, edge, files
 
@@ -197,7 +197,7 @@ async def test_tritons_grpc_client_against_an_edge_and_the_gateway(
     seen = await _triton_grpc_session(edge.infer_grpc_address, feed)
     _check_grpc(seen, files, feed, "modelfleet-edge", ghost="StatusCode.NOT_FOUND")
     seen = await _triton_grpc_session(central.infer_grpc_address, feed)
-    # the gateway knows no node that serves "ghost": 503 over REST, UNAVAILABLE here
-    _check_grpc(seen, files, feed, "modelfleet-gateway", ghost="StatusCode.UNAVAILABLE")
+    # the registry has never heard of "ghost": 404 over REST, NOT_FOUND here (as the edge)
+    _check_grpc(seen, files, feed, "modelfleet-gateway", ghost="StatusCode.NOT_FOUND")
     stats = central.central.gateway.stats
     assert stats.node_failures == 0 and stats.retries == 0 and stats.requests >= 4

@@ -42,7 +42,7 @@ async def _edge(make_edge: EdgeFactory, central: CentralServer, mosquitto: Mosqu
 
 def _heartbeat_entry(central: CentralServer, version: str) -> Any:
     """``tiny:version`` as edge-0's last heartbeat (as central read it) reports it, or None."""
-    view = central.central.membership.get("edge-0")
+    view = central.central.liveness.get("edge-0")
     models = view.models if view is not None and view.last_heartbeat_at is not None else []
     return next((m for m in models if (m.name, m.version) == ("tiny", version)), None)
 
@@ -51,7 +51,7 @@ async def _stored_v1_then_v2(api: httpx.AsyncClient, tmp_path: Path, central: Ce
     v1 = build_mlp(tmp_path / "v1.onnx", width=32, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=32, hidden_layers=1, seed=1)
     assert (await push(api, "tiny", v1, version="1")).status_code == 201
-    await wait_for(lambda: len(central.central.membership.ready_endpoints("tiny", "1")) == 1, 30, "v1 ready")
+    await wait_for(lambda: len(central.central.liveness.ready_endpoints("tiny", "1")) == 1, 30, "v1 ready")
     response = await push(api, "tiny", v2, version="2", activate="false")
     assert response.status_code == 201, response.text
     manifest: dict[str, Any] = response.json()["manifest"]

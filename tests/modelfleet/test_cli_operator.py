@@ -47,7 +47,7 @@ async def test_push_digits_then_read_models_nodes_and_events(
     heartbeat = {"enabled": True, "interval_s": 0.3}
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     await make_edge("edge-0", mqtt_central, heartbeat=heartbeat, broker=broker)
-    tracker = mqtt_central.central.membership
+    tracker = mqtt_central.central.liveness
     await wait_for(lambda: [str(v.state) for v in tracker.nodes()] == ["alive"], 20, "edge-0 alive")
     cli = Cli(tmp_path, mqtt_central.http_url)
 

@@ -30,7 +30,7 @@ async def test_rollout_promote_rollback_seen_by_events_follow(
     tmp_path: Path, central: CentralServer, make_edge: EdgeFactory, small_model_file: Path
 ) -> None:
     await make_edge("edge-0", central, labels={"zone": "a"})
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 1, 20, "edge-0 registered")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 1, 20, "edge-0 registered")
     cli = Cli(tmp_path, central.http_url)
     assert (await cli("push", str(small_model_file), "--name", "m")).exit_code == 0
     stored = await cli("push", str(small_model_file), "--name", "m", "--version", "2", "--no-activate")

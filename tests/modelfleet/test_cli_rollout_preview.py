@@ -17,7 +17,7 @@ async def test_dry_run_shows_the_cost_and_starts_nothing(
     tmp_path: Path, central: CentralServer, make_edge: EdgeFactory
 ) -> None:
     edge = await make_edge("edge-0", central, site="plant-1")
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 1, 20, "edge-0 registered")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 1, 20, "edge-0 registered")
     v1 = build_mlp(tmp_path / "v1.onnx", width=128, hidden_layers=2)
     v2 = build_mlp(tmp_path / "v2.onnx", width=128, hidden_layers=2, head_seed=1)
     cli = Cli(tmp_path, central.http_url)

@@ -32,7 +32,7 @@ def test_window_and_duration_shorthands() -> None:
 
 async def test_a_scheduled_rollout_from_the_cli(tmp_path: Path, central: CentralServer, make_edge: EdgeFactory) -> None:
     edge = await make_edge("edge-0", central, labels={"zone": "a"})
-    await wait_for(lambda: len(central.central.nodes.nodes()) == 1, 20, "edge-0 registered")
+    await wait_for(lambda: len(central.central.directory.nodes()) == 1, 20, "edge-0 registered")
     cli = Cli(tmp_path, central.http_url)
     v1 = build_mlp(tmp_path / "v1.onnx", width=16, hidden_layers=1)
     v2 = build_mlp(tmp_path / "v2.onnx", width=16, hidden_layers=1, seed=1)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from brokers import Login, connect_once
-from central.membership.mqtt_consumer import MembershipConsumer, make_tracker
 from central.membership.tracker import MembershipTracker, NodeLiveness
+from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MqttSettings
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.settings import HeartbeatSettings

@@ -88,7 +88,7 @@ async def test_every_registry_call_needs_a_node_token_and_operator_tokens_are_no
     for md in ((), bearer_metadata("mft_not-a-token"), bearer_metadata(admin), (("authorization", f"Basic {admin}"),)):
         codes = {name: await code_of(call) for name, call in every_rpc(stub, md, "edge-a").items()}
         assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, (md, codes)
-    assert guarded.central.nodes.get("edge-a") is None
+    assert guarded.central.directory.get("edge-a") is None
 
     # Nor is a node token an operator: not from its own store, not copied into the operator one.
     node_token = node_tokens(tmp_path).create("edge-a", Role.NODE, node_id="edge-a")
@@ -115,7 +115,7 @@ async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immedia
     # edge-a's token may not register, watch, unregister or fetch as edge-b.
     codes = {name: await code_of(call) for name, call in every_rpc(stub, a, "edge-b").items() if name != "GetManifest"}
     assert set(codes.values()) == {grpc.StatusCode.PERMISSION_DENIED}, codes
-    assert guarded.central.nodes.get("edge-b") is None
+    assert guarded.central.directory.get("edge-b") is None
 
     assert (await stub.Register(registry_pb2.RegisterRequest(node=node("edge-a")), metadata=a)).accepted
     assert (
@@ -126,7 +126,7 @@ async def test_a_node_token_acts_only_for_its_own_node_and_revocation_is_immedia
     own_watch = stub.WatchDesiredState(registry_pb2.WatchRequest(node_id="edge-a"), metadata=a)
     assert isinstance(await own_watch.read(), registry_pb2.DesiredState)
     # Past the credential check, a node reads only manifests of its own desired state; whether
-    # another version exists is not told (this one does not): tests/central/transport/test_origin_access.py.
+    # another version exists is not told (this one does not): tests/central/rest/test_origin_access.py.
     manifest = stub.GetManifest(registry_pb2.GetManifestRequest(name="m", version="1"), metadata=a)
     assert await code_of(manifest) == grpc.StatusCode.PERMISSION_DENIED
 
@@ -173,5 +173,5 @@ async def test_an_edge_with_its_token_serves_and_one_with_another_nodes_token_is
     refused = [r for r in caplog.records if "refused this node's credential" in r.getMessage()]
     assert len(refused) == 1 and refused[0].levelno == logging.ERROR and refused[0].exc_info is None
     assert "PERMISSION_DENIED" in refused[0].getMessage() and "'edge-a'" in refused[0].getMessage()
-    assert not impostor.edge.follower.connected.is_set() and guarded.central.nodes.get("edge-c") is None
-    assert [n.node_id for n in guarded.central.nodes.nodes()] == ["edge-a"]
+    assert not impostor.edge.follower.connected.is_set() and guarded.central.directory.get("edge-c") is None
+    assert [n.node_id for n in guarded.central.directory.nodes()] == ["edge-a"]

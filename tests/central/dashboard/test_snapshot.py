@@ -10,10 +10,11 @@ from pathlib import Path
 
 from central.dashboard import DashboardSources, build_snapshot
 from central.distribution import DesiredStateService
+from central.fleet_mode import LocalMode
 from central.gateway import StaticNodeSource, create_gateway
 from central.membership import NodeDirectory, NodeRecord
 from central.membership.tracker import MembershipTracker
-from central.origin import OriginService, TokenBucket
+from central.origin import EgressBucket, OriginService
 from central.placement import PlacementService
 from central.registry.pipeline import PushPipeline
 from central.registry.service import RegistryService
@@ -56,15 +57,17 @@ async def test_a_snapshot_joins_heard_and_registered_nodes_from_the_given_servic
     gateway = create_gateway(StaticNodeSource())
     try:
         sources = DashboardSources(
-            membership=tracker,
-            nodes=nodes,
+            liveness=tracker,
+            directory=nodes,
             registry=RegistryService(store, blobs, PushPipeline([]), on_change=lambda: None),
             placement=placement,
             desired=DesiredStateService(placement, list, dict),
-            origin=OriginService(blobs, placement, TokenBucket(0), 1),
+            origin=OriginService(blobs, placement, EgressBucket(0), 1),
             gateway=gateway,
             gateway_enabled=False,
             mqtt_enabled=False,
+            shared=LocalMode().shared_liveness,
+            replicas=LocalMode().replicas,
         )
         snap = build_snapshot(sources, asyncio.get_running_loop().time(), None)
     finally:

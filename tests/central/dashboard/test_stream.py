@@ -56,7 +56,7 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
     assert (await push(api, "tiny", small_model_file)).status_code == 201
     edge = await make_edge("edge-a", central)
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", 30, "edge-a holding tiny:1")
-    tracker = central.central.membership
+    tracker = central.central.liveness
     address = f"127.0.0.1:{edge.http_port}"
     tracker.on_heartbeat("edge-a", heartbeat("edge-a", address, 0))
     await wait_for(lambda: bool(tracker.ready_endpoints("tiny")), 10, "edge-a ready in the tracker")

@@ -13,7 +13,8 @@ import orjson
 import uvicorn
 from fastapi import FastAPI
 
-from central.gateway import Candidate, StaticNodeSource, create_gateway, create_gateway_router
+from central.gateway import Candidate, StaticNodeSource, create_gateway
+from central.rest.gateway_routes import create_gateway_router
 from central.server import CentralServer
 from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from gateway_harness import candidate, serve_gateway
 
 from central.gateway import Candidate, StaticNodeSource, create_gateway
 from central.server import CentralServer
 from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
+from gateway_harness import candidate, serve_gateway
 from modelfleet.up.ports import free_port
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
-from gateway_harness import candidate, serve_gateway
 
 from central.gateway import (
     AFFINITY_HEADER,
@@ -27,6 +26,7 @@ from central.server import CentralServer
 from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
+from gateway_harness import candidate, serve_gateway
 from modelfleet.up.ports import free_port
 
 MODEL = "tiny"

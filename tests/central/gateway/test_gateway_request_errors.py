@@ -16,7 +16,6 @@ import numpy as np
 import onnxruntime as ort
 import orjson
 import pytest
-from gateway_harness import candidate, serve_gateway
 
 from central.gateway import (
     AFFINITY_HEADER,
@@ -29,6 +28,7 @@ from central.server import CentralServer
 from central.settings import GatewaySettings
 from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
+from gateway_harness import candidate, serve_gateway
 from request_models import (
     BAD_TOKEN_REQUESTS,
     VOCAB,

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from central.ha.fencing import Fenced
-from central.ha.fleet_store import FleetSnapshot, FleetStore, NodeLiveness
+from central.ha.fleet_store import FleetSnapshot, FleetStore, LivenessRow
 
 
 def sql(url: str, query: str, args: tuple[Any, ...] = ()) -> None:
@@ -28,9 +28,9 @@ def snap(store: FleetStore) -> FleetSnapshot:
     return found
 
 
-def alive(node_id: str, partition: int, *ready: tuple[str, str]) -> NodeLiveness:
+def alive(node_id: str, partition: int, *ready: tuple[str, str]) -> LivenessRow:
     models = tuple({"name": m, "version": v, "state": "ready", "error": None} for m, v in ready)
-    return NodeLiveness(node_id, partition, "alive", f"http://{node_id}:8080", models)
+    return LivenessRow(node_id, partition, "alive", f"http://{node_id}:8080", models)
 
 
 @pytest.fixture
@@ -75,13 +75,13 @@ def test_liveness_is_fenced_by_the_partition_epoch(postgres_url: str, store: Fle
 
     sql(postgres_url, "UPDATE ha_partitions SET epoch = 3, replica_id = 'r2' WHERE partition = 3")
     with pytest.raises(Fenced, match=r"epoch 2 is stale \(current: 3\)"):
-        store.put_liveness(3, 2, [NodeLiveness("edge-a", 3, "dead", "", ())])
+        store.put_liveness(3, 2, [LivenessRow("edge-a", 3, "dead", "", ())])
     with pytest.raises(Fenced):
         store.forget_liveness(3, 2, ["edge-a"])
     after = snap(store)
     assert after.gen == gen and after.liveness == {"edge-a": rows[0]}
 
-    assert store.put_liveness(3, 3, [NodeLiveness("edge-a", 3, "suspect", "http://edge-a:8080", ())]) == gen + 1
+    assert store.put_liveness(3, 3, [LivenessRow("edge-a", 3, "suspect", "http://edge-a:8080", ())]) == gen + 1
     assert snap(store).liveness["edge-a"].state == "suspect"
     assert store.forget_liveness(3, 3, ["edge-a", "edge-unknown"]) == gen + 2
     assert store.forget_liveness(3, 3, ["edge-a"]) == gen + 2  # nothing left to forget: no bump
@@ -106,7 +106,7 @@ def test_placement_is_fenced_by_the_leader_epoch(postgres_url: str, store: Fleet
 
 def test_liveness_rejects_an_unknown_state() -> None:
     with pytest.raises(ValueError, match="gone"):
-        NodeLiveness("edge-a", 0, "gone", "", ())
+        LivenessRow("edge-a", 0, "gone", "", ())
 
 
 ELECTIONS: dict[str, tuple[str, Callable[[FleetStore], int]]] = {
@@ -116,7 +116,7 @@ ELECTIONS: dict[str, tuple[str, Callable[[FleetStore], int]]] = {
     ),
     "partition": (
         "UPDATE ha_partitions SET epoch = epoch + 1 WHERE partition = 3",
-        lambda store: store.put_liveness(3, 2, [NodeLiveness("edge-a", 3, "dead", "", ())]),
+        lambda store: store.put_liveness(3, 2, [LivenessRow("edge-a", 3, "dead", "", ())]),
     ),
 }
 
@@ -162,7 +162,7 @@ def test_a_nodes_clock_offset_reaches_the_other_replicas(
     postgres_url: str, store: FleetStore, other: FleetStore
 ) -> None:
     sql(postgres_url, "INSERT INTO ha_partitions (partition, epoch, replica_id) VALUES (5, 1, 'r1')")
-    timed = NodeLiveness("edge-c", 5, "alive", "http://edge-c:8080", (), clock=(-12.5, 0.4))
+    timed = LivenessRow("edge-c", 5, "alive", "http://edge-c:8080", (), clock=(-12.5, 0.4))
     gen = store.put_liveness(5, 1, [timed, alive("edge-d", 5)])
     seen = snap(other).liveness
     assert seen["edge-c"].clock == (-12.5, 0.4) and seen["edge-d"].clock is None

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from central.membership.mqtt_consumer import MembershipConsumer
 from central.membership.tracker import MembershipTracker, NodeLiveness, TransitionInfo
+from central.mqtt.consumer import MembershipConsumer
 from central.settings import MqttSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, Event, Heartbeat, ModelInfo, NodeStatus

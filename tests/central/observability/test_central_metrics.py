@@ -41,7 +41,7 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     heartbeat = {"enabled": True, "interval_s": 0.3}
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     edges = [await make_edge(f"edge-{i}", mqtt_central, heartbeat=heartbeat, broker=broker) for i in range(2)]
-    tracker = mqtt_central.central.membership
+    tracker = mqtt_central.central.liveness
     await wait_for(lambda: tracker.counts()["alive"] == 2, 20, "two alive nodes")
     async with httpx.AsyncClient(base_url=mqtt_central.http_url, timeout=30) as api:
         before = await _scrape(api)
@@ -58,7 +58,7 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
         await wait_for(lambda: len(tracker.ready_endpoints("tiny")) == 2, 30, "tiny ready on both edges")
         for _ in range(5):
             assert (await api.post("/v2/models/tiny/infer", json=_BODY)).status_code == 200
-        assert (await api.post("/v2/models/ghost/infer", json=_BODY)).status_code == 503
+        assert (await api.post("/v2/models/ghost/infer", json=_BODY)).status_code == 404  # never pushed
 
         staged = await api.post("/api/v1/models/tiny/versions?activate=false", content=small_model_file.read_bytes())
         assert staged.status_code == 201
@@ -92,7 +92,7 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     assert sample(after, "modelfleet_registry_blob_bytes") == manifest["size"]  # v2 has the same bytes: deduplicated
     assert sample(after, "modelfleet_origin_sent_bytes_total") > 0
     assert sample(after, "modelfleet_gateway_requests_total", model="tiny", outcome="ok") == 5
-    assert sample(after, "modelfleet_gateway_requests_total", model="ghost", outcome="unavailable") == 1
+    assert sample(after, "modelfleet_gateway_requests_total", model="ghost", outcome="not_found") == 1
     assert sample(after, "modelfleet_gateway_request_duration_seconds_count", model="tiny") == 5
     assert sample(after, "modelfleet_gateway_request_duration_seconds_bucket", model="tiny", le="+Inf") == 5
     assert sample(after, "modelfleet_gateway_attempts_total") >= 5

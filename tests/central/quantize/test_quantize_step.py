@@ -18,6 +18,7 @@ from quant_models import fragile_head as _fragile_head
 from quant_models import save as _save
 
 from central.errors import BadRequest
+from central.grpc.status import grpc_code_of
 from central.quantize import AccuracyGuardFailed, GuardStep, QuantizeStep
 from central.quantize.calibration import MIN_SAMPLES, load_calibration, split
 from central.quantize.recipes import DYNAMIC, S8S8_QDQ, U8S8_QDQ, U8S8_QOP
@@ -179,7 +180,7 @@ def test_guard_refuses_fragile_classifier_naming_the_fp32_flag(tmp_path: Path) -
     assert message.startswith("INT8 top-1 agreement ") and "below the 97% threshold on 50 held-out" in message
     assert "95% lower bound" in message and "50 samples cannot prove more than 94.9%" in message
     assert "push again with --fp32 (REST: keep_fp32=true) to serve FP32" in message
-    assert info.value.http_status == 422 and info.value.grpc_code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.http_status == 422 and grpc_code_of(info.value) == grpc.StatusCode.FAILED_PRECONDITION
     assert ctx.quantization is not None and ctx.quantization["served"] is None
     assert ctx.quantization["decided_by"] == "top1" and ctx.served_artifact == "fp32"
 

@@ -578,3 +578,15 @@ async def test_unknown_model_or_version_is_404(api: httpx.AsyncClient, small_mod
     assert_error(await api.get("/api/v1/models/m/versions/7"), 404, "7")
     assert_error(await api.delete("/api/v1/models/m/versions/7"), 404)
     assert_error(await api.get("/api/v1/no/such/route"), 404)
+
+
+async def test_deleting_a_never_activated_version_succeeds(
+    api: httpx.AsyncClient, small_model_file: Path, model_file: Path
+) -> None:
+    """``push --no-activate`` stores a version nothing serves: it may be deleted; the version
+    the fleet serves (the last activated one) stays a conflict."""
+    await push(api, "m2", small_model_file)
+    await push(api, "m2", model_file, version="2", activate="false")
+    assert (await api.delete("/api/v1/models/m2/versions/2")).status_code == 204
+    assert [v["version"] for v in (await api.get("/api/v1/models/m2/versions")).json()] == ["1"]
+    assert_error(await api.delete("/api/v1/models/m2/versions/1"), 409, "m2:1")

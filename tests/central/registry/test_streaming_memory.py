@@ -20,9 +20,9 @@ from central.registry.bundle import ReceivedPart, arrange
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, PushContext
 from central.registry.staging import StagedFile, Staging
+from central.rest.multipart import read_push_form
 from central.settings import ChunkingSettings
 from central.storage.blobs.local import BlobStore
-from central.transport.multipart import read_push_form
 from conftest import SMALL_CHUNKS
 
 SIZE = 64 * 1024 * 1024

@@ -42,7 +42,7 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
         n: await make_edge(n, fleet_central, heartbeat=heartbeat, broker=broker, site=s, labels={"zone": s})
         for n, s in SITES.items()
     }
-    await wait_for(lambda: len(fleet_central.central.nodes.nodes()) == len(SITES), what="registered edges")
+    await wait_for(lambda: len(fleet_central.central.directory.nodes()) == len(SITES), what="registered edges")
     v1 = build_mlp(tmp_path / "v1.onnx", width=384, hidden_layers=4)
     v2 = build_mlp(tmp_path / "v2.onnx", width=384, hidden_layers=4, head_seed=1)  # a new head only
     async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30.0) as api:
@@ -60,7 +60,7 @@ async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fet
         assert worst <= MAX_ERROR, (first["nodes"], measured)
 
         await wait_for(
-            lambda: len(fleet_central.central.membership.ready_endpoints("mlp", "1")) == len(SITES),
+            lambda: len(fleet_central.central.liveness.ready_endpoints("mlp", "1")) == len(SITES),
             30,
             "v1 ready in heartbeats",
         )

@@ -79,7 +79,7 @@ async def test_preview_of_a_pinned_artifact_counts_seeding_but_not_unserved_owne
         "broker": {"host": mosquitto.host, "port": mosquitto.port},
     }
     edges = {n: await make_edge(n, artifact_central, labels={"zone": z}, **options) for n, z in ZONES.items()}
-    await wait_for(lambda: len(artifact_central.central.nodes.nodes()) == len(ZONES), what="registered edges")
+    await wait_for(lambda: len(artifact_central.central.directory.nodes()) == len(ZONES), what="registered edges")
     fp32 = build_fp32(tmp_path / "fp32.onnx")
     async with httpx.AsyncClient(base_url=artifact_central.http_url, timeout=30.0) as api:
         pushed = await push(api, "m", fp32, version="1", activate="false", label="modelfleet.artifact=int8-fast")
@@ -106,7 +106,7 @@ async def test_preview_of_artifacts_that_every_node_times(
         "inference": {"choice": {"budget_s": 1.0, "min_rounds": 3, "max_rounds": 6}},
     }
     edges = {n: await make_edge(n, artifact_central, labels={"zone": z}, **options) for n, z in ZONES.items()}
-    await wait_for(lambda: len(artifact_central.central.nodes.nodes()) == len(ZONES), what="registered edges")
+    await wait_for(lambda: len(artifact_central.central.directory.nodes()) == len(ZONES), what="registered edges")
     fp32 = build_fp32(tmp_path / "fp32.onnx")
     async with httpx.AsyncClient(base_url=artifact_central.http_url, timeout=30.0) as api:
         pushed = await push(api, "m", fp32, version="1", activate="false")
@@ -130,13 +130,13 @@ async def test_preview_after_timing_counts_the_artifacts_a_node_timed_but_does_n
         "inference": {"choice": {"budget_s": 1.0, "min_rounds": 3, "max_rounds": 6}},
     }
     edges = {n: await make_edge(n, artifact_central, labels={"zone": z}, **options) for n, z in ZONES.items()}
-    await wait_for(lambda: len(artifact_central.central.nodes.nodes()) == len(ZONES), what="registered edges")
+    await wait_for(lambda: len(artifact_central.central.directory.nodes()) == len(ZONES), what="registered edges")
     fp32 = build_fp32(tmp_path / "fp32.onnx")
     async with httpx.AsyncClient(base_url=artifact_central.http_url, timeout=30.0) as api:
         assert (await push(api, "m", fp32, version="1", activate="false")).status_code == 201
         await preview_then_roll_out(api, edges, "m", "1", sorted(ZONES))
         await wait_for(
-            lambda: len(artifact_central.central.membership.ready_endpoints("m", "1")) == len(ZONES), 30, "v1 ready"
+            lambda: len(artifact_central.central.liveness.ready_endpoints("m", "1")) == len(ZONES), 30, "v1 ready"
         )
         assert (await push(api, "m", fp32, version="2", activate="false")).status_code == 201
         run = await preview_then_roll_out(api, edges, "m", "2", sorted(ZONES))

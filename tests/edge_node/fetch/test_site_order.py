@@ -79,7 +79,7 @@ async def two_sites(
     async with AsyncExitStack() as stack:
         nodes = {n: await stack.enter_async_context(site_node(n, central, tmp_path / n)) for n in SITES}
         for node in nodes.values():
-            central.central.nodes.register(NodeRecord(node.node_id, node.address, "", site=SITES[node.node_id]))
+            central.central.directory.register(NodeRecord(node.node_id, node.address, "", site=SITES[node.node_id]))
         placement = central.central.placement
         owners = {d: placement.owners(d) for d in sizes}
         peers = {n.node_id: n.address for n in nodes.values()}

@@ -125,7 +125,7 @@ async def test_an_edge_moves_to_the_next_central_when_its_central_stops(
         what="the link to the second central",
     )
     assert await served_version(edge) == "1"  # kept serving across the move
-    assert second.central.nodes.get("edge-0") is not None, "registered again on the second"
+    assert second.central.directory.get("edge-0") is not None, "registered again on the second"
     status = await _status(edge)
     assert status["address"] == second.grpc_address and status["switches"] == 1
 

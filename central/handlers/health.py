@@ -1,0 +1,35 @@
+"""Whether this central can take traffic, and which replicas there are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from central.fleet_mode import FleetMode
+from central.mqtt.consumer import MembershipConsumer
+
+
+class HealthHandlers:
+    """``/readyz`` and ``/api/v1/replicas``."""
+
+    def __init__(
+        self, store_reachable: Callable[[], bool], consumer: MembershipConsumer | None, mode: FleetMode
+    ) -> None:
+        self._store_reachable = store_reachable
+        self._consumer = consumer
+        self._mode = mode
+
+    def readiness(self) -> dict[str, Any]:
+        """The store, the broker link (when MQTT is on) and the fleet mode's own checks."""
+        checks: dict[str, bool] = {"store": self._store_reachable()}
+        if self._consumer is not None:
+            checks["broker"] = self._consumer.connected
+        mode_checks, body = self._mode.readiness()
+        checks.update(mode_checks)
+        body["checks"] = checks
+        body["ready"] = all(checks.values())
+        return body
+
+    def replicas(self) -> dict[str, Any]:
+        """The live replicas of a replicated central, or this one process."""
+        return self._mode.replicas()

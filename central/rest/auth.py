@@ -1,0 +1,106 @@
+"""Who may call central's REST API: one ASGI middleware in front of every route.
+
+With auth on, a write (any method but GET/HEAD/OPTIONS) needs an ``admin`` bearer token;
+reads need a token of any role only with ``protect_reads``. The OIP gateway (``/v2``) and
+``/healthz`` stay open: inference clients and probes carry no operator credential. The
+check runs before the route reads the body, so a refused push stores nothing. A browser may
+show its token in a cookie instead, for reads only (``central.rest.browser_login``)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord
+from central.rest import browser_login as browser
+from central.storage.protocols import Tokens
+from fleetwire.credentials import parse_bearer
+
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+_OPEN_PREFIXES = ("/v2/", "/healthz")
+_UNAUTHORIZED = "missing or invalid token"
+#: The actor of a request that showed no token (auth off, or an open route).
+ANONYMOUS = "anonymous"
+
+
+def actor_of(request: Request) -> str:
+    """Who made ``request``: the name of its operator token (never the token), set by
+    ``OperatorAuth``; ``ANONYMOUS`` when auth is off. Audit events carry it."""
+    return str(getattr(request.state, "actor", ANONYMOUS))
+
+
+def bearer(scope: Scope) -> str | None:
+    """The token of an ``Authorization: Bearer …`` header, if any."""
+    for key, value in scope.get("headers", []):
+        if key == b"authorization":
+            return parse_bearer(value.decode("latin-1"))
+    return None
+
+
+def is_write(method: str) -> bool:
+    """Whether ``method`` changes something (needs an admin token when auth is on)."""
+    return method not in _READS
+
+
+def protects(method: str, path: str, protect_reads: bool) -> bool:
+    """Whether ``method path`` needs a token: nothing under ``/v2`` and ``/healthz``; elsewhere
+    writes, and reads too with ``protect_reads`` (central's OpenAPI document declares 401/403 there)."""
+    if path == "/v2" or path.startswith(_OPEN_PREFIXES):
+        return False
+    return is_write(method) or protect_reads
+
+
+class OperatorAuth:
+    """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
+
+    def __init__(self, app: ASGIApp, store: Tokens, protect_reads: bool = False) -> None:
+        self.app = app
+        self.store = store
+        self.protect_reads = protect_reads
+
+    def _operator(self, token: str | None) -> TokenRecord | None:
+        record = self.store.verify(token) if token is not None else None
+        # A node credential is no operator, even if one was copied into this store by hand.
+        return record if record is not None and record.role in OPERATOR_ROLES else None
+
+    def _caller(self, scope: Scope) -> TokenRecord | None:
+        token = bearer(scope)
+        if token is None and not is_write(scope["method"]):  # a browser's cookie: reads only
+            token = browser.cookie_token(scope)
+        return self._operator(token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            if scope.get("path") == browser.LOGIN_PATH:
+                await self._login(scope, receive, send)
+                return
+            if scope.get("path") == browser.LOGOUT_PATH:
+                await browser.logged_out(scope.get("scheme") == "https")(scope, receive, send)
+                return
+        if scope["type"] != "http" or not protects(scope["method"], scope.get("path", ""), self.protect_reads):
+            await self.app(scope, receive, send)
+            return
+        caller = self._caller(scope)
+        if caller is None:
+            if scope.get("path") == browser.DASHBOARD_PATH and scope["method"] == "GET":
+                await browser.login_page()(scope, receive, send)  # a person in a browser: a form
+                return
+            headers = {"WWW-Authenticate": "Bearer"}
+            await JSONResponse({"error": _UNAUTHORIZED}, status_code=401, headers=headers)(scope, receive, send)
+            return
+        method, path = scope["method"], scope.get("path", "")
+        if is_write(method) and caller.role != Role.ADMIN:
+            message = f"role {caller.role} may not {method} {path} (token {caller.name!r}; writes need admin)"
+            await JSONResponse({"error": message}, status_code=403)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["actor"] = caller.name  # request.state.actor, for the audit trail
+        await self.app(scope, receive, send)
+
+    async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /dashboard/login``: a known operator token becomes the browser's cookie."""
+        token = await browser.form_token(scope, receive)
+        if token is None or self._operator(token) is None:
+            await browser.login_page("unknown or revoked token")(scope, receive, send)
+            return
+        await browser.logged_in(token, secure=scope.get("scheme") == "https")(scope, receive, send)

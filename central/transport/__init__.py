@@ -1,1 +1,0 @@
-"""Thin transports over ``central.core.Central``: REST (FastAPI) and gRPC."""
