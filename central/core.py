@@ -10,7 +10,8 @@ from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
 from central.events import create_event_log
-from central.fleet_mode import FleetParts, open_fleet_mode
+from central.fleet_mode import FleetParts
+from central.fleet_mode.factory import open_fleet_mode
 from central.gateway import create_gateway
 from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory

@@ -164,6 +164,12 @@ class TransferSettings(BaseModel):
         return value
 
 
+#: The INT8 recipes central knows, by name: one entry each in ``central.quantize.recipes.RECIPES``
+#: (a test holds the two equal). Named here so the settings need not import the quantizer, which
+#: imports them.
+RECIPE_NAMES = ("int8-u8s8-qdq", "int8-s8s8-qdq", "int8-u8s8-qop", "int8-dynamic")
+
+
 class QuantizeSettings(BaseModel):
     """How central quantizes pushed models (``CentralSettings.quantize``)."""
 
@@ -206,12 +212,9 @@ class QuantizeSettings(BaseModel):
     @field_validator("recipes")
     @classmethod
     def _known_recipes(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        # Imported here: the recipes live with the quantizer, which imports these settings.
-        from central.quantize.recipes import RECIPES
-
-        unknown = sorted({n for names in value.values() for n in names} - set(RECIPES))
+        unknown = sorted({n for names in value.values() for n in names} - set(RECIPE_NAMES))
         if unknown:
-            raise ValueError(f"unknown recipes {unknown}; known: {sorted(RECIPES)}")
+            raise ValueError(f"unknown recipes {unknown}; known: {sorted(RECIPE_NAMES)}")
         return value
 
 

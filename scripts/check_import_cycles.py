@@ -30,12 +30,7 @@ PACKAGES = ("central", "edge_node", "fleetwire")
 
 #: Cycles through function-local imports that are known and left, each by the lazy edge that
 #: closes it -> why. Only a cycle that contains one of these edges is excused.
-KNOWN_LAZY_CYCLES: dict[tuple[str, str], str] = {
-    ("central.settings", "central.quantize"): (
-        "QuantizeSettings' validator checks recipe names against central.quantize.recipes at"
-        " validation time; the recipes live with the quantizer, which imports the settings"
-    ),
-}
+KNOWN_LAZY_CYCLES: dict[tuple[str, str], str] = {}
 
 
 def module_name(root: Path, path: Path) -> str:

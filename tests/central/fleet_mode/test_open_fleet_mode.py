@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from central.fleet_mode import LocalMode, open_fleet_mode
+from central.fleet_mode import LocalMode
+from central.fleet_mode.factory import open_fleet_mode
 from central.settings import CentralSettings
 from conftest import central_settings
 

@@ -21,10 +21,10 @@ from central.errors import BadRequest
 from central.grpc.status import grpc_code_of
 from central.quantize import AccuracyGuardFailed, GuardStep, QuantizeStep
 from central.quantize.calibration import MIN_SAMPLES, load_calibration, split
-from central.quantize.recipes import DYNAMIC, S8S8_QDQ, U8S8_QDQ, U8S8_QOP
+from central.quantize.recipes import DYNAMIC, RECIPES, S8S8_QDQ, U8S8_QDQ, U8S8_QOP
 from central.registry.pipeline import PushContext
 from central.registry.validate import load_checked, signature
-from central.settings import QuantizeSettings
+from central.settings import RECIPE_NAMES, QuantizeSettings
 from modelfleet.zoo import build_mlp
 from modelfleet.zoo.digits import DigitsModel, onnx_accuracy
 from modelfleet.zoo.trained import build_resnet_digits
@@ -261,6 +261,12 @@ def test_settings_validate() -> None:
         QuantizeSettings(threshold=1.5)
     with pytest.raises(ValueError, match="unknown recipes"):
         QuantizeSettings(recipes={"cnn": ["int4-magic"]})
+
+
+def test_the_settings_know_every_recipe_the_quantizer_has() -> None:
+    assert set(RECIPE_NAMES) == set(RECIPES)
+    for name in RECIPES:  # each one a setting may name is accepted
+        assert QuantizeSettings(recipes={"cnn": [name]}).recipes["cnn"] == [name]
 
 
 # --- calibration files ---------------------------------------------------------------
