@@ -214,6 +214,29 @@ async def push(api: httpx.AsyncClient, name: str, path: Path, **params: str) -> 
     return await api.post(f"/api/v1/models/{name}/versions", params=params, content=path.read_bytes())
 
 
+# -- markers (registered in pyproject.toml) ----------------------------------------
+
+#: Folders (under ``tests/``) whose every test gets a marker: a fault or integration test
+#: runs a fleet by definition, and ``tests/bench`` runs the benchmarks at tiny sizes.
+_FOLDER_MARKERS = {"integration": "fleet", "faults": "fleet", "bench": "bench"}
+#: Fixtures that start a server outside the test process: a test using one (directly or
+#: through another fixture) is a ``fleet`` test. Files that start brokers, processes or
+#: browsers without these say so with a ``pytestmark`` line.
+_FLEET_FIXTURES = frozenset({"mosquitto", "postgres", "s3_server"})
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``fleet`` and ``bench`` tests by folder and fixture, so that
+    ``-m "not fleet and not bench and not browser"`` (``make test-fast``) is the in-process subset."""
+    for item in items:
+        folder = item.path.relative_to(_TESTS).parts[0] if item.path.is_relative_to(_TESTS) else ""
+        if folder in _FOLDER_MARKERS:
+            item.add_marker(_FOLDER_MARKERS[folder])
+        if _FLEET_FIXTURES.intersection(item.fixturenames):
+            item.add_marker("fleet")
+
+
 # -- virtual time ------------------------------------------------------------------
 
 
@@ -245,10 +268,6 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self.now
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "virtual_time: run the async test and its fixtures on a VirtualTimeLoop")
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
