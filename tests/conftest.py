@@ -77,9 +77,18 @@ def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) 
     return EdgeSettings(**base)
 
 
+def _require_fleet_marker(request: pytest.FixtureRequest) -> None:
+    """Fail a test that starts a server outside the process without being marked ``fleet``
+    (one that asks for the fixture with ``request.getfixturevalue``, which collection
+    cannot see): ``make test-fast`` must never start one."""
+    if request.node.get_closest_marker("fleet") is None:
+        pytest.fail(f"{request.node.nodeid} starts a server: mark it (or its parameter) fleet", pytrace=False)
+
+
 @pytest.fixture
-def mosquitto() -> Iterator[MosquittoBroker]:
+def mosquitto(request: pytest.FixtureRequest) -> Iterator[MosquittoBroker]:
     """A private Mosquitto on a free loopback port, stopped after the test."""
+    _require_fleet_marker(request)
     with MosquittoBroker() as broker:
         yield broker
 
@@ -92,8 +101,9 @@ def postgres() -> Iterator[PostgresInstance]:
 
 
 @pytest.fixture
-def postgres_url(postgres: PostgresInstance) -> str:
+def postgres_url(request: pytest.FixtureRequest, postgres: PostgresInstance) -> str:
     """The URL, password included, of a new empty database on the session's PostgreSQL."""
+    _require_fleet_marker(request)
     return postgres.fresh_database()
 
 

@@ -12,7 +12,7 @@ import pytest
 from central.auth.tokens import Role, TokenKind, Tokens, TokenStoreError, hash_token, open_token_store
 
 
-@pytest.fixture(params=["file", "postgres"])
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.fleet)])
 def url(request: pytest.FixtureRequest) -> str | None:
     return request.getfixturevalue("postgres_url") if request.param == "postgres" else None
 
