@@ -195,6 +195,18 @@ async def served_version(edge: EdgeServer) -> str:
     return str(response.json()["model_version"])
 
 
+async def wait_serving(edge: EdgeServer, name: str, version: str, timeout: float = 30.0) -> None:
+    """Wait until the edge's HTTP API says ``name``/``version`` is ready to serve
+    (``GET /v2/models/{name}/versions/{version}/ready``). Its files being ``complete``
+    comes first; the session loads after, which takes seconds on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=timeout) as client:
+        while (await client.get(f"/v2/models/{name}/versions/{version}/ready")).status_code != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {name} {version} to serve")
+            await asyncio.sleep(0.05)
+
+
 def version_state(edge: EdgeServer, name: str, version: str) -> str | None:
     """The state an edge reports for one version, or None."""
     progress = edge.edge.materializer.progress.get((name, version))

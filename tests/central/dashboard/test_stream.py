@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for, wait_serving
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo
 
 INTERVAL_S = 0.2
@@ -56,6 +56,7 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
     assert (await push(api, "tiny", small_model_file)).status_code == 201
     edge = await make_edge("edge-a", central)
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", 30, "edge-a holding tiny:1")
+    await wait_serving(edge, "tiny", "1")
     tracker = central.central.membership
     address = f"127.0.0.1:{edge.http_port}"
     tracker.on_heartbeat("edge-a", heartbeat("edge-a", address, 0))
