@@ -248,6 +248,7 @@ _FLEET_FIXTURES = frozenset({"mosquitto", "postgres", "s3_server"})
 _TESTS = Path(__file__).parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``fleet`` and ``bench`` tests by folder and fixture, so that
     ``-m "not fleet and not bench and not browser"`` (``make test-fast``) is the in-process subset."""
