@@ -13,7 +13,7 @@ UP_STAMP := $(VENV)/.installed-$(if $(UP_HA),ha,demo)
 # Tests run in pytest-xdist workers, a test file to a worker (its module fixtures built once).
 # They are isolated (free ports, tmp dirs, a PostgreSQL and S3 server per worker) and mostly
 # wait on sockets, timers and child processes, so more workers than cores pays: on 2 cores
-# 4 workers beat 2 (README, "Tests"). TEST_WORKERS=0 runs them in this one process.
+# 4 workers beat 2 and 3 (measured: README, `make test`). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 FAST  := not fleet and not bench and not browser
