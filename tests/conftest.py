@@ -77,9 +77,18 @@ def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) 
     return EdgeSettings(**base)
 
 
+def _require_fleet_marker(request: pytest.FixtureRequest) -> None:
+    """Fail a test that starts a server outside the process without being marked ``fleet``
+    (one that asks for the fixture with ``request.getfixturevalue``, which collection
+    cannot see): ``make test-fast`` must never start one."""
+    if request.node.get_closest_marker("fleet") is None:
+        pytest.fail(f"{request.node.nodeid} starts a server: mark it (or its parameter) fleet", pytrace=False)
+
+
 @pytest.fixture
-def mosquitto() -> Iterator[MosquittoBroker]:
+def mosquitto(request: pytest.FixtureRequest) -> Iterator[MosquittoBroker]:
     """A private Mosquitto on a free loopback port, stopped after the test."""
+    _require_fleet_marker(request)
     with MosquittoBroker() as broker:
         yield broker
 
@@ -92,8 +101,9 @@ def postgres() -> Iterator[PostgresInstance]:
 
 
 @pytest.fixture
-def postgres_url(postgres: PostgresInstance) -> str:
+def postgres_url(request: pytest.FixtureRequest, postgres: PostgresInstance) -> str:
     """The URL, password included, of a new empty database on the session's PostgreSQL."""
+    _require_fleet_marker(request)
     return postgres.fresh_database()
 
 
@@ -185,6 +195,18 @@ async def served_version(edge: EdgeServer) -> str:
     return str(response.json()["model_version"])
 
 
+async def wait_serving(edge: EdgeServer, name: str, version: str, timeout: float = 30.0) -> None:
+    """Wait until the edge's HTTP API says ``name``/``version`` is ready to serve
+    (``GET /v2/models/{name}/versions/{version}/ready``). Its files being ``complete``
+    comes first; the session loads after, which takes seconds on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=timeout) as client:
+        while (await client.get(f"/v2/models/{name}/versions/{version}/ready")).status_code != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {name} {version} to serve")
+            await asyncio.sleep(0.05)
+
+
 def version_state(edge: EdgeServer, name: str, version: str) -> str | None:
     """The state an edge reports for one version, or None."""
     progress = edge.edge.materializer.progress.get((name, version))
@@ -212,6 +234,30 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
 async def push(api: httpx.AsyncClient, name: str, path: Path, **params: str) -> httpx.Response:
     """Push a model file as a raw body."""
     return await api.post(f"/api/v1/models/{name}/versions", params=params, content=path.read_bytes())
+
+
+# -- markers (registered in pyproject.toml) ----------------------------------------
+
+#: Folders (under ``tests/``) whose every test gets a marker: a fault or integration test
+#: runs a fleet by definition, and ``tests/bench`` runs the benchmarks at tiny sizes.
+_FOLDER_MARKERS = {"integration": "fleet", "faults": "fleet", "bench": "bench"}
+#: Fixtures that start a server outside the test process: a test using one (directly or
+#: through another fixture) is a ``fleet`` test. Files that start brokers, processes or
+#: browsers without these say so with a ``pytestmark`` line.
+_FLEET_FIXTURES = frozenset({"mosquitto", "postgres", "s3_server"})
+_TESTS = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``fleet`` and ``bench`` tests by folder and fixture, so that
+    ``-m "not fleet and not bench and not browser"`` (``make test-fast``) is the in-process subset."""
+    for item in items:
+        folder = item.path.relative_to(_TESTS).parts[0] if item.path.is_relative_to(_TESTS) else ""
+        if folder in _FOLDER_MARKERS:
+            item.add_marker(_FOLDER_MARKERS[folder])
+        if _FLEET_FIXTURES.intersection(item.fixturenames):
+            item.add_marker("fleet")
 
 
 # -- virtual time ------------------------------------------------------------------
@@ -245,10 +291,6 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self.now
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "virtual_time: run the async test and its fixtures on a VirtualTimeLoop")
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:

@@ -23,6 +23,8 @@ from modelfleet.up.s3server import S3Server
 from modelfleet.up.services import Service, wait_central, wait_edges
 from modelfleet.zoo import build_mlp
 
+pytestmark = pytest.mark.fleet  # virtualenvs per image, central and edges run from them
+
 #: Only ``modelfleet up``, the zoo's digits model, tests and benchmarks use these.
 DEMO_AND_DEV = {"scikit-learn", "scipy", "skl2onnx", "amqtt", "pyyaml", "pytest", "hypothesis", "playwright"}
 _PIP_INSTALL = re.compile(r"^RUN \S*pip install '?\.(?:\[(?P<extras>[\w,-]+)\])?'?$", re.M)

@@ -336,6 +336,7 @@ def _tls_login(made: Path, user: str, password: str) -> Login:
     return Login(user, password, settings.ssl_context())
 
 
+@pytest.mark.fleet  # a Mosquitto on the generated config
 def test_the_brokers_config_and_acl_bind_each_edge_to_its_own_topics_and_client_id(made: Path) -> None:
     conf, acl = _broker_files()
     logins = _env_file(made / "mqtt-edge-logins.env")

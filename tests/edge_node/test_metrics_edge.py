@@ -10,7 +10,7 @@ import numpy as np
 
 from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, Samples, metric_samples, push, sample, version_state, wait_for
+from conftest import EdgeFactory, Samples, metric_samples, push, sample, version_state, wait_for, wait_serving
 from edge_node.server import EdgeServer
 
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
@@ -40,6 +40,9 @@ async def test_edge_metrics_count_sources_cache_heartbeats_versions_and_requests
     # the same bytes under another name: every chunk is already in each cache
     await push(api, "tiny-copy", small_model_file)
     await wait_for(lambda: all(version_state(e, "tiny-copy", "1") == "complete" for e in edges), 30, "copy on both")
+    for edge in edges:  # both versions loaded: the model gauge below counts two ready ones per edge
+        await wait_serving(edge, "tiny", "1")
+        await wait_serving(edge, "tiny-copy", "1")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edges[0].http_port}") as client:
         for _ in range(3):
             assert (await client.post("/v2/models/tiny/infer", json=_BODY)).status_code == 200

@@ -124,7 +124,7 @@ def _verdicts(raw: bytes) -> tuple[bool, bool]:
     return slow, fast
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(_PATHS), value=_ODD, drop=st.booleans())
 def test_a_broken_heartbeat_gets_the_same_verdict(path: tuple[str | int, ...], value: Any, drop: bool) -> None:
     doc = _good()

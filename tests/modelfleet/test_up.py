@@ -33,6 +33,8 @@ from modelfleet.up.ports import PortPlan, available, concrete
 from modelfleet.up.secure import ACL_RULES, prepare
 from modelfleet.zoo.digits import INPUT_NAME
 
+pytestmark = pytest.mark.fleet  # `modelfleet up`: a broker, central and edges as processes
+
 _SHIPPED_ACL = Path(__file__).parents[2] / "deploy" / "mosquitto" / "acl"
 _PEER_CHUNKS = re.compile(r'^modelfleet_fetch_chunks_total\{source="peer"\} (?P<n>\S+)$', re.M)
 

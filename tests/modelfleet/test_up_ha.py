@@ -23,7 +23,7 @@ from modelfleet.up import UpOptions
 from modelfleet.zoo.digits import INPUT_NAME
 
 #: Three replicas and an edge start on two shared cores; PostgreSQL and moto beside them.
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.fleet, pytest.mark.timeout(240)]
 
 
 def _wait_for_status(path: Path, proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from modelfleet.up.broker import start_broker
 from modelfleet.up.children import Child, ChildError, ChildGroup, wait_ready
 from modelfleet.up.mosquitto import find_mosquitto
 
+pytestmark = pytest.mark.fleet  # `modelfleet up`'s child processes
+
 _READY = re.compile(r"^ready$", re.M)
 #: Prints "ready", exits 3 on SIGTERM (as central and edges exit cleanly on it).
 _SERVER = (

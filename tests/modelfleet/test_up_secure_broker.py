@@ -24,6 +24,8 @@ from modelfleet.up.broker import RunningBroker, find_mosquitto, start_broker
 from modelfleet.up.children import ChildGroup
 from modelfleet.up.secure import SecureFleet, prepare
 
+pytestmark = pytest.mark.fleet  # `modelfleet up`: a broker, central and edges as processes
+
 EDGES = ["edge-1", "edge-2"]
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for, wait_serving
 from fleetwire.credentials import bearer_metadata
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 from modelfleet.cli import app
@@ -162,6 +162,7 @@ async def test_an_edge_with_its_token_serves_and_one_with_another_nodes_token_is
     async with httpx.AsyncClient(base_url=guarded.http_url, timeout=30, headers=headers) as api:
         assert (await push(api, "tiny", small_model_file)).status_code == 201
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny on edge-a")
+    await wait_serving(edge, "tiny", "1")
     assert edge.edge.fetcher.stats.bytes_from_origin > 0  # origin fetches carried the token too
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:

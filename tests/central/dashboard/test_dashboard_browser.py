@@ -20,6 +20,8 @@ from bench.failover import CHUNKING_ENV, wait_membership_ready
 from brokers import MosquittoBroker
 from modelfleet.zoo import build_mlp
 
+pytestmark = [pytest.mark.browser, pytest.mark.fleet]  # Chromium against a fleet of processes
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",

@@ -17,9 +17,12 @@ import httpx
 import numpy as np
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
+from conftest import EdgeFactory, central_settings, push, version_state, wait_for, wait_serving
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo
 
+#: The heartbeat interval while the test sets up (a loaded machine takes seconds there), and
+#: the one the node then goes silent on: suspect and dead within a second or so.
+SETUP_INTERVAL_S = 60.0
 INTERVAL_S = 0.2
 
 
@@ -36,13 +39,13 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]
             name, data = "message", ""
 
 
-def heartbeat(node_id: str, http_address: str, seq: int) -> Heartbeat:
+def heartbeat(node_id: str, http_address: str, seq: int, interval_s: float = INTERVAL_S) -> Heartbeat:
     return Heartbeat(
         node_id=node_id,
         bdseq=1,
         seq=seq,
         ts=int(time.time() * 1000),
-        interval_s=INTERVAL_S,
+        interval_s=interval_s,
         load=LoadInfo(inflight=2, rps=7.5, p50_ms=3.0, p99_ms=11.0),
         models=[ModelInfo(name="tiny", version="1", state="ready")],
         cache=CacheInfo(bytes=4096, capacity=1 << 20, hits=3, misses=1),
@@ -56,9 +59,10 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
     assert (await push(api, "tiny", small_model_file)).status_code == 201
     edge = await make_edge("edge-a", central)
     await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", 30, "edge-a holding tiny:1")
+    await wait_serving(edge, "tiny", "1")
     tracker = central.central.liveness
     address = f"127.0.0.1:{edge.http_port}"
-    tracker.on_heartbeat("edge-a", heartbeat("edge-a", address, 0))
+    tracker.on_heartbeat("edge-a", heartbeat("edge-a", address, 0, SETUP_INTERVAL_S))
     await wait_for(lambda: bool(tracker.ready_endpoints("tiny")), 10, "edge-a ready in the tracker")
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
     assert (await api.post("/v2/models/tiny/infer", json=body)).status_code == 200
@@ -80,6 +84,7 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
         assert snap["rollouts"] is None or isinstance(snap["rollouts"], list)
 
         # The edge's heartbeats stop: the stream says so between snapshots, suspect then dead.
+        tracker.on_heartbeat("edge-a", heartbeat("edge-a", address, 1))  # the last, on the short interval
         seen: list[str] = []
         async with asyncio.timeout(20):
             async for name, data in events:

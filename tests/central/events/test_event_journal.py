@@ -46,7 +46,7 @@ class Where:
             return [r[0] for r in conn.execute("SELECT seq FROM events ORDER BY seq")]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.fleet)])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     return Where(tmp_path / "central.sqlite3", url)

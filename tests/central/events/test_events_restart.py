@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from bench._fleet import Fleet
 from central.server import CentralServer
 from conftest import central_settings
+
+pytestmark = pytest.mark.fleet  # central as a process, SIGKILLed and started again
 
 ENV = {
     "MODELFLEET_CHUNKING__AVG_BYTES": "65536",

@@ -15,6 +15,9 @@ from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.placement import PlacementService
 from fleetwire.mqtt.payloads import Heartbeat, NodeStatus
 
+# The tracker's suspect/dead timers run on the loop: a virtual clock jumps over the silences.
+pytestmark = pytest.mark.virtual_time
+
 V1 = ("resnet", "1")
 V2 = ("bert", "3")
 R = 2

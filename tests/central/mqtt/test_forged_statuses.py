@@ -119,6 +119,7 @@ async def test_a_forged_session_that_ended_gives_way_to_the_nodes_own_stream(tra
     assert tracker.state_of("a") is ALIVE and tracker.get("a").bdseq == 5  # type: ignore[union-attr]
 
 
+@pytest.mark.virtual_time  # the death by timeout takes no wall time
 async def test_a_dead_node_comes_back_with_any_bdseq() -> None:
     """No bound once the node is dead: an edge that restarted many times without reaching
     the broker comes back with its birth."""

@@ -33,6 +33,8 @@ from fleetwire.mqtt.payloads import CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import Topics
 
+pytestmark = pytest.mark.fleet  # each test starts its own Mosquitto
+
 REPO = Path(__file__).resolve().parents[3]
 ACL = REPO / "deploy" / "mosquitto" / "acl"
 TOPICS = Topics()

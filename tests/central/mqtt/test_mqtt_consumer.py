@@ -31,6 +31,8 @@ from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
 
+pytestmark = pytest.mark.fleet  # a real Mosquitto, restarted and killed
+
 REPO = Path(__file__).resolve().parents[3]
 ALIVE, SUSPECT, DEAD = NodeLiveness.ALIVE, NodeLiveness.SUSPECT, NodeLiveness.DEAD
 

@@ -25,6 +25,8 @@ import pytest
 
 from modelfleet.zoo import build_mlp
 
+pytestmark = pytest.mark.fleet  # central as a process, SIGKILLed mid-push
+
 REPO = Path(__file__).resolve().parents[3]
 READY = re.compile(r"central ready http=(\S+) grpc=(\S+)")
 CHUNK_ENV = {

@@ -16,7 +16,7 @@ from central.settings import StoreSettings
 from fleetwire.mqtt.payloads import ModelInfo
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.fleet)])
 def store(request: pytest.FixtureRequest) -> StoreSettings:
     """Every test runs on both backends: SQLite files, and a fresh PostgreSQL database."""
     if request.param == "sqlite":

@@ -44,7 +44,7 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "meta" / "registry.sqlite3"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.fleet)])
 def open_store(request: pytest.FixtureRequest, db_path: Path) -> Iterator[OpenStore]:
     """Opens stores of the backend under test on one database; all are closed at the end."""
     opened: list[MetadataStore] = []

@@ -14,7 +14,7 @@ from central.storage.protocols import Tokens
 from central.storage.tokens import open_token_store
 
 
-@pytest.fixture(params=["file", "postgres"])
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.fleet)])
 def url(request: pytest.FixtureRequest) -> str | None:
     return request.getfixturevalue("postgres_url") if request.param == "postgres" else None
 

@@ -24,6 +24,8 @@ from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.topics import Topics, partition_of
 
+pytestmark = pytest.mark.fleet  # Mosquitto and PostgreSQL
+
 REPO = Path(__file__).resolve().parents[3]
 ACL = REPO / "deploy" / "mosquitto" / "acl"
 PARTITIONS = 8

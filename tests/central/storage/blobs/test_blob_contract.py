@@ -40,7 +40,7 @@ def _s3(s3_server: S3Server, grace_s: float) -> Backend:
     return store, lambda digest, data: client.put_object(Bucket=bucket, Key=store.key(digest), Body=data)
 
 
-@pytest.fixture(params=["directory", "s3"])
+@pytest.fixture(params=["directory", pytest.param("s3", marks=pytest.mark.fleet)])
 def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[float], Backend]:
     def make(grace_s: float = 0.0) -> Backend:
         if request.param == "directory":
