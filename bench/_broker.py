@@ -1,4 +1,4 @@
-"""A small MQTT recorder for the benchmarks (and, as ``tests/brokers.Subscriber``, the
+"""A small MQTT recorder for the benchmarks (and, as ``tests/support/brokers.Subscriber``, the
 tests), which start their private Mosquitto with ``modelfleet.up.mosquitto.MosquittoBroker``.
 
 ``RecordingClient`` subscribes to topic filters and keeps every message with its arrival

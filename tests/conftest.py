@@ -13,68 +13,25 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # One OpenBLAS thread per process (this one and every central, edge and bench child, which
 # inherit it). A test run is many processes on few cores: OpenBLAS's busy-waiting pool, one
 # thread per core in each, made training the digits MLP 6x slower on a loaded 2-core
-# machine (16 s instead of 2.5 s). Set before numpy is first imported (by ``brokers``).
+# machine (16 s instead of 2.5 s). Set before numpy is first imported (by ``support.brokers``).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import asyncio
-import selectors
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from prometheus_client.parser import text_string_to_metric_families
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from central.settings import CentralSettings
 from edge_node.server import EdgeServer
-from edge_node.settings import EdgeSettings
-from fleetwire.convert import manifest_to_pb
-from fleetwire.manifest import ChunkRef, Manifest
-from fleetwire.sealing import seal_state
-from fleetwire.signing import sign_manifest
-from fleetwire.v1 import registry_pb2
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
 from modelfleet.zoo import build_mlp
-
-#: Small chunks so that a few-MB test model has dozens of them.
-SMALL_CHUNKS = {"avg_bytes": 64 * 1024, "min_bytes": 16 * 1024, "max_bytes": 256 * 1024}
-
-
-def central_settings(data_dir: Path, **overrides: Any) -> CentralSettings:
-    """Settings for a test central on free ports with small chunks.
-
-    Quantization is off unless a test turns it on: distribution tests compare what edges
-    hold with the uploaded bytes, and random test MLPs do not pass the INT8 guard."""
-    base: dict[str, Any] = {
-        "data_dir": data_dir,
-        "http_port": 0,
-        "grpc_port": 0,
-        "chunking": SMALL_CHUNKS,
-        "quantize": {"enabled": False},
-        "mqtt": {"enabled": False},
-    }
-    base.update(overrides)
-    return CentralSettings(**base)
-
-
-def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) -> EdgeSettings:
-    """Settings for a test edge on free ports with quick retries."""
-    base: dict[str, Any] = {
-        "node_id": node_id,
-        "central": central,
-        "data_dir": data_dir,
-        "reconnect_backoff_max_s": 0.5,
-        "heartbeat": {"enabled": False},
-        "fetch": {"peer_timeout_s": 5.0, "origin_timeout_s": 20.0, "backoff_s": 0.05, "backoff_max_s": 0.5},
-    }
-    base.update(overrides)
-    return EdgeSettings(**base)
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, edge_settings
+from support.virtual_time import VirtualTimeLoop
 
 
 def _require_fleet_marker(request: pytest.FixtureRequest) -> None:
@@ -155,9 +112,6 @@ async def api(central: CentralServer) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-EdgeFactory = Callable[..., Awaitable[EdgeServer]]
-
-
 @pytest.fixture
 async def make_edge(tmp_path: Path) -> AsyncIterator[EdgeFactory]:
     """Start edges against a central; all still running are stopped at the end."""
@@ -174,66 +128,6 @@ async def make_edge(tmp_path: Path) -> AsyncIterator[EdgeFactory]:
     for edge in started:
         if not getattr(edge, "_stopped", False):
             await edge.stop()
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def served_version(edge: EdgeServer) -> str:
-    """The version of ``mlp`` (``build_mlp(width=64)``) that answers an inference request
-    on the edge's HTTP API."""
-    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [1.0] * 64}]}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
-        response = await client.post("/v2/models/mlp/infer", json=body)
-    assert response.status_code == 200, response.text
-    return str(response.json()["model_version"])
-
-
-async def wait_serving(edge: EdgeServer, name: str, version: str, timeout: float = 30.0) -> None:
-    """Wait until the edge's HTTP API says ``name``/``version`` is ready to serve
-    (``GET /v2/models/{name}/versions/{version}/ready``). Its files being ``complete``
-    comes first; the session loads after, which takes seconds on a loaded machine."""
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=timeout) as client:
-        while (await client.get(f"/v2/models/{name}/versions/{version}/ready")).status_code != 200:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {name} {version} to serve")
-            await asyncio.sleep(0.05)
-
-
-def version_state(edge: EdgeServer, name: str, version: str) -> str | None:
-    """The state an edge reports for one version, or None."""
-    progress = edge.edge.materializer.progress.get((name, version))
-    return progress.state if progress else None
-
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def metric_samples(text: str) -> Samples:
-    """Every sample of a Prometheus text exposition: (name, labels) → value. Parsed with
-    prometheus_client's own parser, so a malformed exposition fails the test."""
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def sample(samples: Samples, name: str, **labels: str) -> float:
-    """One sample's value; 0.0 when absent (a labelled counter not yet incremented)."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-async def push(api: httpx.AsyncClient, name: str, path: Path, **params: str) -> httpx.Response:
-    """Push a model file as a raw body."""
-    return await api.post(f"/api/v1/models/{name}/versions", params=params, content=path.read_bytes())
 
 
 # -- markers (registered in pyproject.toml) ----------------------------------------
@@ -260,90 +154,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("fleet")
 
 
-# -- virtual time ------------------------------------------------------------------
-
-
-class _JumpingSelector(selectors.DefaultSelector):
-    """Polls without waiting; when nothing is ready and the loop's next timer is due in
-    ``timeout``, moves the loop's clock forward by that much instead of sleeping."""
-
-    def __init__(self, loop: VirtualTimeLoop) -> None:
-        super().__init__()
-        self._loop = loop
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:  # no timer at all: only I/O (a thread's call_soon_threadsafe) can wake it
-            return super().select(None)
-        ready = super().select(0)
-        if not ready and timeout > 0:
-            self._loop.now += timeout
-        return ready
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose ``time()`` moves only by jumping to its next timer: timers,
-    ``asyncio.sleep`` and ``call_at`` deadlines behave as on a normal loop, but idle
-    seconds take no wall time, and no CPU hiccup makes a callback late."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        super().__init__(_JumpingSelector(self))
-
-    def time(self) -> float:
-        return self.now
-
-
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
     """Tests marked ``virtual_time`` run on a ``VirtualTimeLoop``, every other one on
     asyncio's usual loop (pytest-asyncio asks for a factory for every async test)."""
     if item.get_closest_marker("virtual_time") is not None:
         return {"virtual_time": VirtualTimeLoop}
     return {"asyncio": asyncio.new_event_loop}
-
-
-# -- desired-state seals ------------------------------------------------------------
-
-#: The key ``sealed_state`` seals with by default.
-SEAL_KEY = Ed25519PrivateKey.generate()
-
-
-def sealed_state(
-    generation: int = 7, node_id: str = "edge-1", key: Ed25519PrivateKey = SEAL_KEY, serve: bool = True
-) -> registry_pb2.DesiredState:
-    """A desired state of one signed manifest, sealed for ``node_id`` as central seals it."""
-    manifest = Manifest(
-        name="mlp",
-        version="1",
-        sha256="ab" * 32,
-        size=4,
-        chunks=[ChunkRef(digest="cd" * 32, size=4, offset=0)],
-        created_at="2026-12-03T00:00:00Z",
-    )
-    state = registry_pb2.DesiredState(
-        generation=generation,
-        versions=[registry_pb2.VersionAssignment(manifest=manifest_to_pb(sign_manifest(manifest, key)), serve=serve)],
-        limits=registry_pb2.TransferLimits(serve_bytes_per_s=1000),
-        placement_enabled=True,
-    )
-    seal_state(state, node_id, 1_765_000_000_000, key.sign)
-    return state
-
-
-async def wait_rollout(
-    api: httpx.AsyncClient,
-    what: str,
-    predicate: Callable[[dict[str, Any]], bool],
-    model: str = "tiny",
-    timeout: float = 40.0,
-) -> dict[str, Any]:
-    """Poll ``model``'s rollout (``GET /api/v1/models/{model}/rollout``) until ``predicate`` holds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        response = await api.get(f"/api/v1/models/{model}/rollout")
-        assert response.status_code == 200, response.text
-        rollout: dict[str, Any] = response.json()
-        if predicate(rollout):
-            return rollout
-        if time.monotonic() > deadline:
-            raise AssertionError(f"rollout never reached {what}: {rollout}")
-        await asyncio.sleep(0.05)

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.postgres.tokens import PostgresTokenStore
-from conftest import central_settings, push
 from modelfleet.cli import app
+from support.fleet import central_settings, push
 
 
 async def test_rollouts_events_and_tokens_survive_a_restart_on_postgres(

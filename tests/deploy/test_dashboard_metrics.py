@@ -16,9 +16,10 @@ from deploy_checks import DEPLOY, image_env
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 _DOC = DEPLOY.parent / "docs" / "observability.md"
 _METRIC = re.compile(r"\bmodelfleet_[a-z0-9_]+")

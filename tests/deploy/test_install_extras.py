@@ -17,11 +17,11 @@ import pytest
 from deploy_checks import DEPLOY
 from installs import distributions, make_venv
 
-from brokers import MosquittoBroker
 from modelfleet.up.children import ChildGroup
 from modelfleet.up.s3server import S3Server
 from modelfleet.up.services import Service, wait_central, wait_edges
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
 
 pytestmark = pytest.mark.fleet  # virtualenvs per image, central and edges run from them
 

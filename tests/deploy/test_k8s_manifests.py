@@ -22,7 +22,12 @@ import yaml
 from deploy_checks import CONTAINER_SECRETS, DEPLOY, assert_secure_broker, assert_settings_apply, run_script
 from paho.mqtt.enums import CallbackAPIVersion
 
-from brokers import (
+from central.settings import CentralSettings
+from central.storage.files.tokens import TokenStore
+from edge_node.settings import EdgeSettings
+from fleetwire.mqtt.tls import MqttTlsSettings
+from modelfleet.up.secure import ACL_RULES
+from support.brokers import (
     BrokerTls,
     Login,
     MosquittoBroker,
@@ -31,11 +36,6 @@ from brokers import (
     connect_once,
     takeover_closes_session,
 )
-from central.settings import CentralSettings
-from central.storage.files.tokens import TokenStore
-from edge_node.settings import EdgeSettings
-from fleetwire.mqtt.tls import MqttTlsSettings
-from modelfleet.up.secure import ACL_RULES
 
 #: A Kubernetes version kubernetes-validate ships schemas for.
 K8S_VERSION = "1.33.0"

@@ -8,10 +8,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, Samples, metric_samples, push, sample, version_state, wait_for, wait_serving
 from edge_node.server import EdgeServer
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, push, version_state, wait_serving
+from support.metrics import Samples, metric_samples, sample
+from support.wait import wait_for
 
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bench._fleet import Fleet, sha256_of
-from brokers import MosquittoBroker
 from edge_node.cache.chunk_store import ChunkStore
 from modelfleet.up.children import tied_to_parent
+from support.brokers import MosquittoBroker
 
 #: Central as a subprocess: 64 KiB chunks, no INT8 (random MLPs fail its guard).
 CENTRAL_ENV = {

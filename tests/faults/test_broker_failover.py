@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from brokers import MosquittoBroker, retained
 from central.membership.tracker import NodeLiveness
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MqttSettings
@@ -21,6 +20,7 @@ from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.topics import Topics
+from support.brokers import MosquittoBroker, retained
 
 INTERVAL_S = 0.4  # dead after a few silent intervals: a failover slower than that shows
 

@@ -13,8 +13,8 @@ from typing import Any
 from _faults import CENTRAL_ENV, EDGE_ENV, infer, mqtt_envs, version, wait_until
 
 from bench._fleet import Fleet
-from brokers import MosquittoBroker
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
 
 WIDTH = 32
 #: What a restart must not change about a rollout.

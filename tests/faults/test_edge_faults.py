@@ -23,8 +23,8 @@ from _faults import (
 from diskcache.core import DBNAME
 
 from bench._fleet import Fleet
-from brokers import MosquittoBroker
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
 
 
 def test_an_edge_killed_mid_fetch_resumes_and_serves_exactly_the_pushed_file(tmp_path: Path) -> None:

@@ -18,11 +18,11 @@ from _faults import CENTRAL_ENV, EDGE_ENV, infer, mqtt_envs, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bench._fleet import Fleet
-from brokers import MosquittoBroker
 from central.membership.lag_probe import DECAY_PER_S, LagProbe
 from fleetwire.mqtt.payloads import Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
 
 WIDTH = 32
 INTERVAL_S = 0.3  # the edges' heartbeats: suspect after 0.6 s of silence, dead after 0.9 s

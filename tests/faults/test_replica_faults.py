@@ -15,10 +15,10 @@ from faults._faults import CENTRAL_ENV, EDGE_ENV, mqtt_envs, wait_until
 
 from bench._fleet import sha256_of
 from bench._replicas import ReplicatedFleet, replica_env
-from brokers import MosquittoBroker
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
 from modelfleet.zoo.synthetic import build_mlp
+from support.brokers import MosquittoBroker
 
 PARTITIONS = 8
 

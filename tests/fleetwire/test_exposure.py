@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from central.settings import CentralSettings
-from certs import CertAuthority, LeafFiles
 from edge_node.settings import EdgeSettings
 from fleetwire.exposure import Listener, is_loopback, wide_open
+from support.certs import CertAuthority, LeafFiles
 
 _SETTING = re.compile(r"\b(MODELFLEET_[A-Z_]+)=true\b")
 

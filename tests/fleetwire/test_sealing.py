@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from conftest import SEAL_KEY as KEY
-from conftest import sealed_state
 from fleetwire.sealing import SEAL_CONTEXT, SealError, open_seal
 from fleetwire.signing import raw_public_key
 from fleetwire.v1 import registry_pb2
+from support.seals import SEAL_KEY as KEY
+from support.seals import sealed_state
 
 
 def test_a_sealed_state_opens_for_its_node_with_the_key_that_sealed_it() -> None:

@@ -12,7 +12,6 @@ from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
 from central.settings import CentralSettings
-from certs import CertAuthority, LeafFiles
 from edge_node.settings import EdgeSettings
 from fleetwire.tls import (
     TlsError,
@@ -22,6 +21,7 @@ from fleetwire.tls import (
     grpc_server_credentials,
     uvicorn_ssl_kwargs,
 )
+from support.certs import CertAuthority, LeafFiles
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 CLIENT_ERRORS = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
 UNKNOWN = hashlib.sha256(b"never pushed").hexdigest()

@@ -13,7 +13,8 @@ from openapi_fuzzing import FuzzReport, fuzz_api
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, push, wait_for
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 #: Per operation; about 20 operations per server keep each run to a few seconds.
 EXAMPLES = 20

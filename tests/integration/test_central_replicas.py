@@ -13,10 +13,11 @@ import httpx
 import numpy as np
 import pytest
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
 from modelfleet.up.s3server import S3Server
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 PARTITIONS = 8
 ReplicaFactory = Callable[[str], Awaitable[CentralServer]]

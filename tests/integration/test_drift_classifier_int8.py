@@ -13,8 +13,9 @@ import onnxruntime as ort
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
 from modelfleet.zoo import DRIFT_SHIFT, build_drift_classifier, drift_samples
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -12,14 +12,15 @@ from pathlib import Path
 import grpc
 import httpx
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, edge_settings, push, version_state, wait_for
 from edge_node.server import EdgeServer
 from edge_node.sync.guard import STATE_FILE
 from edge_node.sync.trust import PINNED_KEY_FILE
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, edge_settings, push, version_state
+from support.wait import wait_for
 
 
 async def _ready(edge: EdgeServer, model: str) -> bool:

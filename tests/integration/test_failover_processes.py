@@ -27,9 +27,9 @@ import pytest
 
 from bench._fleet import Fleet
 from bench.failover import CHUNKING_ENV, StreamClient, chunk_ownership, oip_bodies, wait_membership_ready
-from brokers import MosquittoBroker
 from fleetwire.manifest import Manifest
 from modelfleet.zoo import DigitsModel, build_digits
+from support.brokers import MosquittoBroker
 
 MODEL = "digits"
 EDGES = ("e0", "e1", "e2")

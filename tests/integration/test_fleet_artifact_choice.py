@@ -17,17 +17,18 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from artifact_models import IN, build_fast, build_fp32, build_slow
 from typer.testing import CliRunner
 
-from brokers import MosquittoBroker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushContext
 from central.registry.signing import ManifestSigner
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
 from edge_node.inference.artifact_timer import ArtifactChoice
 from edge_node.server import EdgeServer
 from modelfleet.cli import app
+from support.artifact_models import IN, build_fast, build_fp32, build_slow
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 #: Two simulated CPU classes (the chooser reads these flags instead of /proc/cpuinfo).
 VNNI_FLAGS = "fpu avx2 avx512f avx512_vnni"

@@ -7,8 +7,9 @@ from pathlib import Path
 import httpx
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 
 async def test_edges_resync_after_a_central_restart(make_edge: EdgeFactory, model_file: Path, tmp_path: Path) -> None:

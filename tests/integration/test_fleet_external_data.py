@@ -11,11 +11,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import onnxruntime as ort
-from external_data import DATA_FILE, build_external_mlp, model_files, tar_of
 
 from central.server import CentralServer
-from conftest import EdgeFactory, version_state, wait_for
 from edge_node.server import EdgeServer
+from support.external_data import DATA_FILE, build_external_mlp, model_files, tar_of
+from support.fleet import EdgeFactory, version_state
+from support.wait import wait_for
 
 WIDTH = 384
 

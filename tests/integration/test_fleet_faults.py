@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.digest import CHUNK_PIECE_BYTES
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ import httpx
 import numpy as np
 import pytest
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
 from modelfleet.zoo import build_digits, build_mlp
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, version_state, wait_for
+from support.fleet import EdgeFactory, push, version_state
+from support.wait import wait_for
 
 
 async def test_push_reaches_every_edge_byte_for_byte(

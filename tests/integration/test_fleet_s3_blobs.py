@@ -12,8 +12,9 @@ import pytest
 from central.errors import NotFound
 from central.server import CentralServer
 from central.storage.blobs.s3 import S3BlobStore
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from modelfleet.up.s3server import S3Server
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 
 async def test_chunks_in_s3_are_pushed_fetched_and_survive_a_restart(

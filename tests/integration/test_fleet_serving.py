@@ -11,8 +11,9 @@ import httpx
 import numpy as np
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 
 async def _client(base: str, stop: asyncio.Event, outcomes: Counter[str], versions: Counter[str]) -> None:

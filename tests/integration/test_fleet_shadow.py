@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
 from edge_node.server import EdgeServer
 from edge_node.sync.state import EdgeDesiredState
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 WIDTH = 32
 

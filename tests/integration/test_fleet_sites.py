@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from edge_node.server import EdgeServer
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 SITES = {"east-1": "east", "east-2": "east", "west-1": "west", "west-2": "west"}
 

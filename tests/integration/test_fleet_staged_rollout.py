@@ -12,11 +12,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.wait import wait_for
 
 
 def _unloadable_model(path: Path) -> Path:

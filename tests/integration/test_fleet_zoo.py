@@ -23,14 +23,15 @@ import onnxruntime as ort
 import pytest
 import pytest_asyncio
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import central_settings, edge_settings, wait_for
 from edge_node.server import EdgeServer
 from modelfleet.zoo import ZooModel
 from modelfleet.zoo.artifact import LABEL_KEY
 from modelfleet.zoo.catalog import zoo_entry
 from modelfleet.zoo.digits_data import VOCAB
+from support.brokers import MosquittoBroker
+from support.fleet import central_settings, edge_settings
+from support.wait import wait_for
 
 ZOO = ("mlp-digits", "resnet-digits", "transformer-digits", "transformer-digits-external")
 #: Eval samples sent for inference, in batches of ``BATCH``.

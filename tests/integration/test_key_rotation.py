@@ -14,12 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, served_version, version_state, wait_for
 from edge_node.sync.trust import PINNED_KEY_FILE
 from fleetwire.manifest import Manifest
 from fleetwire.signing import fingerprint, verify_manifest
 from modelfleet.cli import main
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, central_settings, push, served_version, version_state
+from support.wait import wait_for
 
 
 async def _push(central: CentralServer, model: Path) -> Manifest:

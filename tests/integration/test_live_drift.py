@@ -16,12 +16,13 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
 from edge_node.server import EdgeServer
 from modelfleet.cli import app
 from modelfleet.zoo import DRIFT_SHIFT, build_drift_classifier, drift_samples
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 
 @pytest.fixture

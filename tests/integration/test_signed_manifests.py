@@ -14,9 +14,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from central.registry.signing import KEY_FILE
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, served_version, version_state, wait_for
 from edge_node.sync.trust import PINNED_KEY_FILE
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, central_settings, push, served_version, version_state
+from support.wait import wait_for
 
 
 def _corrupt_cache_files(cache_dir: Path) -> int:

@@ -16,12 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from modelfleet.cli.rollout import describe
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.wait import wait_for
 
 HEARTBEAT = {"enabled": True, "interval_s": 0.3}
 

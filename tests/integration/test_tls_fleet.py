@@ -16,12 +16,13 @@ import httpx
 import numpy as np
 import pytest
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from certs import CertAuthority, LeafFiles
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.kserve import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
+from support.brokers import MosquittoBroker
+from support.certs import CertAuthority, LeafFiles
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -24,11 +24,12 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
 from edge_node.server import EdgeServer
-from request_models import VOCAB, build_token_model
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.request_models import VOCAB, build_token_model
+from support.wait import wait_for
 
 #: Triton's gRPC client registers the same protobuf message names as ``fleetwire.kserve``
 #: (imported here by the servers), so it runs in a process of its own.

@@ -13,13 +13,14 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for, wait_rollout
 from edge_node.server import EdgeServer
 from fleetwire.signing import sign_manifest
 from modelfleet.cli.rollout import describe
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.wait import wait_for
 
 
 @pytest.fixture

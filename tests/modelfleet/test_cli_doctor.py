@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cli_harness import Cli
 
-from brokers import MosquittoBroker, free_port
 from central.server import CentralServer
 from modelfleet.cli.gpu_libs import LIBRARIES, candidates, cpu_flags, find
+from support.brokers import MosquittoBroker, free_port
 
 
 async def test_doctor_reports_providers_and_reachable_services(

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from cli_harness import Cli, one_error_line
 
-from brokers import MosquittoBroker, free_port
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
 from modelfleet.cli.client import CentralClient, PushRequest
 from modelfleet.cli.config import CliConfig
 from modelfleet.zoo import DigitsModel, build_digits
+from support.brokers import MosquittoBroker, free_port
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from cli_harness import Cli, one_error_line
-from external_data import DATA_FILE, build_external_mlp, set_location
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, wait_for
+from support.external_data import DATA_FILE, build_external_mlp, set_location
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 WIDTH = 256
 

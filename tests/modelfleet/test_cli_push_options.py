@@ -12,13 +12,13 @@ import numpy as np
 import onnx
 import pytest
 from cli_harness import Cli, one_error_line
-from onnx_versions import dense_model, save
 
 from central.registry.runtime_limits import runtime_limits
 from central.server import CentralServer
-from conftest import central_settings
 from modelfleet.zoo import DigitsModel, build_digits, write_random_transformer
 from modelfleet.zoo.transformer import TransformerConfig
+from support.fleet import central_settings
+from support.onnx_versions import dense_model, save
 
 #: A one-layer BERT-style encoder: what ``--dim`` sizes (its ``sequence`` axis is dynamic).
 BERT = TransformerConfig(vocab=100, max_positions=128, hidden=32, heads=2, layers=1, ffn=128, classes=4)

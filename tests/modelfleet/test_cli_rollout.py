@@ -13,7 +13,8 @@ from pathlib import Path
 from cli_harness import Cli, one_error_line
 
 from central.server import CentralServer
-from conftest import EdgeFactory, wait_for
+from support.fleet import EdgeFactory
+from support.wait import wait_for
 
 
 async def _next_event(stream: asyncio.StreamReader, wanted: str) -> dict[str, object]:

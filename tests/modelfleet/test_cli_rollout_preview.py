@@ -9,8 +9,9 @@ from pathlib import Path
 from cli_harness import Cli, one_error_line
 
 from central.server import CentralServer
-from conftest import EdgeFactory, version_state, wait_for
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, version_state
+from support.wait import wait_for
 
 
 async def test_dry_run_shows_the_cost_and_starts_nothing(

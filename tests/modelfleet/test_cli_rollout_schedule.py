@@ -11,10 +11,11 @@ import pytest
 from cli_harness import Cli, one_error_line
 
 from central.server import CentralServer
-from conftest import EdgeFactory, version_state, wait_for
 from modelfleet.cli.client import UsageError
 from modelfleet.cli.rollout import parse_duration, parse_window
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, version_state
+from support.wait import wait_for
 
 
 def test_window_and_duration_shorthands() -> None:

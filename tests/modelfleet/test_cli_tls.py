@@ -11,9 +11,9 @@ import pytest
 from cli_harness import Cli, one_error_line
 
 from central.server import CentralServer
-from certs import CertAuthority
-from conftest import central_settings
 from modelfleet.cli.config import CA_FILE_ENV
+from support.certs import CertAuthority
+from support.fleet import central_settings
 
 
 @pytest.fixture

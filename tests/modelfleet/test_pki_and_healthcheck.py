@@ -14,9 +14,9 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings
 from modelfleet.cli import app
 from modelfleet.healthcheck import check
+from support.fleet import EdgeFactory, central_settings
 
 
 def issue(tmp_path: Path, name: str, *extra: str) -> tuple[int, str, Path]:

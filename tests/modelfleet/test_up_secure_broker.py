@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from brokers import Login, connect_once
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MqttSettings
@@ -23,6 +22,7 @@ from fleetwire.mqtt.tls import MqttTlsSettings
 from modelfleet.up.broker import RunningBroker, find_mosquitto, start_broker
 from modelfleet.up.children import ChildGroup
 from modelfleet.up.secure import SecureFleet, prepare
+from support.brokers import Login, connect_once
 
 pytestmark = pytest.mark.fleet  # `modelfleet up`: a broker, central and edges as processes
 

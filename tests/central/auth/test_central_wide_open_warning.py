@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from central.server import CentralServer
-from certs import CertAuthority
-from conftest import central_settings
+from support.certs import CertAuthority
+from support.fleet import central_settings
 
 
 async def _start_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture, **overrides: Any) -> list[str]:

@@ -21,10 +21,11 @@ from typer.testing import CliRunner, Result
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for, wait_serving
 from fleetwire.credentials import bearer_metadata
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 from modelfleet.cli import app
+from support.fleet import EdgeFactory, central_settings, push, version_state, wait_serving
+from support.wait import wait_for
 
 Metadata = tuple[tuple[str, str], ...]
 

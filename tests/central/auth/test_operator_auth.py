@@ -17,8 +17,8 @@ from typer.testing import CliRunner, Result
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import central_settings, push
 from modelfleet.cli import app
+from support.fleet import central_settings, push
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from bench._fleet import Fleet
 from bench.failover import CHUNKING_ENV, wait_membership_ready
-from brokers import MosquittoBroker
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
 
 pytestmark = [pytest.mark.browser, pytest.mark.fleet]  # Chromium against a fleet of processes
 

@@ -17,8 +17,9 @@ import httpx
 import numpy as np
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for, wait_serving
 from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo
+from support.fleet import EdgeFactory, central_settings, push, version_state, wait_serving
+from support.wait import wait_for
 
 #: The heartbeat interval while the test sets up (a loaded machine takes seconds there), and
 #: the one the node then goes silent on: suspect and dead within a second or so.

@@ -10,7 +10,7 @@ import httpx
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import central_settings
+from support.fleet import central_settings
 
 AUDITED = {"model_pushed", "version_deleted", "rollout_started", "rollout_promoted", "rollout_rolled_back"}
 

@@ -16,7 +16,7 @@ import pytest
 
 from bench._fleet import Fleet
 from central.server import CentralServer
-from conftest import central_settings
+from support.fleet import central_settings
 
 pytestmark = pytest.mark.fleet  # central as a process, SIGKILLed and started again
 

@@ -12,7 +12,7 @@ import pytest
 from central.fleet_mode import LocalMode
 from central.fleet_mode.factory import open_fleet_mode
 from central.settings import CentralSettings
-from conftest import central_settings
+from support.fleet import central_settings
 
 _ALONE = """
 import sys

@@ -17,7 +17,8 @@ from central.gateway import Candidate, StaticNodeSource, create_gateway
 from central.rest.gateway_routes import create_gateway_router
 from central.server import CentralServer
 from central.settings import GatewaySettings
-from conftest import EdgeFactory, push, wait_for
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
 

@@ -11,9 +11,10 @@ import httpx
 from central.gateway import Candidate, StaticNodeSource, create_gateway
 from central.server import CentralServer
 from central.settings import GatewaySettings
-from conftest import EdgeFactory, push, wait_for
-from gateway_harness import candidate, serve_gateway
 from modelfleet.up.ports import free_port
+from support.fleet import EdgeFactory, push
+from support.gateway_harness import candidate, serve_gateway
+from support.wait import wait_for
 
 
 async def test_health_server_metadata_and_models_through_the_gateway(

@@ -24,10 +24,11 @@ from central.gateway import (
 )
 from central.server import CentralServer
 from central.settings import GatewaySettings
-from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
-from gateway_harness import candidate, serve_gateway
 from modelfleet.up.ports import free_port
+from support.fleet import EdgeFactory, push
+from support.gateway_harness import candidate, serve_gateway
+from support.wait import wait_for
 
 MODEL = "tiny"
 

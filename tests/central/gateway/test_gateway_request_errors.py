@@ -26,10 +26,10 @@ from central.gateway import (
 )
 from central.server import CentralServer
 from central.settings import GatewaySettings
-from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
-from gateway_harness import candidate, serve_gateway
-from request_models import (
+from support.fleet import EdgeFactory, push
+from support.gateway_harness import candidate, serve_gateway
+from support.request_models import (
     BAD_TOKEN_REQUESTS,
     VOCAB,
     build_fill_model,
@@ -37,6 +37,7 @@ from request_models import (
     build_token_model,
     token_request,
 )
+from support.wait import wait_for
 
 TINY_REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.25] * 32}]}
 GOOD_TOKENS = token_request([[3, 1, VOCAB - 1]], [[1, 1, 0]])

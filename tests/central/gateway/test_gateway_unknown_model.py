@@ -9,9 +9,9 @@ import grpc
 import httpx
 
 from central.server import CentralServer
-from conftest import push
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc as pb_grpc
+from support.fleet import push
 
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [0.0] * 4}]}
 

@@ -22,14 +22,15 @@ from central.grpc.gateway_convert import rest_request
 from central.grpc.gateway_servicer import GatewayInferenceServicer
 from central.server import CentralServer
 from central.settings import GatewaySettings
-from conftest import EdgeFactory, push, wait_for
 from edge_node.grpc.converters import decode_infer_request
 from edge_node.rest.codec import decode_request
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc as pb_grpc
 from fleetwire.kserve.server import InferenceServer
-from gateway_harness import candidate, serve_gateway
-from request_models import VOCAB, build_token_model
+from support.fleet import EdgeFactory, push
+from support.gateway_harness import candidate, serve_gateway
+from support.request_models import VOCAB, build_token_model
+from support.wait import wait_for
 
 BODY_LIMIT = 64 * 1024
 Gateway = tuple[GatewayProxy, pb_grpc.GRPCInferenceServiceStub, httpx.AsyncClient]

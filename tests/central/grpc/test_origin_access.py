@@ -23,11 +23,11 @@ import pytest
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import central_settings, push
 from fleetwire.credentials import bearer_metadata
 from fleetwire.v1 import registry_pb2
 from fleetwire.v1.registry_pb2_grpc import RegistryStub
 from modelfleet.zoo import build_mlp
+from support.fleet import central_settings, push
 
 Metadata = tuple[tuple[str, str], ...]
 DENIED = grpc.StatusCode.PERMISSION_DENIED

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import push
 from fleetwire.sealing import SealError, open_seal
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
+from support.fleet import push
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 from test_mqtt_consumer import FakeNode, Harness, new_client, wait_for
 
-from brokers import MosquittoBroker
 from central.membership.sessions import MAX_BDSEQ_AHEAD
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from fleetwire.mqtt.payloads import Heartbeat, NodeStatus
+from support.brokers import MosquittoBroker
 
 ALIVE, SUSPECT, DEAD = NodeLiveness.ALIVE, NodeLiveness.SUSPECT, NodeLiveness.DEAD
 HUGE = 10**15

@@ -21,17 +21,17 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from pydantic import ValidationError
 
-from brokers import BrokerTls, Login, MosquittoBroker, Subscriber, close_wakeup_pair, takeover_closes_session
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import CentralSettings, MqttSettings
-from certs import CertAuthority, LeafFiles
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.tls import MqttTlsSettings
 from fleetwire.mqtt.topics import Topics
+from support.brokers import BrokerTls, Login, MosquittoBroker, Subscriber, close_wakeup_pair, takeover_closes_session
+from support.certs import CertAuthority, LeafFiles
 
 pytestmark = pytest.mark.fleet  # each test starts its own Mosquitto
 

@@ -23,13 +23,13 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from brokers import MosquittoBroker
 from central.membership.tracker import MembershipTracker, NodeLiveness
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.settings import MqttSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import MAX_PAYLOAD_BYTES, CentralStatus, Event, Heartbeat, NodeStatus
 from fleetwire.mqtt.topics import Topics
+from support.brokers import MosquittoBroker
 
 pytestmark = pytest.mark.fleet  # a real Mosquitto, restarted and killed
 

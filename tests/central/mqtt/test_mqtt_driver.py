@@ -11,9 +11,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from brokers import MosquittoBroker
 from central.mqtt.driver import BufferedClient, BufferedSocket, MqttLoopDriver
-from conftest import wait_for
+from support.brokers import MosquittoBroker
+from support.wait import wait_for
 
 
 @pytest.fixture

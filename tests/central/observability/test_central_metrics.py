@@ -10,9 +10,11 @@ import httpx
 import numpy as np
 import pytest
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, metric_samples, push, sample, wait_for
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.metrics import metric_samples, sample
+from support.wait import wait_for
 
 _PROGRESS = ("pending", "loading", "ready", "failed")
 _BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": np.ones(32).tolist()}]}

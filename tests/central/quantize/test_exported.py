@@ -19,7 +19,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from external_data import DATA_FILE, model_files
 
 from central.quantize import GuardStep, QuantizeStep
 from central.quantize.recipes import DYNAMIC
@@ -27,7 +26,8 @@ from central.registry.pipeline import PushContext
 from central.registry.validate import load_checked, signature
 from central.server import CentralServer
 from central.settings import QuantizeSettings
-from conftest import central_settings
+from support.external_data import DATA_FILE, model_files
+from support.fleet import central_settings
 
 EXPORTED = Path(__file__).resolve().parents[2] / "fixtures" / "exported"
 STALE = "Inferred shape and existing shape differ"

@@ -14,8 +14,8 @@ import pytest
 from quant_models import bert, digits_model, fragile
 
 from central.server import CentralServer
-from conftest import central_settings
 from modelfleet.zoo.digits import DigitsModel
+from support.fleet import central_settings
 
 URL = "/api/v1/models/{}/versions"
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from external_data import DATA_FILE, build_external_mlp, model_files, set_location, tar_of
 
 from central.server import CentralServer
-from conftest import central_settings
+from support.external_data import DATA_FILE, build_external_mlp, model_files, set_location, tar_of
+from support.fleet import central_settings
 
 PUSH = "/api/v1/models/{}/versions"
 

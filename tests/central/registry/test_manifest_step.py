@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from external_data import DATA_FILE, build_external_mlp
 
 from central.registry.chunker import Chunker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushContext
 from central.registry.signing import ManifestSigner
 from central.settings import ChunkingSettings
 from central.storage.blobs.local import BlobStore
-from conftest import SMALL_CHUNKS
 from fleetwire.signing import SignatureError, raw_public_key, verify_manifest
+from support.external_data import DATA_FILE, build_external_mlp
+from support.fleet import SMALL_CHUNKS
 
 
 def _sha(path: Path) -> str:

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import central_settings, push
 from modelfleet.zoo import build_mlp
+from support.fleet import central_settings, push
 
 # --------------------------------------------------------------------------- helpers
 

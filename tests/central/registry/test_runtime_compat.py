@@ -16,11 +16,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper
-from onnx_versions import dense_model, save, swiglu_model, with_initializer_type
 
 from central.registry.runtime_limits import RuntimeLimits, runtime_limits
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
+from support.fleet import EdgeFactory, push
+from support.onnx_versions import dense_model, save, swiglu_model, with_initializer_type
+from support.wait import wait_for
 
 FLOAT6E2M3 = 27  # added with IR 14
 X = np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)

@@ -7,10 +7,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from onnx_versions import dense_model, with_initializer_type
 
 from central.registry.ir_features import UNKNOWN_IR, required_ir_version
 from central.registry.runtime_limits import ML_DOMAIN, runtime_limits
+from support.onnx_versions import dense_model, with_initializer_type
 
 
 def _loads(model: onnx.ModelProto) -> bool:

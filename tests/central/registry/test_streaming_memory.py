@@ -23,7 +23,7 @@ from central.registry.staging import StagedFile, Staging
 from central.rest.multipart import read_push_form
 from central.settings import ChunkingSettings
 from central.storage.blobs.local import BlobStore
-from conftest import SMALL_CHUNKS
+from support.fleet import SMALL_CHUNKS
 
 SIZE = 64 * 1024 * 1024
 #: One random block, repeated: the body costs the test no memory of its own.

@@ -16,9 +16,9 @@ from central.membership.tracker import MembershipTracker
 from central.mqtt.consumer import MembershipConsumer
 from central.server import CentralServer
 from central.settings import MqttSettings
-from conftest import central_settings, push
 from fleetwire.mqtt.payloads import Heartbeat
 from fleetwire.mqtt.topics import Topics
+from support.fleet import central_settings, push
 
 
 async def _pieces(count: int, size: int) -> AsyncIterator[bytes]:

@@ -14,7 +14,7 @@ import pytest
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import central_settings
+from support.fleet import central_settings
 
 PUSH = ("/api/v1/models/{name}/versions", "post")
 DELETE = ("/api/v1/models/{name}/versions/{version}", "delete")

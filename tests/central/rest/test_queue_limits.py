@@ -16,9 +16,10 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.digest import CHUNK_PIECE_BYTES
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 #: Central's default chunking (about 1 MiB chunks), so a chunk spans several pieces.
 DEFAULT_CHUNKS = {"avg_bytes": 1024 * 1024, "min_bytes": 256 * 1024, "max_bytes": 4 * 1024 * 1024}

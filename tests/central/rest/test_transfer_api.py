@@ -14,9 +14,11 @@ import pytest
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, metric_samples, sample, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.transfer import TransferCaps
+from support.fleet import EdgeFactory, central_settings
+from support.metrics import metric_samples, sample
+from support.wait import wait_for
 
 EMPTY = {
     "fleet": {"serve_bytes_per_s": None, "fetch_bytes_per_s": None, "busy_serve_bytes_per_s": None},

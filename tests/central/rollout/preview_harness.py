@@ -10,8 +10,9 @@ from typing import Any
 
 import httpx
 
-from conftest import version_state, wait_for
 from edge_node.server import EdgeServer
+from support.fleet import version_state
+from support.wait import wait_for
 
 #: Worst relative error per node the issue allows (bench.rollout's ``preview_error``).
 MAX_ERROR = 0.05

@@ -13,10 +13,11 @@ import httpx
 import pytest
 from preview_harness import MAX_ERROR, preview_then_roll_out
 
-from brokers import MosquittoBroker
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
 from modelfleet.zoo import build_mlp
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 #: Three nodes in east (each chunk has two owners there, so one node is no owner), two in west.
 SITES = {"east-1": "east", "east-2": "east", "east-3": "east", "west-1": "west", "west-2": "west"}

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from artifact_models import build_fast, build_fp32
 from preview_harness import MAX_ERROR, preview_then_roll_out
 
-from brokers import MosquittoBroker
 from central.registry.pipeline import ChunkStep, ManifestStep, PushContext
 from central.registry.signing import ManifestSigner
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, wait_for
+from support.artifact_models import build_fast, build_fp32
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 ZONES = {"a-1": "a", "a-2": "a", "b-1": "b"}
 

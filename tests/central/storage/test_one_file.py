@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import central_settings, push
+from support.fleet import central_settings, push
 
 #: The three files an older central kept, with their schemas as that central made them.
 LEGACY = {

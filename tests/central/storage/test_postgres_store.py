@@ -22,8 +22,8 @@ from central.settings import CentralSettings
 from central.storage.postgres.migrate import apply_migrations, bundled_migrations
 from central.storage.postgres.registry import PostgresMetadataStore, StoreUnavailable, masked_url
 from central.storage.protocols import utc_now
-from conftest import central_settings, push
 from fleetwire.manifest import ChunkRef, Manifest, TensorSpec
+from support.fleet import central_settings, push
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory
+from support.fleet import EdgeFactory
 
 
 async def test_an_edge_on_every_address_without_tls_warns_once_per_listener(

@@ -11,9 +11,11 @@ import grpc
 import httpx
 
 from central.server import CentralServer
-from conftest import EdgeFactory, metric_samples, push, sample, version_state, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+from support.fleet import EdgeFactory, push, version_state
+from support.metrics import metric_samples, sample
+from support.wait import wait_for
 
 REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
 

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import push
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
@@ -19,6 +18,7 @@ from edge_node.settings import FetchSettings
 from edge_node.transfer import TransferGovernor
 from edge_node.transfer.rate_limiter import BURST_S
 from fleetwire.transfer import TransferCaps
+from support.fleet import push
 
 CAP = 1_000_000
 

@@ -23,13 +23,14 @@ import grpc
 import httpx
 
 from central.server import CentralServer
-from conftest import push, wait_for
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, PeerClient
 from edge_node.peer import PeerServicer
 from edge_node.settings import FetchSettings
 from fleetwire.v1 import peer_pb2_grpc
+from support.fleet import push
+from support.wait import wait_for
 
 #: One slot per pool makes the cycle need only two chunks; a generous peer timeout, so
 #: only a deadlock (never a slow machine) makes a node give up on its peer.

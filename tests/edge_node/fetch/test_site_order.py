@@ -18,13 +18,13 @@ import httpx
 
 from central.membership import NodeRecord
 from central.server import CentralServer
-from conftest import push
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, PeerClient
 from edge_node.peer import PeerServicer
 from edge_node.settings import FetchSettings
 from fleetwire.v1 import peer_pb2_grpc
+from support.fleet import push
 
 SETTINGS = FetchSettings(peer_timeout_s=10.0, origin_timeout_s=20.0, backoff_s=0.05, attempts=3)
 SITES = {"east-1": "east", "east-2": "east", "west-1": "west", "west-2": "west"}

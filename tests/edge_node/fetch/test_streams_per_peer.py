@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import push
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import CHANNEL_OPTIONS, ChannelPool, OriginClient, PeerClient
@@ -21,6 +20,7 @@ from edge_node.peer import PeerServicer
 from edge_node.peer.limits import StreamLimiter
 from edge_node.settings import FetchSettings
 from fleetwire.v1 import peer_pb2_grpc
+from support.fleet import push
 
 SETTINGS = FetchSettings(max_in_flight=16, peer_timeout_s=10.0, origin_timeout_s=20.0, backoff_s=0.05)
 

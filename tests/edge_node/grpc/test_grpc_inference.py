@@ -19,11 +19,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc as pb_grpc
-from request_models import VOCAB, _save, build_fill_model, build_token_model
+from support.fleet import EdgeFactory, push
+from support.request_models import VOCAB, _save, build_fill_model, build_token_model
+from support.wait import wait_for
 
 LIMITS = {"max_infer_body_bytes": 64 * 1024, "max_tensor_elements": 1000, "max_inflight_infer_requests": 1}
 Files = dict[str, Path]

@@ -15,14 +15,15 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from brokers import Message, MosquittoBroker, Subscriber, close_wakeup_pair, retained
 from central.server import CentralServer
-from conftest import central_settings, edge_settings, wait_for
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.server import EdgeServer
 from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.topics import Topics, partition_of
+from support.brokers import Message, MosquittoBroker, Subscriber, close_wakeup_pair, retained
+from support.fleet import central_settings, edge_settings
+from support.wait import wait_for
 
 pytestmark = pytest.mark.fleet  # Mosquitto and PostgreSQL
 

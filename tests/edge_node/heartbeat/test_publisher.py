@@ -20,7 +20,6 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from brokers import Message, MosquittoBroker, Subscriber, free_port, retained
 from edge_node.cache import CacheStats
 from edge_node.heartbeat import (
     BDSEQ_FILE,
@@ -35,6 +34,7 @@ from edge_node.settings import HeartbeatSettings
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.payloads import CacheInfo, LoadInfo, ModelInfo, ShadowInfo
 from fleetwire.mqtt.topics import Topics
+from support.brokers import Message, MosquittoBroker, Subscriber, free_port, retained
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((REPO / "fleetwire" / "schemas" / "heartbeat.schema.json").read_text())

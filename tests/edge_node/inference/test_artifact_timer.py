@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from artifact_models import build_fast, build_fp32, build_slow
 
 from edge_node.inference.artifact_timer import ArtifactTimer, Timing, pick, timing_inputs
 from edge_node.inference.hardware import detect_hardware
 from edge_node.inference.session import SessionFactory
 from edge_node.settings import ChoiceSettings, EdgeSettings
 from fleetwire.manifest import TensorSpec
+from support.artifact_models import build_fast, build_fp32, build_slow
 
 QUICK = ChoiceSettings(budget_s=1.0, min_rounds=3, max_rounds=8)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from external_data import DATA_FILE, build_external_mlp
 
 from edge_node.inference.repository import ModelRepository
 from edge_node.inference.session import SessionFactory
 from fleetwire.manifest import ChunkRef, FileRef, Manifest, TensorSpec
+from support.external_data import DATA_FILE, build_external_mlp
 
 CPU = ["CPUExecutionProvider"]
 

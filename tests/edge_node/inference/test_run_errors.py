@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from edge_node.errors import InferenceFailed, InvalidRequestData, ModelUnavailable
 from edge_node.inference.run_errors import explain_run_error
-from request_models import VOCAB, build_token_model
+from support.request_models import VOCAB, build_token_model
 
 Feed = dict[str, np.ndarray]
 

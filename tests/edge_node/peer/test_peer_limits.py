@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, central_settings, push, version_state, wait_for
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+from support.fleet import EdgeFactory, central_settings, push, version_state
+from support.wait import wait_for
 
 
 async def _drain(stub: peer_pb2_grpc.PeerStub, digest: str, requester: str) -> bytes:

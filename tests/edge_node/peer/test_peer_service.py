@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, version_state, wait_for
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+from support.fleet import EdgeFactory, push, version_state
+from support.wait import wait_for
 
 
 async def test_peer_serves_held_chunks_and_refuses_unknown_ones(

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, version_state, wait_for
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
 from modelfleet.zoo import build_mlp
+from support.fleet import EdgeFactory, push, version_state
+from support.wait import wait_for
 
 
 async def test_a_peer_cannot_make_a_node_fetch_chunks_it_does_not_own(

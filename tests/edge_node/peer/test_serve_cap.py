@@ -14,10 +14,11 @@ import httpx
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, version_state, wait_for
 from edge_node.server import EdgeServer
 from edge_node.transfer.rate_limiter import BURST_S
 from fleetwire.v1 import peer_pb2, peer_pb2_grpc
+from support.fleet import EdgeFactory, push, version_state
+from support.wait import wait_for
 
 SERVE, BUSY = 2_000_000, 800_000
 #: More than the serve cap's burst.

@@ -14,9 +14,10 @@ import pytest
 import uvicorn
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
 from edge_node.rest.app import create_app
 from edge_node.server import EdgeServer
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 ROW = [0.25] * 32
 JSON_REQUEST = {"id": "r1", "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": ROW}]}

@@ -11,7 +11,8 @@ import httpx
 import orjson
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 LIMITS = {"max_infer_body_bytes": 4096, "max_tensor_elements": 1000}
 

@@ -13,7 +13,8 @@ import httpx
 import orjson
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 #: One queued row fills the queue; a request waits 400 ms there for others to join.
 BATCHING = {"max_queue_rows": 1, "max_queue_delay_ms": 400, "max_batch_size": 8}

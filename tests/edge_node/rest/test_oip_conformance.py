@@ -14,8 +14,9 @@ import orjson
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, push, wait_for
 from edge_node.server import EdgeServer
+from support.fleet import EdgeFactory, push
+from support.wait import wait_for
 
 
 @pytest.fixture

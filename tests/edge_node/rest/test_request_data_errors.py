@@ -14,9 +14,11 @@ import onnxruntime as ort
 import pytest
 
 from central.server import CentralServer
-from conftest import EdgeFactory, metric_samples, push, sample, wait_for
 from edge_node.server import EdgeServer
-from request_models import BAD_TOKEN_REQUESTS, VOCAB, build_token_model, token_request
+from support.fleet import EdgeFactory, push
+from support.metrics import metric_samples, sample
+from support.request_models import BAD_TOKEN_REQUESTS, VOCAB, build_token_model, token_request
+from support.wait import wait_for
 
 MODEL = "tokens"
 

@@ -10,12 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from brokers import free_port
 from central.registry.signing import KEY_FILE
 from central.server import CentralServer
-from conftest import central_settings, edge_settings, metric_samples, push, sample, served_version, wait_for
 from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
+from support.brokers import free_port
+from support.fleet import central_settings, edge_settings, push, served_version
+from support.metrics import metric_samples, sample
+from support.wait import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from brokers import free_port
-from conftest import edge_settings, wait_for
 from edge_node.server import EdgeServer
+from support.brokers import free_port
+from support.fleet import edge_settings
+from support.wait import wait_for
 
 CAP_S = 0.4
 RETRIES = 3

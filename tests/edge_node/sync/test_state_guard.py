@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEAL_KEY as KEY
-from conftest import sealed_state
 from edge_node.sync.guard import STATE_FILE, StateGuard, StateRefused
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.signing import raw_public_key
 from fleetwire.v1 import registry_pb2
+from support.seals import SEAL_KEY as KEY
+from support.seals import sealed_state
 
 
 def guard(data_dir: Path) -> StateGuard:

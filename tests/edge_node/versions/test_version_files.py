@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from external_data import DATA_FILE, build_external_mlp
 
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import MANIFEST_FILE, AssemblyError
 from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 from modelfleet.zoo import build_mlp
+from support.external_data import DATA_FILE, build_external_mlp
 
 PIECE = 4096
 
