@@ -118,7 +118,7 @@ def _refuse_release_writes(data_dir: Path, url: str | None) -> None:
         conn.execute("CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON releases FOR EACH ROW EXECUTE FUNCTION refuse()")
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.fleet)])
 async def test_a_push_and_its_activation_commit_together(
     tmp_path: Path, small_model_file: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
