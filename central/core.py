@@ -128,6 +128,7 @@ class Central:
             emit=self._events.record,
             on_change=self._changed_here,
             roll_back=self._rollouts.roll_back_version,
+            assigned=self._serves,
         )
         self._rollouts.forced = self._drift.forced
         self._unsubscribe = [
@@ -254,6 +255,10 @@ class Central:
         """The artifact ``hardware_class`` serves of version ``key``, per its verdict (None: none)."""
         verdict = self.verdicts.get(key, hardware_class)
         return verdict.artifact if verdict is not None else None
+
+    def _serves(self, node_id: str, key: tuple[str, str]) -> bool:
+        """Whether ``node_id`` is registered and its desired state has it serve version ``key``."""
+        return self.directory.get(node_id) is not None and key in self._rollouts.serving(node_id)
 
     def _manifest_of(self, name: str, version: str) -> Manifest | None:
         record = self.store.get_version(name, version)
