@@ -15,6 +15,7 @@ from central.fleet_mode.factory import open_fleet_mode
 from central.gateway import create_gateway
 from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
+from central.membership.registered import RegisteredNodeSource
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import EgressBucket, OriginService
@@ -113,7 +114,7 @@ class Central:
         #: The TLS files, read and checked once here for the gateway's client and both listeners.
         self.tls_material = material = tls.material() if tls.enabled else None
         self.gateway = create_gateway(
-            self.mode.node_source(self.liveness),
+            RegisteredNodeSource(self.mode.node_source(self.liveness), self.directory),
             settings.gateway,
             scheme=tls.edge_scheme,
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,

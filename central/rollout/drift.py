@@ -203,7 +203,11 @@ class DriftWatch:
         self._emit(Event(type="int8_drift", ts=_ms(), node_id=new[0] if len(new) == 1 else None, detail=detail))
         if policy == "report":
             return False
-        if policy == "rollback" and fleet and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}"):
+        if (
+            policy == "rollback"
+            and fleet
+            and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
+        ):
             self._forget(key)  # rolled out again later, it is judged afresh
             return False  # the rollback re-plans the fleet itself
         for node_id in new:
