@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
+from central.auth.tokens import OPERATOR_ROLES
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
@@ -13,6 +15,7 @@ from central.events import create_event_log
 from central.fleet_mode import FleetParts
 from central.fleet_mode.factory import open_fleet_mode
 from central.gateway import create_gateway
+from central.gateway.catalog import GatedCatalog
 from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
 from central.membership.registered import RegisteredNodeSource
@@ -209,7 +212,20 @@ class Central:
             metrics=self._metrics,
             dashboard=self.dashboard,
             operator_tokens=self._storage.operator_tokens,
+            catalog=GatedCatalog(self.registry.describe, self._reader_check()),
         )
+
+    def _reader_check(self) -> Callable[[str | None], bool] | None:
+        """With ``auth.protect_reads``: whether a token is an operator's (any role); else None."""
+        auth, tokens = self.settings.auth, self._storage.operator_tokens
+        if not (auth.enabled and auth.protect_reads) or tokens is None:
+            return None
+
+        def is_reader(token: str | None) -> bool:
+            record = tokens.verify(token) if token else None
+            return record is not None and record.role in OPERATOR_ROLES
+
+        return is_reader
 
     def _fleet_parts(self) -> FleetParts:
         return FleetParts(
