@@ -5,6 +5,7 @@ open, everyone gets the registry's description: ``test_gateway_metadata.py``.)""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,18 +13,22 @@ import grpc
 import httpx
 import pytest
 
+from brokers import MosquittoBroker
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import central_settings
+from conftest import EdgeFactory, central_settings, wait_for
 from fleetwire.credentials import bearer_metadata
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc
 
 
 @pytest.fixture
-async def guarded(tmp_path: Path) -> AsyncIterator[CentralServer]:
-    settings = central_settings(tmp_path / "central", auth={"enabled": True, "protect_reads": True})
+async def guarded(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
+    settings = central_settings(
+        tmp_path / "central", auth={"enabled": True, "protect_reads": True},
+        mqtt={"enabled": True, "default_interval_s": 0.3}, broker={"host": mosquitto.host, "port": mosquitto.port},
+    )  # fmt: skip
     server = CentralServer(settings)
     await server.start()
     yield server
@@ -35,7 +40,7 @@ def _tokens(tmp_path: Path) -> TokenStore:
 
 
 async def test_a_model_no_node_serves_is_described_only_to_readers(
-    guarded: CentralServer, tmp_path: Path, small_model_file: Path
+    guarded: CentralServer, tmp_path: Path, small_model_file: Path, make_edge: EdgeFactory, mosquitto: MosquittoBroker
 ) -> None:
     admin = _tokens(tmp_path).create("ci", Role.ADMIN)
     viewer = _tokens(tmp_path).create("dash", Role.VIEWER)
@@ -57,6 +62,23 @@ async def test_a_model_no_node_serves_is_described_only_to_readers(
                 read = await api.get(path, headers={"Authorization": f"Bearer {token}"})
                 assert read.status_code == 200, read.text
                 assert read.json()["versions"] == ["1"] and read.json()["inputs"]
+
+        # A model a node serves is that node's answer, to anyone (the gateway is open by design).
+        pushed = await api.post(
+            "/api/v1/models/public/versions", content=small_model_file.read_bytes(),
+            headers={"Authorization": f"Bearer {admin}"},
+        )  # fmt: skip
+        assert pushed.status_code == 201, pushed.text
+        broker = {"host": mosquitto.host, "port": mosquitto.port}
+        edge = await make_edge("edge-0", guarded, heartbeat={"enabled": True, "interval_s": 0.3}, broker=broker)
+        await wait_for(lambda: edge.edge.repository.ready(), 60, "public served")
+        for _ in range(100):
+            served = await api.get("/v2/models/public")
+            if served.status_code == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert served.status_code == 200 and served.headers.get("x-modelfleet-node") == "edge-0", served.text
+        assert (await api.get("/v2/models/secret")).status_code == 404
 
     assert guarded.infer_grpc_address is not None
     async with grpc.aio.insecure_channel(guarded.infer_grpc_address) as channel:
