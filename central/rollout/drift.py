@@ -111,23 +111,22 @@ class DriftWatch:
                 continue
             key = (m.name, m.version)
             artifact = m.choice.artifact if m.choice is not None else ""
-            if not self._counts_for(node_id, key, artifact):
-                continue
             raw = shadow_info(m.shadow)
             previous = self._counts.get(key, {}).get(node_id)
-            if previous is not None and previous.raw == raw:
+            if previous is not None and previous.raw == raw and previous.artifact == artifact:
+                continue
+            if not self._serves(node_id, key):
                 continue
             info = _since(raw, self._baseline.get(key, {}).get(node_id))
             self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time(), raw)
             self._dirty.add(key)
 
-    def _counts_for(self, node_id: str, key: Key, artifact: str) -> bool:
-        """Whether ``node_id``'s counts for ``artifact`` of ``key`` may count: the node serves the
-        version by its desired state and the artifact is one of the version's, not the reference."""
-        if artifact == REFERENCE or (self._assigned is not None and not self._assigned(node_id, key)):
-            return False
-        manifest = self._manifest_of(*key)
-        return manifest is not None and manifest.artifact_named(artifact) is not None
+    def _serves(self, node_id: str, key: Key) -> bool:
+        """Whether ``node_id``'s counts for ``key`` may count at all: it is registered and its
+        desired state has it serve the version (asked only when its counts change). Counts for
+        the reference are kept but never judged; for an artifact the version's manifest does not
+        have they are dropped when the version is judged (``_judge_version``)."""
+        return self._assigned is None or self._assigned(node_id, key)
 
     # -- judging ----------------------------------------------------------------------------
 
@@ -170,7 +169,11 @@ class DriftWatch:
         changed = False
         for artifact, nodes in by_artifact.items():
             ref = manifest.artifact_named(artifact)
-            terms = judging_terms(ShadowPolicy(), ref.quantization) if ref is not None else None
+            if ref is None:  # no such artifact: invented, and no count of it is believed
+                for node_id in nodes:
+                    del counts[node_id]
+                continue
+            terms = judging_terms(ShadowPolicy(), ref.quantization)
             if terms is None:
                 continue
             threshold, z = terms
