@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
+from central.auth.tokens import OPERATOR_ROLES
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.transfer_policy import TransferPolicy
@@ -13,8 +15,10 @@ from central.events import create_event_log
 from central.fleet_mode import FleetParts
 from central.fleet_mode.factory import open_fleet_mode
 from central.gateway import create_gateway
+from central.gateway.catalog import GatedCatalog
 from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
+from central.membership.registered import RegisteredNodeSource
 from central.mqtt.consumer import MembershipConsumer, make_tracker
 from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import EgressBucket, OriginService
@@ -113,7 +117,7 @@ class Central:
         #: The TLS files, read and checked once here for the gateway's client and both listeners.
         self.tls_material = material = tls.material() if tls.enabled else None
         self.gateway = create_gateway(
-            self.mode.node_source(self.liveness),
+            RegisteredNodeSource(self.mode.node_source(self.liveness), self.directory),
             settings.gateway,
             scheme=tls.edge_scheme,
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
@@ -128,6 +132,7 @@ class Central:
             emit=self._events.record,
             on_change=self._changed_here,
             roll_back=self._rollouts.roll_back_version,
+            assigned=self._serves,
         )
         self._rollouts.forced = self._drift.forced
         self._unsubscribe = [
@@ -207,7 +212,20 @@ class Central:
             metrics=self._metrics,
             dashboard=self.dashboard,
             operator_tokens=self._storage.operator_tokens,
+            catalog=GatedCatalog(self.registry.describe, self._reader_check()),
         )
+
+    def _reader_check(self) -> Callable[[str | None], bool] | None:
+        """With ``auth.protect_reads``: whether a token is an operator's (any role); else None."""
+        auth, tokens = self.settings.auth, self._storage.operator_tokens
+        if not (auth.enabled and auth.protect_reads) or tokens is None:
+            return None
+
+        def is_reader(token: str | None) -> bool:
+            record = tokens.verify(token) if token else None
+            return record is not None and record.role in OPERATOR_ROLES
+
+        return is_reader
 
     def _fleet_parts(self) -> FleetParts:
         return FleetParts(
@@ -254,6 +272,10 @@ class Central:
         """The artifact ``hardware_class`` serves of version ``key``, per its verdict (None: none)."""
         verdict = self.verdicts.get(key, hardware_class)
         return verdict.artifact if verdict is not None else None
+
+    def _serves(self, node_id: str, key: tuple[str, str]) -> bool:
+        """Whether ``node_id`` is registered and its desired state has it serve version ``key``."""
+        return self.directory.get(node_id) is not None and key in self._rollouts.serving(node_id)
 
     def _manifest_of(self, name: str, version: str) -> Manifest | None:
         record = self.store.get_version(name, version)

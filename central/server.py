@@ -47,7 +47,7 @@ class CentralServer:
         handlers = self.central.handlers
         return gateway_inference_server(
             handlers.gateway,
-            handlers.registry.describe,
+            handlers.catalog,
             self.settings.http_host,
             gateway.grpc_port,
             max_message_bytes=gateway.max_body_bytes,

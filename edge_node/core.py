@@ -35,6 +35,7 @@ from edge_node.sync.guard import StateGuard
 from edge_node.sync.saved_choices import SavedChoices
 from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
+from fleetwire.names import host_port
 from fleetwire.tls import grpc_channel_credentials
 from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2
@@ -197,12 +198,12 @@ class Edge:
     @property
     def grpc_address(self) -> str:
         """host:port of the Peer service, as announced."""
-        return f"{self.advertise_host}:{self.grpc_port}"
+        return host_port(self.advertise_host, self.grpc_port)
 
     @property
     def http_address(self) -> str:
         """host:port of the HTTP API, as announced."""
-        return f"{self.settings.advertise_host or self.settings.http_host}:{self.http_port}"
+        return host_port(self.settings.advertise_host or self.settings.http_host, self.http_port)
 
     def node_info(self) -> registry_pb2.NodeInfo:
         """What this node announces when it registers."""

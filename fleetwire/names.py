@@ -67,3 +67,25 @@ def check_label(key: str, value: str) -> tuple[str, str]:
         if _has_control(text):
             raise InvalidName(f"label {part} {text!r} must not contain a control character or line break")
     return key, value
+
+
+_ADDRESS_BODY = r"(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9][A-Za-z0-9._-]{0,252}):[0-9]{1,5}"
+#: ``host:port`` a node announces (an IPv6 host in brackets, ``[::1]:8081``), or empty (none):
+#: nothing else, so no path, query, user or scheme a URL built from it could carry. Anchored for
+#: JSON Schema; Python checks with ``is_address`` (a full match).
+ADDRESS_PATTERN = rf"^(?:{_ADDRESS_BODY})?$"
+_ADDRESS_RE = re.compile(_ADDRESS_BODY)
+#: Most characters in an address (a 253-character host name, a colon, five digits).
+MAX_ADDRESS_CHARS = 259
+
+
+def is_address(value: str, *, empty: bool = True) -> bool:
+    """Whether ``value`` is ``host:port`` (port 0 to 65535), or empty when ``empty`` allows it."""
+    if not value:
+        return empty
+    return _ADDRESS_RE.fullmatch(value) is not None and int(value.rsplit(":", 1)[1]) <= 65535
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as ``is_address`` takes it: an IPv6 host goes in brackets."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"

@@ -10,7 +10,9 @@ Kept in memory, bounded (``max_entries``, oldest dropped first) and only for act
 versions: after a restart of central the heartbeats of nodes that serve a version bring
 its verdicts back within one interval (a node that reuses a verdict reports it too).
 A choice counts only when the node's heartbeat and its registration name the same class,
-so a node cannot speak for a class it is not."""
+so a node cannot speak for a class it did not register with; a verdict is attributed to the
+node whose heartbeat reported it (``from_node`` in a heartbeat is the edge's own story and is
+never believed), so no node can put a verdict in another's name."""
 
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ class VerdictBook:
             verdict = ArtifactVerdict(
                 artifact=c.artifact,
                 hardware_class=c.hardware_class,
-                node_id=c.from_node or node_id,
+                node_id=node_id,  # its reporter: a node cannot put its word in another's mouth
                 speedup_b1=c.speedup_b1,
                 speedup_b8=c.speedup_b8,
                 at=time.time(),

@@ -20,10 +20,11 @@ from typing import Any
 import grpc
 import orjson
 
-from central.gateway.candidates import ModelCatalog
+from central.gateway.catalog import GatedCatalog
 from central.gateway.metadata import gateway_server_metadata, model_ready, node_document
 from central.gateway.proxy import AFFINITY_HEADER, NODE_HEADER, GatewayProxy
 from central.grpc.gateway_convert import ConvertError, error_message, grpc_response, rest_request
+from fleetwire.credentials import parse_bearer
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc
 from fleetwire.kserve.documents import model_metadata_to_pb, server_metadata_to_pb
@@ -66,7 +67,7 @@ class GatewayInferenceServicer(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServ
     """``GRPCInferenceService`` in front of the fleet, over the REST gateway's ``proxy``;
     ``catalog`` (central's registry) describes models no node serves yet."""
 
-    def __init__(self, proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> None:
+    def __init__(self, proxy: GatewayProxy, catalog: GatedCatalog | None = None) -> None:
         self.proxy = proxy
         self.catalog = catalog
 
@@ -86,7 +87,8 @@ class GatewayInferenceServicer(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServ
         return pb.ModelReadyResponse(ready=answer.status == 200)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
-        answer = await node_document(self.proxy, request.name, _version_of(request.version), "", self.catalog)
+        catalog = self.catalog.for_caller(_bearer(context)) if self.catalog is not None else None
+        answer = await node_document(self.proxy, request.name, _version_of(request.version), "", catalog)
         body = answer.body
         if answer.status != 200:
             await _abort_answer(context, answer.status, body, answer.headers)
@@ -131,3 +133,11 @@ class _Refused(Exception):
     def __init__(self, status: int, body: bytes, headers: Any) -> None:
         super().__init__(status)
         self.status, self.body, self.headers = status, body, headers
+
+
+def _bearer(context: Context) -> str | None:
+    """The token of an ``authorization: Bearer …`` metadata entry, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return parse_bearer(value if isinstance(value, str) else value.decode("latin-1"))
+    return None

@@ -130,6 +130,9 @@ def _refusal(node: registry_pb2.NodeInfo) -> str | None:
         return str(exc)
     if not node.grpc_address:
         return "a node must announce its gRPC address"
+    for kind, address in (("grpc_address", node.grpc_address), ("http_address", node.http_address)):
+        if not names.is_address(address):
+            return f"{kind} {address[:64]!r} must be host:port (an IPv6 host in brackets)"
     if len(node.hardware_class) > MAX_CHOICE_NAME or not node.hardware_class.isprintable():
         return f"hardware_class must be printable, at most {MAX_CHOICE_NAME} characters"
     return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from central.gateway import GatewayProxy, ModelCatalog
+from central.gateway import GatewayProxy
+from central.gateway.catalog import GatedCatalog
 from central.grpc.gateway_servicer import GatewayInferenceServicer
 from central.grpc.registry_servicer import RegistryServicer
 from central.handlers import EdgeHandlers
@@ -65,7 +66,7 @@ class GrpcServer:
 
 def gateway_inference_server(
     proxy: GatewayProxy,
-    catalog: ModelCatalog,
+    catalog: GatedCatalog,
     host: str,
     port: int,
     *,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from central.dashboard import DashboardService
 from central.gateway import GatewayProxy
+from central.gateway.catalog import GatedCatalog
 from central.handlers.edges import EdgeHandlers, Registration
 from central.handlers.fleet import FleetHandlers
 from central.handlers.health import HealthHandlers
@@ -43,3 +44,5 @@ class ApiHandlers:
     dashboard: DashboardService
     #: The REST API's operator tokens (``auth.enabled``), else None.
     operator_tokens: Tokens | None
+    #: The gateway's description of models no node serves (readers only with ``protect_reads``).
+    catalog: GatedCatalog

@@ -2,13 +2,16 @@
 
 A node the tracker declares ``dead`` leaves the node directory, so the ring drops it and
 its chunks get new owners; the existing fetch rules make those owners pull from a
-surviving owner, or from central when none is left. A node that comes back alive while
-missing from the directory is put back with the addresses its heartbeat advertises (and
-the capacity and labels it had when it was evicted). The edge also re-registers over
-gRPC by itself whenever it reconnects; either path is idempotent."""
+surviving owner, or from central when none is left. A node this coordinator evicted that
+comes back alive is put back exactly as it registered (addresses, capacity, labels, hardware
+class, site): what a node is comes only from its token-checked gRPC ``Register``, never from
+an MQTT birth or heartbeat, which any holder of its broker login can publish. A node alive on
+MQTT that never registered here waits for its own ``Register`` (the edge re-registers over gRPC
+by itself whenever it reconnects; either path is idempotent)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -45,21 +48,13 @@ class FailoverCoordinator:
                 self.evictions += 1
                 log.warning("node %s evicted from the ring (%s)", node_id, info.reason)
         elif new is NodeLiveness.ALIVE:
-            view = info.view
-            if self._nodes.get(node_id) is not None or not view.grpc_address:
+            if self._nodes.get(node_id) is not None:
                 return
             previous = self._evicted.pop(node_id, None)
-            self._nodes.register(
-                NodeRecord(
-                    node_id=node_id,
-                    grpc_address=view.grpc_address,
-                    http_address=view.http_address,
-                    capacity=previous.capacity if previous else 1,
-                    labels=dict(previous.labels) if previous else {},
-                    # Watch streams that were open at the eviction may still be: keep
-                    # counting them, or their close would evict the node again.
-                    streams=previous.streams if previous else 0,
-                )
-            )
+            if previous is None:
+                return
+            # As registered; the watch streams open at the eviction may still be: keep counting
+            # them, or their close would evict the node again.
+            self._nodes.register(dataclasses.replace(previous))
             self.restorations += 1
             log.info("node %s back on the ring (%s)", node_id, info.reason)

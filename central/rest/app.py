@@ -82,5 +82,5 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     app.include_router(create_dashboard_router(handlers.dashboard))
     app.include_router(create_rollout_router(handlers.rollouts))
     if settings.gateway.enabled:
-        app.include_router(create_gateway_router(handlers.gateway, handlers.registry.describe))
+        app.include_router(create_gateway_router(handlers.gateway, handlers.catalog))
     return app

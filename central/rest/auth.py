@@ -38,6 +38,15 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
+def caller_token(scope: Scope) -> str | None:
+    """The operator credential a request shows: its bearer token, else (reads only) the
+    browser's cookie. Open routes that answer readers more (the gateway's catalog) check it."""
+    token = bearer(scope)
+    if token is None and not is_write(scope["method"]):
+        token = browser.cookie_token(scope)
+    return token
+
+
 def is_write(method: str) -> bool:
     """Whether ``method`` changes something (needs an admin token when auth is on)."""
     return method not in _READS
@@ -65,10 +74,7 @@ class OperatorAuth:
         return record if record is not None and record.role in OPERATOR_ROLES else None
 
     def _caller(self, scope: Scope) -> TokenRecord | None:
-        token = bearer(scope)
-        if token is None and not is_write(scope["method"]):  # a browser's cookie: reads only
-            token = browser.cookie_token(scope)
-        return self._operator(token)
+        return self._operator(caller_token(scope))  # a browser's cookie: reads only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -23,8 +23,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from central.gateway.candidates import ModelCatalog
+from central.gateway.catalog import GatedCatalog
 from central.gateway.metadata import gateway_server_metadata, json_answer, model_ready, node_document
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
+from central.rest.auth import caller_token
 from fleetwire.names import InvalidName, check_name
 
 
@@ -67,7 +69,7 @@ _INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_gateway_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> APIRouter:
+def create_gateway_router(proxy: GatewayProxy, catalog: GatedCatalog | None = None) -> APIRouter:
     """The gateway's routes over ``proxy``; ``catalog`` (central's registry) describes the
     models no node serves yet."""
     router = APIRouter()
@@ -143,7 +145,7 @@ _DOCUMENT: dict[int | str, dict[str, Any]] = {
 _MODEL_READY: dict[int | str, dict[str, Any]] = {200: {"model": ReadyBody}, 400: {"model": ReadyBody}, **_ERRORS}
 
 
-def _metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -> APIRouter:
+def _metadata_router(proxy: GatewayProxy, catalog: GatedCatalog | None = None) -> APIRouter:
     """Health, server metadata, model readiness, metadata and configuration over ``proxy``;
     ``catalog`` describes models no node serves yet."""
     router = APIRouter()
@@ -161,13 +163,16 @@ def _metadata_router(proxy: GatewayProxy, catalog: ModelCatalog | None = None) -
     async def server_metadata() -> Response:
         return _response(json_answer(document))
 
+    def readable(request: Request) -> ModelCatalog | None:
+        return catalog.for_caller(caller_token(request.scope)) if catalog is not None else None
+
     @router.get("/v2/models/{name}", responses=_DOCUMENT)
-    async def metadata(name: str) -> Response:
-        return _response(await node_document(proxy, name, None, "", catalog))
+    async def metadata(name: str, request: Request) -> Response:
+        return _response(await node_document(proxy, name, None, "", readable(request)))
 
     @router.get("/v2/models/{name}/versions/{v}", responses=_DOCUMENT)
-    async def version_metadata(name: str, v: str) -> Response:
-        return _response(await node_document(proxy, name, v, "", catalog))
+    async def version_metadata(name: str, v: str, request: Request) -> Response:
+        return _response(await node_document(proxy, name, v, "", readable(request)))
 
     @router.get("/v2/models/{name}/config", responses=_DOCUMENT)
     async def config(name: str) -> Response:

@@ -14,7 +14,12 @@ Pooling is what makes a fleet-wide drift quick to see: at a 1 % sample, 8 edges 
 counts would each need ten samples (8,000 requests); pooled, the version is flagged after about
 twenty samples in all. A pooled flag falls back every node serving that INT8 artifact (some of
 whose local traffic may agree: FP32 costs them speed, never correctness); a node flagged on its
-own counts falls back alone.
+own counts falls back alone, under every policy.
+
+Central does not take an edge's word for more than itself: counts are kept only for a version the
+node's desired state has it serve (``assigned``) and an INT8 artifact that version's manifest has;
+a pooled flag counts only when it still holds with any single node's counts left out
+(``judge_fleet``), so one node's counts never flag another; and only a pooled flag rolls back.
 
 Judged every ``interval_s`` over the versions whose counts changed, not per heartbeat: pooling
 per heartbeat would cost O(nodes²) per interval on a large fleet. The fallbacks are kept in
@@ -72,11 +77,15 @@ class DriftWatch:
         emit: Callable[[Event], None],
         on_change: Callable[[], None],
         roll_back: Callable[[str, str, str], bool],
+        assigned: Callable[[str, Key], bool] | None = None,
         interval_s: float = 0.5,
     ) -> None:
         """``manifest_of(name, version)``: the stored manifest; ``roll_back(model, version,
-        reason)``: roll back the rollout that brought ``version`` (False: there is none)."""
+        reason)``: roll back the rollout that brought ``version`` (False: there is none);
+        ``assigned(node_id, (model, version))``: whether the node is registered and its desired
+        state has it serve that version (None: every reporter is believed, for tests of judging)."""
         self._manifest_of = manifest_of
+        self._assigned = assigned
         self._emit = emit
         self._on_change = on_change
         self._roll_back = roll_back
@@ -104,11 +113,20 @@ class DriftWatch:
             artifact = m.choice.artifact if m.choice is not None else ""
             raw = shadow_info(m.shadow)
             previous = self._counts.get(key, {}).get(node_id)
-            if previous is not None and previous.raw == raw:
+            if previous is not None and previous.raw == raw and previous.artifact == artifact:
+                continue
+            if not self._serves(node_id, key):
                 continue
             info = _since(raw, self._baseline.get(key, {}).get(node_id))
             self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time(), raw)
             self._dirty.add(key)
+
+    def _serves(self, node_id: str, key: Key) -> bool:
+        """Whether ``node_id``'s counts for ``key`` may count at all: it is registered and its
+        desired state has it serve the version (asked only when its counts change). Counts for
+        the reference are kept but never judged; for an artifact the version's manifest does not
+        have they are dropped when the version is judged (``_judge_version``)."""
+        return self._assigned is None or self._assigned(node_id, key)
 
     # -- judging ----------------------------------------------------------------------------
 
@@ -151,7 +169,11 @@ class DriftWatch:
         changed = False
         for artifact, nodes in by_artifact.items():
             ref = manifest.artifact_named(artifact)
-            terms = judging_terms(ShadowPolicy(), ref.quantization if ref is not None else manifest.quantization)
+            if ref is None:  # no such artifact: invented, and no count of it is believed
+                for node_id in nodes:
+                    del counts[node_id]
+                continue
+            terms = judging_terms(ShadowPolicy(), ref.quantization)
             if terms is None:
                 continue
             threshold, z = terms
@@ -184,7 +206,11 @@ class DriftWatch:
         self._emit(Event(type="int8_drift", ts=_ms(), node_id=new[0] if len(new) == 1 else None, detail=detail))
         if policy == "report":
             return False
-        if policy == "rollback" and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}"):
+        if (
+            policy == "rollback"
+            and fleet
+            and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
+        ):
             self._forget(key)  # rolled out again later, it is judged afresh
             return False  # the rollback re-plans the fleet itself
         for node_id in new:

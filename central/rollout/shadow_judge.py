@@ -19,6 +19,7 @@ samples, 2,000 requests at a 1 % sample)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -200,8 +201,43 @@ def pool(infos: Iterable[ShadowInfo]) -> ShadowInfo:
 def judge_fleet(
     infos: Iterable[ShadowInfo], threshold: float, z: float, min_samples: int = MIN_LIVE_SAMPLES
 ) -> ShadowVerdict:
-    """:func:`judge_node` on every node's counts pooled."""
-    return judge_node(pool(infos), threshold, z, min_samples)
+    """:func:`judge_node` on every node's counts pooled, flagged only when the flag still holds
+    with any single node's counts left out.
+
+    A node reports its own counts and nothing checks them: pooled as they are, one node's
+    invented samples could flag every other node serving the artifact. Leaving each node out of
+    the totals in turn (O(nodes)) means one node can flag only itself (:func:`judge_node`), never
+    the fleet; a single reporter never makes a fleet flag. The figures are the whole pool's."""
+    infos = list(infos)
+    total = pool(infos)
+    verdict = judge_node(total, threshold, z, min_samples)
+    if not verdict.flagged:
+        return verdict
+    if len(infos) < 2:
+        return _unflagged(verdict, "one node's counts alone never flag the fleet")
+    for info in infos:
+        if not judge_node(_without(total, info), threshold, z, min_samples).flagged:
+            return _unflagged(verdict, "not flagged with one node's counts left out")
+    return verdict
+
+
+def _without(total: ShadowInfo, info: ShadowInfo) -> ShadowInfo:
+    """``total`` (from :func:`pool`) less one node's ``info``."""
+    same = info.measure == total.measure
+    return total.model_copy(
+        update={
+            "samples": max(0, total.samples - info.samples) if same else total.samples,
+            "top1_agree": max(0, total.top1_agree - info.top1_agree),
+            "top1_samples": max(0, total.top1_samples - info.top1_samples),
+            "measure_sum": total.measure_sum - info.measure_sum if same else total.measure_sum,
+            "measure_sumsq": max(0.0, total.measure_sumsq - info.measure_sumsq) if same else total.measure_sumsq,
+            "dropped": max(0, total.dropped - info.dropped),
+        }
+    )
+
+
+def _unflagged(verdict: ShadowVerdict, why: str) -> ShadowVerdict:
+    return dataclasses.replace(verdict, flagged=False, reason=f"{verdict.reason}; {why}")
 
 
 def _pair(block: Any) -> tuple[float, float] | None:

@@ -31,6 +31,7 @@ from fleetwire.mqtt.payloads import (
     NodeStatus,
     ShadowInfo,
 )
+from fleetwire.names import ADDRESS_PATTERN, MAX_ADDRESS_CHARS, is_address
 
 __all__ = [
     "AnyHeartbeat",
@@ -50,6 +51,7 @@ DecodeError = msgspec.DecodeError
 
 _NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_WIRE_INT)]
 _NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+_Address = Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS_CHARS, pattern=ADDRESS_PATTERN)]
 
 
 class FastLoad(msgspec.Struct, frozen=True):
@@ -125,14 +127,21 @@ class FastHeartbeat(msgspec.Struct, frozen=True):
     load: FastLoad = msgspec.field(default_factory=FastLoad)
     models: Annotated[list[FastModel], msgspec.Meta(max_length=1024)] = msgspec.field(default_factory=list)
     cache: FastCache = msgspec.field(default_factory=FastCache)
-    grpc_address: str = ""
-    http_address: str = ""
+    grpc_address: _Address = ""
+    http_address: _Address = ""
     hardware_class: _ChoiceName = ""
     site: Annotated[str, msgspec.Meta(max_length=128)] = ""
     mode: Annotated[str, msgspec.Meta(max_length=16)] = "synced"
     autonomous_since: _NonNegInt | None = None
     clock_offset_ms: float | None = None
     clock_error_ms: _NonNegFloat | None = None
+
+    def __post_init__(self) -> None:
+        # msgspec's ``pattern`` searches (``$`` also matches before a trailing newline) and cannot
+        # bound the port: the contract's own full check, as the pydantic model runs it.
+        for address in (self.grpc_address, self.http_address):
+            if not is_address(address):
+                raise ValueError(f"{address[:64]!r} is not host:port")
 
     def to_model(self) -> Heartbeat:
         """The contract's model of the same heartbeat (already validated: no checks run)."""

@@ -3,9 +3,11 @@ generated from these models (``python -m fleetwire.mqtt.schemas``) and checked i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from fleetwire.names import ADDRESS_PATTERN, MAX_ADDRESS_CHARS, is_address
 
 #: Anything larger is dropped unread by consumers: a heartbeat is well under 16 KiB.
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -40,6 +42,23 @@ class LoadInfo(_Payload):
     p50_ms: float = Field(0.0, ge=0)
     p99_ms: float = Field(0.0, ge=0)
 
+
+def _address(value: str) -> str:
+    if not is_address(value):
+        raise ValueError(f"{value[:64]!r} is not host:port (an IPv6 host in brackets, port at most 65535)")
+    return value
+
+
+Address = Annotated[
+    str,
+    Field(
+        max_length=MAX_ADDRESS_CHARS,
+        pattern=ADDRESS_PATTERN,
+        description="host:port (IPv6 in brackets) or empty; never a path, query or scheme.",
+    ),
+    AfterValidator(_address),
+]
+"""An address a node announces: central builds URLs from it, so nothing but ``host:port``."""
 
 #: Longest hardware class, artifact name or node id in an artifact choice.
 MAX_CHOICE_NAME = 128
@@ -152,8 +171,8 @@ class Heartbeat(_Payload):
     load: LoadInfo = Field(default_factory=LoadInfo)
     models: list[ModelInfo] = Field(default_factory=list, max_length=1024)
     cache: CacheInfo = Field(default_factory=CacheInfo)
-    grpc_address: str = ""
-    http_address: str = ""
+    grpc_address: Address = ""
+    http_address: Address = ""
     hardware_class: str = Field(
         "", max_length=MAX_CHOICE_NAME, description="ISA flags, cores and provider, e.g. x86_64/avx2/2c/cpu."
     )

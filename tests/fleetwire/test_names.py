@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fleetwire.digest import chunk_digest, is_digest
 from fleetwire.mqtt.topics import Topics
-from fleetwire.names import NAME_PATTERN, InvalidName, check_label, check_name, is_name
+from fleetwire.names import NAME_PATTERN, InvalidName, check_label, check_name, host_port, is_address, is_name
 
 PROPERTIES = settings(max_examples=300, deadline=None, database=None)
 
@@ -96,3 +96,27 @@ def test_an_empty_or_overlong_label_is_refused() -> None:
     with pytest.raises(InvalidName, match="limit is 256"):
         check_label("k", "v" * 257)
     assert check_label("topology.kubernetes.io/zone", "eu west 1") == ("topology.kubernetes.io/zone", "eu west 1")
+
+
+@pytest.mark.parametrize(
+    "address", ["", "127.0.0.1:8081", "edge-1.edge.ns.svc.cluster.local:443", "[::1]:50061", "modelfleet_edge_1:0"]
+)
+def test_an_announced_address_is_host_and_port(address: str) -> None:
+    assert is_address(address)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1:8081/api/v1/status?", "127.0.0.1:8081\n", "127.0.0.1", "::1:8081", "http://h:1", "user@h:1",
+        "h:65536", "h:1?x", "h:1#x", " h:1", "-h:1",
+    ],
+)  # fmt: skip
+def test_an_address_with_anything_but_host_and_port_is_refused(address: str) -> None:
+    assert not is_address(address)
+
+
+def test_host_port_brackets_an_ipv6_host() -> None:
+    assert host_port("::", 8081) == "[::]:8081" and is_address(host_port("::", 8081))
+    assert host_port("127.0.0.1", 1) == "127.0.0.1:1" and host_port("[::1]", 2) == "[::1]:2"
+    assert not is_address("", empty=False)

@@ -267,18 +267,18 @@ async def test_ready_index_follows_model_changes(tracker: MembershipTracker) -> 
     def models(*specs: tuple[str, str, str]) -> list[ModelInfo]:
         return [ModelInfo(name=n, version=v, state=st) for n, v, st in specs]
 
-    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "loading")), http_address="h-a"))
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "loading")), http_address="h-a:1"))
     assert tracker.ready_endpoints("m") == []
-    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "ready")), http_address="h-a"))
-    tracker.on_heartbeat("b", hb("b", interval_s=60, models=models(("m", "2", "ready")), http_address="h-b"))
-    assert sorted(tracker.ready_endpoints("m")) == [("a", "h-a"), ("b", "h-b")]
-    assert tracker.ready_endpoints("m", "2") == [("b", "h-b")]
-    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "2", "ready")), http_address="h-a"))
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "1", "ready")), http_address="h-a:1"))
+    tracker.on_heartbeat("b", hb("b", interval_s=60, models=models(("m", "2", "ready")), http_address="h-b:1"))
+    assert sorted(tracker.ready_endpoints("m")) == [("a", "h-a:1"), ("b", "h-b:1")]
+    assert tracker.ready_endpoints("m", "2") == [("b", "h-b:1")]
+    tracker.on_heartbeat("a", hb("a", interval_s=60, models=models(("m", "2", "ready")), http_address="h-a:1"))
     assert tracker.ready_endpoints("m", "1") == []
-    assert sorted(tracker.ready_endpoints("m", "2")) == [("a", "h-a"), ("b", "h-b")]
+    assert sorted(tracker.ready_endpoints("m", "2")) == [("a", "h-a:1"), ("b", "h-b:1")]
     tracker.on_status("b", death(1))  # dead nodes are not candidates, though still indexed
-    assert tracker.ready_endpoints("m", "2") == [("a", "h-a")]
-    tracker.on_heartbeat("b", hb("b", bdseq=2, interval_s=60, models=models(("m", "2", "ready")), http_address="h-b"))
+    assert tracker.ready_endpoints("m", "2") == [("a", "h-a:1")]
+    tracker.on_heartbeat("b", hb("b", bdseq=2, interval_s=60, models=models(("m", "2", "ready")), http_address="h-b:1"))
     assert len(tracker.ready_endpoints("m", "2")) == 2
     tracker.on_heartbeat("a", hb("a", interval_s=60, models=[]))
     tracker.on_status("b", death(2))

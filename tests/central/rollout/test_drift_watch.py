@@ -110,10 +110,41 @@ def test_a_node_that_agrees_is_left_alone() -> None:
 ])  # fmt: skip
 def test_each_policy_acts_as_it_says(policy: str, rollout: bool, expected: list[str], forced: bool) -> None:
     w = Watch(policy, rollout)
-    w.beat("e0", samples=30, agree=10)
+    for node in ("e0", "e1"):  # a fleet flag: it holds with either node left out
+        w.beat(node, samples=30, agree=10)
     w.watch.judge()
-    assert w.types() == expected
+    assert w.types() == expected and w.events[0].detail["fleet"]
     assert (w.watch.forced("e0") != {}) is forced
     assert bool(w.rollbacks) is (policy == "rollback")
     if w.rollbacks:
         assert "INT8 drift on live traffic" in w.rollbacks[0][2]
+
+
+@pytest.mark.parametrize("policy", ["fallback", "rollback"])
+def test_one_nodes_counts_flag_only_that_node_and_never_roll_back(policy: str) -> None:
+    """One node's invented counts (the stolen edge) against another's real agreement: the
+    liar falls back alone, the other keeps INT8, and nothing is rolled back."""
+    w = Watch(policy)
+    w.beat("e0", samples=2000, agree=0)
+    w.beat("e1", samples=24, agree=24)
+    w.watch.judge()
+    assert w.types() == ["int8_drift", "int8_fallback"]
+    assert w.events[0].detail["nodes"] == ["e0"] and not w.events[0].detail["fleet"]
+    assert w.watch.forced("e0") == {("m", "2"): "fp32"} and w.watch.forced("e1") == {}
+    assert w.rollbacks == []
+    assert not w.watch.report("m", "2")["fleet"][INT8]["flagged"]
+
+
+def test_counts_only_for_an_assigned_version_and_an_int8_artifact_of_it() -> None:
+    w = Watch()
+    w.watch = DriftWatch(
+        lambda n, v: _manifest() if (n, v) == ("m", "2") else None,
+        emit=w.events.append, on_change=lambda: None, roll_back=lambda *a: False,
+        assigned=lambda node, key: node != "stranger",
+    )  # fmt: skip
+    w.beat("stranger", samples=2000, agree=0)  # not assigned the version
+    w.beat("e0", samples=2000, agree=0, artifact="int8-invented")  # no such artifact
+    w.beat("e1", samples=2000, agree=0, artifact="fp32")  # the reference itself
+    w.watch.judge()
+    assert w.events == [] and set(w.watch.report("m", "2")["nodes"]) <= {"e1"}  # FP32: kept, not judged
+    assert w.watch.report("m", "2")["fleet"] == {}
