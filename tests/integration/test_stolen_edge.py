@@ -20,17 +20,18 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from brokers import MosquittoBroker
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, push, wait_for
 from edge_node.server import EdgeServer
 from fleetwire.credentials import bearer_metadata
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Heartbeat, ModelInfo, NodeStatus, ShadowInfo
 from fleetwire.mqtt.topics import Topics
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 from modelfleet.zoo import build_drift_classifier, drift_samples
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings, push
+from support.wait import wait_for
 
 
 class StolenLogin:

@@ -13,14 +13,15 @@ import grpc
 import httpx
 import pytest
 
-from brokers import MosquittoBroker
 from central.auth import Role
 from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
-from conftest import EdgeFactory, central_settings, wait_for
 from fleetwire.credentials import bearer_metadata
 from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc
+from support.brokers import MosquittoBroker
+from support.fleet import EdgeFactory, central_settings
+from support.wait import wait_for
 
 
 @pytest.fixture
