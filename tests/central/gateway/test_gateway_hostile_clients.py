@@ -28,8 +28,8 @@ BODY_TIMEOUT_S = 1.0
 async def gateway(
     tmp_path: Path, mosquitto: MosquittoBroker, make_edge: EdgeFactory, small_model_file: Path
 ) -> AsyncIterator[CentralServer]:
-    """A central whose gateway holds at most 8 requests and waits 1 s for a body, routing
-    "tiny" to one edge that its heartbeats report ready."""
+    """A central whose gateway holds at most 8 requests and waits 1 s for a body (and closes
+    connections idle for 1 s), routing "tiny" to one edge that its heartbeats report ready."""
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     central = CentralServer(
         central_settings(
@@ -38,6 +38,8 @@ async def gateway(
             broker=broker,
             gateway={"max_outstanding": 8},
             body_timeout_s=BODY_TIMEOUT_S,
+            http_idle_timeout_s=1,
+            grpc_idle_timeout_s=1.0,
         )
     )
     await central.start()
@@ -94,6 +96,27 @@ async def test_slow_bodies_hold_no_gateway_slot_and_get_408_and_closed(gateway: 
     async with httpx.AsyncClient(base_url=gateway.http_url, timeout=30) as client:
         status = (await client.get("/api/v1/gateway")).json()
         assert status["stats"]["overloaded"] == 0
+
+
+async def test_idle_connections_are_closed_on_every_listener(gateway: CentralServer) -> None:
+    """A socket that sends nothing (gRPC ports) or nothing more after an answer (HTTP) is
+    closed by central within seconds (before: gRPC waited 120 s for a handshake)."""
+    infer_grpc = gateway.infer_grpc_address
+    assert infer_grpc is not None
+    for address in (gateway.grpc_address, infer_grpc):
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            assert await asyncio.wait_for(reader.read(), 8) is not None  # EOF, or a GOAWAY then EOF
+        finally:
+            writer.close()
+    reader, writer = await _open(gateway)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: central\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 8)  # the answer, then the close
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 ")
 
 
 class _Lines(logging.Handler):
