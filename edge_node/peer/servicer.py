@@ -41,12 +41,13 @@ VIEW_WAIT_S = 1.0
 
 def caller_of(context: grpc.aio.ServicerContext) -> str:
     """Who is calling, for the per-node stream cap: under mutual TLS the common name of the
-    client certificate (a fleet certificate names its node), else the connection's host.
-    Never the ``requester`` a request names: a caller naming a new one in every call would
-    get a new share of the streams each time."""
+    client certificate (a fleet certificate names its node), else the connection's peer
+    address (host and port: an edge keeps one channel per peer, and edges sharing a host,
+    as ``modelfleet up`` runs them, keep a share each). Never the ``requester`` a request
+    names: a caller naming a new one in every call got a new share each time."""
     for name in context.auth_context().get("x509_common_name") or ():
         return name.decode("utf-8", "replace")
-    return context.peer().rpartition(":")[0]
+    return context.peer()
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
