@@ -42,8 +42,8 @@ VIEW_WAIT_S = 1.0
 def caller_of(context: grpc.aio.ServicerContext) -> str:
     """Who is calling, for the per-node stream cap: under mutual TLS the common name of the
     client certificate (a fleet certificate names its node), else the connection's peer
-    address (host and port: an edge keeps one channel per peer, and edges sharing a host,
-    as ``modelfleet up`` runs them, keep a share each). Never the ``requester`` a request
+    address (host and port: an edge keeps one channel, with a connection of its own, per
+    peer, so edges sharing a host, as ``modelfleet up`` runs them, keep a share each). Never the ``requester`` a request
     names: a caller naming a new one in every call got a new share each time."""
     for name in context.auth_context().get("x509_common_name") or ():
         return name.decode("utf-8", "replace")
