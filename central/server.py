@@ -33,8 +33,15 @@ class CentralServer:
             settings.grpc_port,
             material,
             require_client_cert=settings.tls.require_client_cert,
+            idle_timeout_s=settings.grpc_idle_timeout_s,
         )
-        self._http = RestServer(create_app(handlers, settings), settings.http_host, settings.http_port, material)
+        self._http = RestServer(
+            create_app(handlers, settings),
+            settings.http_host,
+            settings.http_port,
+            material,
+            idle_timeout_s=settings.http_idle_timeout_s,
+        )
         self._infer_grpc = self._inference_server()
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
@@ -52,6 +59,7 @@ class CentralServer:
             gateway.grpc_port,
             max_message_bytes=gateway.max_body_bytes,
             material=self.central.tls_material,
+            idle_timeout_s=self.settings.grpc_idle_timeout_s,
         )
 
     @property

@@ -540,6 +540,25 @@ class CentralSettings(BaseSettings):
     max_json_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest JSON body of a REST write such as a rollout (413 beyond)."
     )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Time a request body (REST API and gateway) must arrive in once its headers have: beyond it 408"
+            " and the connection is closed. A model push instead gets this long between two pieces."
+        ),
+    )
+    http_idle_timeout_s: int = Field(
+        5, ge=1, description="How long an idle keep-alive HTTP connection stays open (uvicorn's timeout_keep_alive)."
+    )
+    grpc_idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description=(
+            "How long a gRPC connection with no call open stays open (Registry and gateway gRPC ports);"
+            " a connection that has not finished its handshake gets at most 10 s."
+        ),
+    )
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     origin: OriginSettings = Field(default_factory=OriginSettings)

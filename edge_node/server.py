@@ -16,9 +16,16 @@ from edge_node.core import Edge
 from edge_node.fetch.sources import CHANNEL_OPTIONS
 from edge_node.grpc import InferenceServicer
 from edge_node.settings import EdgeSettings
+from fleetwire.body_deadline import BodyDeadline
 from fleetwire.exposure import warn_if_wide_open
 from fleetwire.kserve.server import InferenceServer
-from fleetwire.tls import HTTP_DRAIN_S, grpc_server_credentials, uvicorn_ssl_kwargs, wait_http_stopped
+from fleetwire.tls import (
+    HTTP_DRAIN_S,
+    grpc_idle_options,
+    grpc_server_credentials,
+    uvicorn_ssl_kwargs,
+    wait_http_stopped,
+)
 from fleetwire.v1 import peer_pb2_grpc
 
 if TYPE_CHECKING:
@@ -107,7 +114,9 @@ class EdgeServer:
     async def _start_grpc(self) -> int:
         """Serve the Peer service; returns the bound port."""
         edge = self.edge
-        self._grpc = grpc.aio.server(options=CHANNEL_OPTIONS)
+        # The server's keep-alive and idle options over the channels' (one value per key).
+        options = {**dict(CHANNEL_OPTIONS), **dict(grpc_idle_options(self.settings.limits.grpc_idle_timeout_s))}
+        self._grpc = grpc.aio.server(options=list(options.items()))
         peer_pb2_grpc.add_PeerServicer_to_server(edge.peer_servicer, self._grpc)
         address = f"{self.settings.grpc_host}:{self.settings.grpc_port}"
         if edge.tls_material is not None:  # peers are mutual: a caller without a fleet certificate is refused
@@ -131,6 +140,7 @@ class EdgeServer:
             max_message_bytes=settings.limits.max_infer_body_bytes,
             tls_material=self.edge.tls_material,
             require_client_cert=settings.tls.require_client_cert,
+            idle_timeout_s=settings.limits.grpc_idle_timeout_s,
         )
         self.edge.infer_grpc_port = await self._infer_grpc.start()
 
@@ -141,10 +151,11 @@ class EdgeServer:
 
         from edge_node.rest.app import create_app
 
-        edge, tls = self.edge, self.settings.tls
+        edge, tls, limits = self.edge, self.settings.tls, self.settings.limits
         app = create_app(edge.plane, edge.status, bench_endpoints=self.settings.inference.bench_endpoints)
         config = uvicorn.Config(
-            app,
+            BodyDeadline(app, limits.body_timeout_s),  # a body not in within it: 408, connection closed
+            timeout_keep_alive=limits.http_idle_timeout_s,
             host=self.settings.http_host,
             port=self.settings.http_port,
             log_level="warning",

@@ -268,8 +268,27 @@ class LimitSettings(BaseModel):
         128,
         ge=1,
         description=(
-            "Inference requests this node holds at once (bodies being read, queued or running); beyond them"
-            " 503 with Retry-After before the body is read. Worst-case body memory: this × max_infer_body_bytes."
+            "Inference requests this node holds at once (queued or running, counted once the body has"
+            " arrived); when they are all taken, 503 with Retry-After before the body is read."
+        ),
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Time a request body must arrive in once its headers have (HTTP API); beyond it 408 and the"
+            " connection is closed. Bodies being read hold no max_inflight_infer_requests place."
+        ),
+    )
+    http_idle_timeout_s: int = Field(
+        5, ge=1, description="How long an idle keep-alive HTTP connection stays open (uvicorn's timeout_keep_alive)."
+    )
+    grpc_idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description=(
+            "How long a gRPC connection with no call open stays open (Peer and inference gRPC ports);"
+            " a connection that has not finished its handshake gets at most 10 s."
         ),
     )
 

@@ -37,6 +37,7 @@ __all__ = [
     "TlsSettings",
     "client_ssl_context",
     "grpc_channel_credentials",
+    "grpc_idle_options",
     "grpc_server_credentials",
     "uvicorn_ssl_kwargs",
     "wait_http_stopped",
@@ -51,6 +52,25 @@ TLS_CLOSE_GRACE_S = 0.5
 #: cancels them (its ``timeout_graceful_shutdown``), so a request that never ends (a stream
 #: whose client went quiet) cannot hold a stop, and the process, for ever.
 HTTP_DRAIN_S = 10
+
+
+#: Longest a gRPC server waits for a new connection's HTTP/2 (and TLS) handshake.
+GRPC_HANDSHAKE_TIMEOUT_S = 10
+
+
+def grpc_idle_options(idle_timeout_s: float) -> list[tuple[str, int]]:
+    """gRPC server options that close what holds a connection for nothing: a connection
+    with no call open for ``idle_timeout_s`` (GOAWAY; a client reconnects on its next call),
+    one still in its handshake after ``GRPC_HANDSHAKE_TIMEOUT_S``, and one whose client
+    stops answering keep-alive pings. Long calls (an edge's desired-state watch) keep
+    theirs: a connection with a call open is not idle."""
+    idle_ms = max(1, int(idle_timeout_s * 1000))
+    return [
+        ("grpc.max_connection_idle_ms", idle_ms),
+        ("grpc.server_handshake_timeout_ms", min(GRPC_HANDSHAKE_TIMEOUT_S * 1000, idle_ms)),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+    ]
 
 
 class TlsError(ValueError):

@@ -213,17 +213,26 @@ class GatewayProxy:
         await self.prober.close()
         await self._client.aclose()
 
+    def refusal(self) -> GatewayResponse | None:
+        """The gateway's own 503 (Retry-After) when every one of the ``max_outstanding``
+        places is taken, else None. The REST route asks before it reads a body, so a full
+        gateway reads none; the place itself is taken only once the body has arrived."""
+        if self.outstanding < self.max_outstanding:
+            return None
+        self.stats.overloaded += 1
+        message = (
+            f"the gateway holds {self.outstanding} requests (gateway.max_outstanding={self.max_outstanding});"
+            " retry shortly"
+        )
+        return _error(503, message, {"Retry-After": "1"})
+
     @contextmanager
     def holding(self) -> Iterator[GatewayResponse | None]:
-        """One of the ``max_outstanding`` places, held while the block runs. Yields None, or
-        the gateway's own 503 (Retry-After) when every place is taken: then nothing is held."""
-        if self.outstanding >= self.max_outstanding:
-            self.stats.overloaded += 1
-            message = (
-                f"the gateway holds {self.outstanding} requests (gateway.max_outstanding={self.max_outstanding});"
-                " retry shortly"
-            )
-            yield _error(503, message, {"Retry-After": "1"})
+        """One of the ``max_outstanding`` places, held while the block runs: taken with the
+        request's body in hand (a slow body holds none). Yields None, or the gateway's own
+        503 (``refusal``) when every place is taken: then nothing is held."""
+        if (refused := self.refusal()) is not None:
+            yield refused
             return
         self.outstanding += 1
         try:
@@ -263,13 +272,15 @@ class GatewayProxy:
         if len(request_body) > self.max_body_bytes:
             self.stats.too_large += 1
             return _error(413, f"request body of {len(request_body)} bytes exceeds the limit of {self.max_body_bytes}")
+        lowered = {k.lower(): v for k, v in headers.items()}
+        sent_headers = {k: lowered[k] for k in _FORWARDED_REQUEST_HEADERS if k in lowered}
+        if (refusal := _unforwardable(sent_headers)) is not None:
+            return refusal
         candidates = self.router.order(model, version, key)
         if not candidates:
             return self._unknown(model, version) or self._unavailable(
                 model, version, self._no_candidates_reason(model, version), None
             )
-        lowered = {k.lower(): v for k, v in headers.items()}
-        sent_headers = {k: lowered[k] for k in _FORWARDED_REQUEST_HEADERS if k in lowered}
         rows = request_rows(request_body, _header_length(lowered))
         request = _Request(model, infer_path(model, version), request_body, sent_headers, rows)
         return await self._try_nodes(request, version, candidates)
@@ -443,6 +454,20 @@ class GatewayProxy:
 
 def _node(candidate: Candidate) -> dict[str, str]:
     return {NODE_HEADER: candidate.node_id}
+
+
+def _unforwardable(headers: Mapping[str, str]) -> GatewayResponse | None:
+    """The client's 400 when a header the gateway forwards cannot be: not printable ASCII
+    (HTTP/1.1 allows other bytes, the edges' OIP does not, and the forwarding client can
+    only send ASCII), or an ``Inference-Header-Content-Length`` that is no ASCII number."""
+    for name, value in headers.items():
+        if not (value.isascii() and value.isprintable()):
+            shown = value[:80].encode("latin-1", "replace")  # as it came off the wire (ASGI decodes latin-1)
+            return _error(400, f"header {name!r} must be printable ASCII, got {shown!r}")
+    length = headers.get("inference-header-content-length")
+    if length is not None and not length.strip().isdigit():
+        return _error(400, f"header {HEADER_LENGTH!r} must be a non-negative integer, got {length[:80]!r}")
+    return None
 
 
 def _header_length(lowered_headers: Mapping[str, str]) -> int | None:

@@ -11,7 +11,7 @@ from central.grpc.gateway_servicer import GatewayInferenceServicer
 from central.grpc.registry_servicer import RegistryServicer
 from central.handlers import EdgeHandlers
 from fleetwire.kserve.server import InferenceServer
-from fleetwire.tls import TlsMaterial, grpc_server_credentials
+from fleetwire.tls import TlsMaterial, grpc_idle_options, grpc_server_credentials
 from fleetwire.v1 import registry_pb2_grpc
 
 _GRPC_OPTIONS = [
@@ -27,7 +27,8 @@ _GRPC_OPTIONS = [
 
 class GrpcServer:
     """Serves the Registry over ``edges`` on ``host:port`` (0: a free port); with ``material``
-    over TLS, demanding a fleet certificate with ``require_client_cert``."""
+    over TLS, demanding a fleet certificate with ``require_client_cert``; a connection with
+    no call open is closed after ``idle_timeout_s``."""
 
     def __init__(
         self,
@@ -37,8 +38,10 @@ class GrpcServer:
         material: TlsMaterial | None = None,
         *,
         require_client_cert: bool = False,
+        idle_timeout_s: float = 300.0,
     ) -> None:
         self._edges = edges
+        self._idle_timeout_s = idle_timeout_s
         self._address = f"{host}:{port}"
         self._material = material
         self._require_client_cert = require_client_cert
@@ -48,7 +51,7 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port."""
-        self._server = server = grpc.aio.server(options=_GRPC_OPTIONS)
+        self._server = server = grpc.aio.server(options=[*_GRPC_OPTIONS, *grpc_idle_options(self._idle_timeout_s)])
         registry_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(self._edges), server)
         if self._material is not None:
             creds = grpc_server_credentials(self._material, require_client_cert=self._require_client_cert)
@@ -72,9 +75,12 @@ def gateway_inference_server(
     *,
     max_message_bytes: int,
     material: TlsMaterial | None = None,
+    idle_timeout_s: float | None = None,
 ) -> InferenceServer:
     """The gateway over KServe v2 gRPC on its own port, with the REST API's TLS: inference
     clients show no fleet certificate (the Registry's port may demand one), and its messages
     are as large as the gateway's bodies may be."""
     servicer = GatewayInferenceServicer(proxy, catalog)
-    return InferenceServer(servicer, host, port, max_message_bytes=max_message_bytes, tls_material=material)
+    return InferenceServer(
+        servicer, host, port, max_message_bytes=max_message_bytes, tls_material=material, idle_timeout_s=idle_timeout_s
+    )

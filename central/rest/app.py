@@ -15,12 +15,13 @@ from central.rest.auth import OperatorAuth, is_write, protects
 from central.rest.errors import ERROR_RESPONSES, install_error_handlers
 from central.rest.fleet_routes import create_fleet_router
 from central.rest.gateway_routes import create_gateway_router
-from central.rest.limits import JsonBodyLimit, UploadLimit
+from central.rest.limits import JsonBodyLimit, UploadLimit, is_upload
 from central.rest.metrics_routes import create_metrics_router
 from central.rest.registry_routes import create_registry_router
 from central.rest.rollout_routes import create_rollout_router
 from central.settings import AuthSettings, CentralSettings
 from central.storage.protocols import Tokens
+from fleetwire.body_deadline import BodyDeadline
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,13 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     # until the response ends, streamed (?progress=ndjson) or not, whatever ends it.
     app.add_middleware(UploadLimit, limit=settings.max_concurrent_uploads)
     _install_auth(app, settings.auth, handlers.operator_tokens)
+    # Outermost: every body, the gateway's included, arrives within body_timeout_s (a push:
+    # between two pieces) or the client gets 408 and the connection closes.
+    app.add_middleware(
+        BodyDeadline,
+        timeout_s=settings.body_timeout_s,
+        idle_only=lambda scope: is_upload(scope["method"], scope.get("path", "")),
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -4,6 +4,7 @@ validation's 422, a store that is away's 503 with Retry-After), and the OpenAPI 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from central.errors import CentralError, StoreUnavailable, unavailable_store_errors
 
@@ -30,8 +32,49 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: Seconds between two "client went away" lines: one client cutting requests in a loop
+#: must not be able to fill central's log (it used to cost two tracebacks a request).
+GONE_LOG_INTERVAL_S = 10.0
+
+
+class DepartureLog:
+    """One short line, at most every ``interval_s``, for clients that left mid-request
+    (Starlette's ``ClientDisconnect``), counting the ones in between."""
+
+    def __init__(self, interval_s: float = GONE_LOG_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.departures = 0
+        """Requests whose client went away before they were answered, since start."""
+        self._unlogged = 0
+        self._next_line = 0.0
+
+    def record(self, method: str, path: str) -> None:
+        """Count one departure; log it when the last line is ``interval_s`` old."""
+        self.departures += 1
+        self._unlogged += 1
+        now = time.monotonic()
+        if now < self._next_line:
+            return
+        log.info(
+            "a client went away before its request was answered (%s %s); %d such request(s) since the last line",
+            method,
+            path[:100],
+            self._unlogged,
+        )
+        self._unlogged = 0
+        self._next_line = now + self.interval_s
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer every error as ``{"error": "…"}`` with its status."""
+    """Answer every error as ``{"error": "…"}`` with its status; a client that went away
+    is one rate-limited short line (``DepartureLog``), never a traceback."""
+
+    departures = DepartureLog()
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        departures.record(request.method, request.url.path)
+        return JSONResponse({"error": "the client went away"}, status_code=400)  # nobody reads it
 
     @app.exception_handler(CentralError)
     async def central_error(_: Request, exc: CentralError) -> JSONResponse:

@@ -6,7 +6,8 @@ OIP v2 inference request (JSON, or the binary tensor extension with
 (see ``central.gateway.proxy``). Optional request header ``X-Modelfleet-Affinity-Key``:
 requests with the same key go to the same node while it is healthy (consistent
 hashing). Answers carry ``X-Modelfleet-Node``. Bodies over ``max_body_bytes`` get 413;
-beyond ``max_outstanding`` requests at once, 503 with ``Retry-After``.
+beyond ``max_outstanding`` requests at once (counted from when a body has arrived), 503
+with ``Retry-After``; a body not received within central's ``body_timeout_s``, 408.
 
 KServe v2 / Triton health and metadata (``central.gateway.metadata``): ``/v2/health/*``,
 ``/v2``, ``/v2/models/{m}[/versions/{v}]`` with ``/config`` and ``/ready``.
@@ -81,13 +82,17 @@ def create_gateway_router(proxy: GatewayProxy, catalog: GatedCatalog | None = No
                 check_name("version", version)
         except InvalidName as exc:
             return _error(422, str(exc))
-        with proxy.holding() as refusal:  # before a byte of the body is read
+        if (refusal := proxy.refusal()) is not None:  # a full gateway reads no body
+            return _response(refusal)
+        # The body is read holding no place: a client sending it slowly holds only its
+        # socket, until central's body_timeout_s (fleetwire.body_deadline) answers 408.
+        body = await _read_body(request, proxy.max_body_bytes)
+        if body is None:
+            proxy.stats.too_large += 1
+            return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
+        with proxy.holding() as refusal:
             if refusal is not None:
                 return _response(refusal)
-            body = await _read_body(request, proxy.max_body_bytes)
-            if body is None:
-                proxy.stats.too_large += 1
-                return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
             key = request.headers.get(AFFINITY_HEADER) or None
             return _response(await proxy.forward_recorded(name, version, body, request.headers, key))
 

@@ -11,15 +11,19 @@ from fleetwire.tls import HTTP_DRAIN_S, TlsMaterial, uvicorn_ssl_kwargs, wait_ht
 
 
 class RestServer:
-    """Serves ``app`` on ``host:port`` (0: a free port), over HTTPS with ``material``."""
+    """Serves ``app`` on ``host:port`` (0: a free port), over HTTPS with ``material``; an idle
+    keep-alive connection is closed after ``idle_timeout_s``."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, material: TlsMaterial | None = None) -> None:
+    def __init__(
+        self, app: FastAPI, host: str, port: int, material: TlsMaterial | None = None, *, idle_timeout_s: int = 5
+    ) -> None:
         self._config = uvicorn.Config(
             app,
             host=host,
             port=port,
             log_level="warning",
             lifespan="off",
+            timeout_keep_alive=idle_timeout_s,
             timeout_graceful_shutdown=HTTP_DRAIN_S,
             # operators authenticate with bearer tokens, not certificates
             **(uvicorn_ssl_kwargs(material, require_client_cert=False) if material is not None else {}),

@@ -29,6 +29,10 @@ CHANNEL_OPTIONS = [
     # the follower's backoff (which paces the attempts). Capped to stay below it.
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # A connection of its own per channel: gRPC otherwise shares one between channels to the
+    # same address in a process (edges run in one process in tests), and a peer counts its
+    # per-node stream cap per connection when no client certificate names the caller.
+    ("grpc.use_local_subchannel_pool", 1),
     # As a server (the Peer service): peers' 20 s keep-alive pings are welcome (central's too).
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
 ]

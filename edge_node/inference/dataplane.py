@@ -138,13 +138,9 @@ class DataPlane:
 
     # ----------------------------------------------------------------- inference
 
-    @contextlib.contextmanager
-    def admitted(self, name: str, version: str | None) -> Iterator[None]:
-        """Count one inference request as in progress (and as load) while the block runs,
-        reading its body included; refuse it first with a bad name (422) or when too many are
-        in progress (503, retry in a second). Every request in progress may hold a whole body;
-        each model's batcher bounds its queue in rows, this bounds the requests in front of
-        (and inside) all of them."""
+    def check_admission(self, name: str, version: str | None) -> None:
+        """Refuse a request with a bad name (422) or when every place is taken (503, retry in
+        a second): what a transport asks before it reads a body, so a full edge reads none."""
         check_names(name, version)
         if self.inflight >= self.limits.max_inflight_requests:
             raise Overloaded(
@@ -152,6 +148,15 @@ class DataPlane:
                 " (limits.max_inflight_infer_requests); retry shortly",
                 retry_after_s=1.0,
             )
+
+    @contextlib.contextmanager
+    def admitted(self, name: str, version: str | None) -> Iterator[None]:
+        """Count one inference request, its body in hand, as in progress (and as load) while
+        the block runs; refuse it first as ``check_admission`` does. A body still arriving
+        holds no place (the HTTP listener's ``limits.body_timeout_s`` bounds its time, the
+        body cap its size). Each model's batcher bounds its queue in rows, this bounds the
+        requests in front of (and inside) all of them."""
+        self.check_admission(name, version)
         self.inflight += 1
         started = self.load.begin() if self.load is not None else None
         try:

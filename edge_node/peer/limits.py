@@ -1,8 +1,9 @@
-"""Caps on the chunk streams this node serves to peers: a few per requesting node and
-a total. Each open stream can hold a whole chunk (up to the chunking maximum) in memory
-and may start an upstream fetch, so one peer opening streams without end could exhaust
-this node; beyond a cap the stream is refused at once (RESOURCE_EXHAUSTED) and the
-requester tries another owner or central."""
+"""Caps on the chunk streams this node serves to peers: a few per calling node (who its
+client certificate says it is, ``edge_node.peer.servicer.caller_of``) and a total. Each
+open stream can hold a whole chunk (up to the chunking maximum) in memory and may start an
+upstream fetch, so one peer opening streams without end could exhaust this node; beyond a
+cap the stream is refused at once (RESOURCE_EXHAUSTED) and the requester tries another
+owner or central."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class StreamLimiter:
         if self._open[requester] >= self.per_requester:
             self.refused += 1
             raise StreamsExhausted(
-                f"node {requester!r} already has {self.per_requester} chunk streams open here"
+                f"caller {requester!r} already has {self.per_requester} chunk streams open here"
                 " (limits.max_peer_streams_per_node); try another owner"
             )
         if self._total_open >= self.total:

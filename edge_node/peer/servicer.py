@@ -11,9 +11,11 @@ poison a fetch with a wrong size.
 Nor does it serve what it merely still holds: a chunk it serves must be in a manifest of
 its current desired state. The cache keeps chunks of versions long gone (deleted,
 superseded) until it evicts them, and central refuses those to a node that asks for them;
-an edge must not hand them out instead. Requesters are not tied to node ids (mutual TLS
-proves fleet membership, not which node), so within the current desired state any fleet
-member may still read any chunk — see docs/security.md.
+an edge must not hand them out instead; ``HasChunks`` answers only for those chunks too.
+Within the current desired state any fleet member may still read any chunk (mutual TLS
+proves fleet membership; this node does not know the caller's desired state) — see
+docs/security.md. The per-node stream cap counts the caller's certificate (``caller_of``),
+not the ``requester`` it names.
 
 Every piece sent waits for the serve cap (``pace``, ``edge_node.transfer``) first."""
 
@@ -35,6 +37,17 @@ _T = TypeVar("_T")
 #: How long a request naming this node as owner of a chunk its desired state does not
 #: list yet waits for that state (the requester may have received its own copy first).
 VIEW_WAIT_S = 1.0
+
+
+def caller_of(context: grpc.aio.ServicerContext) -> str:
+    """Who is calling, for the per-node stream cap: under mutual TLS the common name of the
+    client certificate (a fleet certificate names its node), else the connection's peer
+    address (host and port: an edge keeps one channel, with a connection of its own, per
+    peer, so edges sharing a host, as ``modelfleet up`` runs them, keep a share each). Never the ``requester`` a request
+    names: a caller naming a new one in every call got a new share each time."""
+    for name in context.auth_context().get("x509_common_name") or ():
+        return name.decode("utf-8", "replace")
+    return context.peer()
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
@@ -63,9 +76,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     async def FetchChunk(
         self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.ChunkData]:
-        # Keyed by the declared requester (unauthenticated for now; the total cap bounds a
-        # peer that rotates ids), else by the connection's host.
-        requester = request.requester or context.peer().rpartition(":")[0]
+        requester = caller_of(context)  # never request.requester: the caller chooses that
         try:
             self.limiter.acquire(requester)
         except StreamsExhausted as exc:
@@ -153,6 +164,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     async def HasChunks(
         self, request: peer_pb2.HasChunksRequest, context: grpc.aio.ServicerContext
     ) -> peer_pb2.HasChunksReply:
-        digests = [d for d in request.digests if is_digest(d)]
+        view = self._fetcher.view  # only what FetchChunk would serve: listed in this node's desired state
+        digests = [d for d in request.digests if is_digest(d) and view.size(d) is not None]
         present = await asyncio.to_thread(self._fetcher.store.has_many, digests)
         return peer_pb2.HasChunksReply(present=[d for d in digests if d in present])

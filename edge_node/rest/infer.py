@@ -52,10 +52,12 @@ def _header_length(raw: str | None) -> int | None:
 async def _run_infer(
     plane: DataPlane, name: str, version: str | None, read: BodyReader, header_length: str | None
 ) -> InferReply:
+    plane.check_admission(name, version)  # a full edge reads no body
+    # The body before the place, and before the lookup (no version swap between lookup
+    # and run): a client sending it slowly holds no place, only its socket.
+    body = await read(plane.limits.max_body_bytes)
+    length_in = _header_length(header_length)
     with plane.admitted(name, version):
-        # The body before the lookup: no version swap between lookup and run.
-        body = await read(plane.limits.max_body_bytes)
-        length_in = _header_length(header_length)
         decoded: list[InferRequest] = []
 
         def decode(_: LoadedModel) -> InferRequest:

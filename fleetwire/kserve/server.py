@@ -8,7 +8,7 @@ from __future__ import annotations
 import grpc
 
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc
-from fleetwire.tls import TlsMaterial, grpc_server_credentials
+from fleetwire.tls import TlsMaterial, grpc_idle_options, grpc_server_credentials
 
 __all__ = ["InferenceServer"]
 
@@ -25,7 +25,10 @@ class InferenceServer:
         max_message_bytes: int,
         tls_material: TlsMaterial | None = None,
         require_client_cert: bool = False,
+        idle_timeout_s: float | None = None,
     ) -> None:
+        """``idle_timeout_s``: close a connection with no call open that long
+        (``fleetwire.tls.grpc_idle_options``)."""
         self.servicer = servicer
         self.host = host
         self.port = port
@@ -33,6 +36,7 @@ class InferenceServer:
         self.max_message_bytes = max_message_bytes
         self.tls_material = tls_material
         self.require_client_cert = require_client_cert
+        self.idle_timeout_s = idle_timeout_s
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
@@ -41,6 +45,7 @@ class InferenceServer:
             ("grpc.max_receive_message_length", self.max_message_bytes),
             ("grpc.max_send_message_length", -1),  # answers are as large as the model makes them
             ("grpc.so_reuseport", 0),  # a second process on a taken port must fail, not share it
+            *(grpc_idle_options(self.idle_timeout_s) if self.idle_timeout_s is not None else []),
         ]
         server = grpc.aio.server(options=options)
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, server)

@@ -16,6 +16,28 @@ from central.rest.gateway_routes import create_gateway_router
 from edge_node.server import EdgeServer
 
 
+@contextlib.asynccontextmanager
+async def silent_node(node_id: str = "silent") -> AsyncIterator[Candidate]:
+    """A node that takes every request whole and never answers: the gateway holds each
+    request sent there (its body arrived) until the block ends and the connections close."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield Candidate(node_id, f"127.0.0.1:{port}")
+    finally:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()
+
+
 def candidate(edge: EdgeServer) -> Candidate:
     """The gateway's view of a started edge."""
     return Candidate(edge.node_id, f"127.0.0.1:{edge.http_port}")

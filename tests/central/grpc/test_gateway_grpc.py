@@ -14,7 +14,6 @@ from typing import Any
 import grpc
 import httpx
 import numpy as np
-import orjson
 import pytest
 
 from central.gateway import Candidate, GatewayProxy, StaticNodeSource, create_gateway
@@ -28,11 +27,12 @@ from fleetwire.kserve import grpc_predict_v2_pb2 as pb
 from fleetwire.kserve import grpc_predict_v2_pb2_grpc as pb_grpc
 from fleetwire.kserve.server import InferenceServer
 from support.fleet import EdgeFactory, push
-from support.gateway_harness import candidate, serve_gateway
+from support.gateway_harness import candidate, serve_gateway, silent_node
 from support.request_models import VOCAB, build_token_model
 from support.wait import wait_for
 
 BODY_LIMIT = 64 * 1024
+_TINY_JSON = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.0] * 32}]}
 Gateway = tuple[GatewayProxy, pb_grpc.GRPCInferenceServiceStub, httpx.AsyncClient]
 
 
@@ -161,20 +161,17 @@ async def test_refusals_carry_the_rest_gateways_status_as_grpc_codes(gateway: Ga
         error = await _refused(stub.ModelInfer(request))
         assert error.code() is code and words in (error.details() or ""), (request.model_name, error)
 
-    release = asyncio.Event()
-
-    async def held_body() -> AsyncIterator[bytes]:
-        yield b'{"inputs": ['
-        await release.wait()
-        yield orjson.dumps({"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.0] * 32}) + b"]}"
-
-    held = asyncio.create_task(rest.post("/v2/models/tiny/infer", content=held_body()))
-    await wait_for(lambda: proxy.outstanding == 1, 5, "the REST request held by the gateway")
-    error = await _refused(stub.ModelInfer(_request("tiny", {"input": (x, "FP32")})))
-    assert error.code() is grpc.StatusCode.UNAVAILABLE and "max_outstanding=1" in (error.details() or "")
-    assert dict(error.trailing_metadata() or ())["retry-after"] == "1"
-    release.set()
-    assert (await held).status_code == 200
+    source = proxy.router.source
+    assert isinstance(source, StaticNodeSource)
+    async with silent_node() as silent:  # a whole REST request held at a node that never answers
+        source.set_model("tiny", [silent])
+        held = asyncio.create_task(rest.post("/v2/models/tiny/infer", json=_TINY_JSON))
+        await wait_for(lambda: proxy.outstanding == 1, 5, "the REST request held by the gateway")
+        error = await _refused(stub.ModelInfer(_request("tiny", {"input": (x, "FP32")})))
+        assert error.code() is grpc.StatusCode.UNAVAILABLE and "max_outstanding=1" in (error.details() or "")
+        assert dict(error.trailing_metadata() or ())["retry-after"] == "1"
+        source.set_model("tiny", None)
+    assert (await held).status_code >= 500  # the silent node went away
     assert len((await stub.ModelInfer(_request("tiny", {"input": (x, "FP32")}))).raw_output_contents) == 1
 
 

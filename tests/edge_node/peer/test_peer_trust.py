@@ -97,3 +97,24 @@ async def test_a_chunk_still_cached_from_a_replaced_version_is_not_served(
         current = await _read(stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=new["digest"], requester="peer")))
         assert len(current) == new["size"]
     assert edge.edge.peer_servicer.unlisted_refused == 2 and edge.edge.peer_servicer.relays_refused == 0
+
+
+async def test_has_chunks_answers_only_for_chunks_of_the_nodes_desired_state(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, small_model_file: Path, tmp_path: Path
+) -> None:
+    """``HasChunks`` told anyone which digests the cache held, a replaced version's included
+    (issue 24, hole 8); it now answers only for what ``FetchChunk`` would serve."""
+    edge = await make_edge("edge-0", central)
+    old = (await push(api, "tiny", small_model_file)).json()["manifest"]["chunks"][0]["digest"]
+    await wait_for(lambda: version_state(edge, "tiny", "1") == "complete", what="tiny 1 on the edge")
+    other = build_mlp(tmp_path / "other.onnx", width=48, hidden_layers=1)
+    new = (await push(api, "tiny", other)).json()["manifest"]["chunks"][0]["digest"]
+    await wait_for(lambda: version_state(edge, "tiny", "2") == "complete", what="tiny 2 on the edge")
+    await wait_for(lambda: edge.edge.view.size(old) is None, what="tiny 1 out of the edge's desired state")
+    assert edge.edge.store.has(old)  # still cached
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.grpc_port}") as channel:
+        reply = await peer_pb2_grpc.PeerStub(channel).HasChunks(
+            peer_pb2.HasChunksRequest(digests=[old, new, "0" * 64]), timeout=10
+        )
+    assert list(reply.present) == [new]  # before: [old, new]

@@ -108,14 +108,16 @@ async def test_other_requests_reach_fastapi_and_the_document_keeps_the_infer_rou
         assert (await oip.post("/v2/models//infer", json=JSON_REQUEST)).status_code == 404
 
 
-async def test_a_client_leaving_mid_body_frees_its_slot(edge: EdgeServer) -> None:
+async def test_a_client_leaving_mid_body_holds_no_slot(edge: EdgeServer) -> None:
     host, port = "127.0.0.1", edge.http_port
     _reader, writer = await asyncio.open_connection(host, port)
     writer.write(b'POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"inputs"')
     await writer.drain()
-    await wait_for(lambda: edge.edge.plane.inflight == 1, 5, "the body being read")
+    await asyncio.sleep(0.2)
+    assert edge.edge.plane.inflight == 0  # a body still arriving takes no place
     writer.close()
     await writer.wait_closed()
-    await wait_for(lambda: edge.edge.plane.inflight == 0, 5, "the slot given back")
+    await asyncio.sleep(0.2)
+    assert edge.edge.plane.inflight == 0
     async with httpx.AsyncClient(base_url=edge.http_url, timeout=30) as oip:
         assert (await oip.post("/v2/models/tiny/infer", json=JSON_REQUEST)).status_code == 200

@@ -16,9 +16,10 @@ from central.server import CentralServer
 from support.fleet import EdgeFactory, push
 from support.wait import wait_for
 
-#: One queued row fills the queue; a request waits 400 ms there for others to join.
-BATCHING = {"max_queue_rows": 1, "max_queue_delay_ms": 400, "max_batch_size": 8}
+#: Two queued rows fill the queue; a request waits 1.5 s there for others to join.
+BATCHING = {"max_queue_rows": 2, "max_queue_delay_ms": 1500, "max_batch_size": 8}
 REQUEST = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 32], "data": [0.25] * 32}]}
+TWO_ROWS = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 32], "data": [0.25] * 64}]}
 
 
 async def _held_body(release: asyncio.Event) -> AsyncIterator[bytes]:
@@ -45,21 +46,22 @@ async def test_a_full_queue_and_too_many_requests_get_503_with_retry_after(
     await wait_for(lambda: edge.edge.repository.ready(), what="tiny ready on the edge")
     model = edge.edge.repository.get("tiny")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
-        # The batch queue: one row waits, the next request finds the queue full.
-        queued = asyncio.create_task(oip.post("/v2/models/tiny/infer", json=REQUEST))
+        # The batch queue: two rows wait, the next request finds the queue full.
+        queued = asyncio.create_task(oip.post("/v2/models/tiny/infer", json=TWO_ROWS))
         await wait_for(lambda: model.active_requests == 1, 5, "one request queued")
-        _assert_refused(await oip.post("/v2/models/tiny/infer", json=REQUEST), "(limit 1)")
+        _assert_refused(await oip.post("/v2/models/tiny/infer", json=REQUEST), "(limit 2)")
         assert (await queued).status_code == 200
 
-        # Requests in progress: one still sending its body, one queued; a third is refused
-        # before its body is read.
+        # Requests in progress: a body still arriving holds no place; two queued hold both,
+        # and a third is refused before its body is read.
         release = asyncio.Event()
         slow = asyncio.create_task(oip.post("/v2/models/tiny/infer", content=_held_body(release)))
-        await wait_for(lambda: edge.edge.load.inflight == 1, 5, "a body being read")
-        queued = asyncio.create_task(oip.post("/v2/models/tiny/infer", json=REQUEST))
-        await wait_for(lambda: model.active_requests == 1, 5, "one request queued")
+        await asyncio.sleep(0.2)
+        assert edge.edge.load.inflight == 0
+        queued_two = [asyncio.create_task(oip.post("/v2/models/tiny/infer", json=REQUEST)) for _ in (1, 2)]
+        await wait_for(lambda: edge.edge.load.inflight == 2, 5, "two requests queued")
         _assert_refused(await oip.post("/v2/models/tiny/infer", json=REQUEST), "limits.max_inflight_infer_requests")
-        assert (await queued).status_code == 200
+        assert [(await q).status_code for q in queued_two] == [200, 200]
         release.set()
         assert (await slow).status_code == 200
 
