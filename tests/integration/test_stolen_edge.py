@@ -1,4 +1,4 @@
-"""A stolen edge steering the fleet (issue 24, holes 1, 5 and 7): a real central, a real Mosquitto
+"""A stolen edge steering the fleet (issue 24, holes 1, 4, 5 and 7): a real central, a real Mosquitto
 and real edges; the test acts as the stolen edge-1 with edge-1's own credentials — it publishes
 MQTT messages on edge-1's topics (all edge-1's login may publish under the shipped ACL) and calls
 central's gRPC Registry as edge-1. What central believes of those messages must stay about
@@ -19,6 +19,7 @@ import httpx
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from typer.testing import CliRunner
 
 from central.auth import Role
 from central.server import CentralServer
@@ -28,6 +29,7 @@ from fleetwire.credentials import bearer_metadata
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Heartbeat, ModelInfo, NodeStatus, ShadowInfo
 from fleetwire.mqtt.topics import Topics
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
+from modelfleet.cli import app
 from modelfleet.zoo import build_drift_classifier, drift_samples
 from support.brokers import MosquittoBroker
 from support.fleet import EdgeFactory, central_settings, push
@@ -342,3 +344,26 @@ async def test_a_node_that_dies_and_rejoins_on_mqtt_is_what_it_registered(
             and rejoined["http_address"] == registered["http_address"]
         )
         assert rejoined["grpc_address"] == registered["grpc_address"]
+
+
+async def test_a_retained_status_with_a_huge_bdseq_is_dropped_and_the_api_keeps_answering(
+    quantizing_central: CentralServer, stolen: StolenLogin
+) -> None:
+    """Hole 4: edge-1's login leaves a retained birth with ``bdseq`` 2^64 on its own status topic.
+    Central drops it as a contract breach: the membership API and ``modelfleet nodes`` keep
+    answering (they answered 500, orjson refusing the integer), and no event keeps the number."""
+    topic = stolen.topics.node_status("edge-1")
+    forged = json.dumps({"state": "online", "bdseq": 2**64, "ts": int(time.time() * 1000)})
+    stolen.client.publish(topic, forged, qos=1, retain=True).wait_for_publish(5)
+    stolen.bdseq = 3
+    await stolen.beat_for(1.0)  # a real session of the node beside the forgery
+    async with httpx.AsyncClient(base_url=quantizing_central.http_url, timeout=30) as api:
+        response = await api.get("/api/v1/membership")
+        assert response.status_code == 200, response.text
+        nodes = {n["node_id"]: n for n in response.json()["nodes"]}
+        assert nodes["edge-1"]["bdseq"] == 3
+        events = (await api.get("/api/v1/events")).json()
+        assert str(2**64) not in json.dumps(events)
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["nodes", "--central", quantizing_central.http_url])
+    assert result.exit_code == 0, result.output
+    stolen.client.publish(topic, b"", qos=1, retain=True).wait_for_publish(5)  # leave the broker clean
