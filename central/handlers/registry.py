@@ -144,8 +144,11 @@ class RegistryHandlers:
         return [self._model_summary(vars(m)) for m in self._registry.list_models()]
 
     def _model_summary(self, model: dict[str, Any]) -> dict[str, Any]:
-        found = self._registry.describe(model["name"], model.get("latest"))
-        manifest = found[0] if found else None
+        """The model's row with its newest version's served artifact and why it is FP32."""
+        try:
+            manifest = self._registry.get(model["name"], model["latest"]).manifest if model.get("latest") else None
+        except NotFound:  # deleted since the list was read
+            manifest = None
         artifact = manifest.artifact if manifest else None
         return {**model, "artifact": artifact, "served_reason": served_reason(manifest) if manifest else None}
 
