@@ -90,6 +90,17 @@ async def test_unproven_int8_is_served_fp32_and_push_and_models_say_why(
     assert "digits" in listed.stdout and "FP32: INT8 unproven" in " ".join(listed.stdout.split())
 
 
+async def test_the_summary_says_what_central_cleaned_in_an_exported_graph(
+    tmp_path: Path, quantizing: CentralServer
+) -> None:
+    exported = Path(__file__).resolve().parents[1] / "fixtures" / "exported" / "bert"
+    cli = Cli(tmp_path, quantizing.http_url)
+    pushed = await cli("push", str(exported / "model.onnx"), "--name", "bert")
+    assert pushed.exit_code == 0, pushed.stderr
+    out = " ".join(pushed.stdout.split())
+    assert "serving INT8-" in out and "cleaned dropped" in out and "value_info entries" in out
+
+
 async def test_the_summary_says_what_central_converted_for_onnx_runtime(tmp_path: Path, central: CentralServer) -> None:
     limits = runtime_limits()
     newest = limits.max_opset("")
