@@ -50,6 +50,7 @@ def push_steps(graph: Path, work: Path) -> PushContext:
     ctx = PushContext(
         name=graph.parent.name, version="bench", labels={}, upload=graph, upload_sha256="",
         upload_size=graph.stat().st_size, work_dir=work,
+        require_int8=True,  # a refusal is the row's error (a push would serve FP32 and say why)
     )  # fmt: skip
     ctx.inputs, ctx.outputs = signature(load_checked(graph))
     QuantizeStep(QuantizeSettings()).run(ctx)

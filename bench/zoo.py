@@ -64,7 +64,7 @@ def push_steps(model: ZooModel, trained: bool, work: Path) -> PushContext:
     """Central's quantize and guard steps on ``model``; the context holds candidates and report."""
     ctx = PushContext(
         name=model.name, version="bench", labels={}, upload=model.onnx_path, upload_sha256="",
-        upload_size=model.size_bytes, work_dir=work,
+        upload_size=model.size_bytes, work_dir=work, require_int8=True,  # a refusal is the row's guard verdict
         # Random models push without data: central generates inputs that respect the model
         # (their own calibration files are a handful of samples, below the guard's minimum).
         calibration=model.calibration_path if trained else None,

@@ -41,10 +41,22 @@ class PushRequest:
 
 @dataclass(frozen=True)
 class PushOptions:
-    """``threshold`` (None: central's setting) and ``dims`` of one push."""
+    """``threshold`` (None: central's setting) and ``dims`` of one push; ``require_int8``:
+    refuse (422) rather than serve FP32 when INT8 cannot be made or proven."""
 
     threshold: float | None = None
     dims: dict[str, int] = field(default_factory=dict)
+    require_int8: bool = False
+
+
+def served_reason(manifest: Manifest) -> str | None:
+    """Why a version is served as FP32 though central quantizes ("INT8 unproven: ..."); None
+    when it serves INT8, or when quantization is off."""
+    q = manifest.quantization or {}
+    int8 = q.get("int8") or {}
+    if manifest.artifact != "fp32" or not int8.get("reason"):
+        return None
+    return f"INT8 {int8['status']}: {int8['reason']}"
 
 
 def version_summary(r: VersionRecord) -> dict[str, Any]:
@@ -63,6 +75,7 @@ def version_summary(r: VersionRecord) -> dict[str, Any]:
         "artifact": m.artifact,
         "artifacts": sorted(r.artifacts),
         "quantization": m.quantization,
+        "served_reason": served_reason(m),
         "created_at": r.created_at,
     }
 
@@ -108,6 +121,7 @@ class RegistryHandlers:
                 eval_data=pushed.eval_data.path if pushed.eval_data else None,
                 threshold=options.threshold,
                 dims=options.dims,
+                require_int8=options.require_int8,
                 in_commit=self._rollouts.activation(name) if activate else None,
             )
         finally:
@@ -125,8 +139,18 @@ class RegistryHandlers:
         return self._registry.describe(name, version)
 
     def list_models(self) -> list[dict[str, Any]]:
-        """Every model: name, latest version and how many versions."""
-        return [vars(m) for m in self._registry.list_models()]
+        """Every model: name, latest version, how many versions, and what the latest serves
+        (``artifact``; ``served_reason`` when it is FP32 because INT8 could not be served)."""
+        return [self._model_summary(vars(m)) for m in self._registry.list_models()]
+
+    def _model_summary(self, model: dict[str, Any]) -> dict[str, Any]:
+        """The model's row with its newest version's served artifact and why it is FP32."""
+        try:
+            manifest = self._registry.get(model["name"], model["latest"]).manifest if model.get("latest") else None
+        except NotFound:  # deleted since the list was read
+            manifest = None
+        artifact = manifest.artifact if manifest else None
+        return {**model, "artifact": artifact, "served_reason": served_reason(manifest) if manifest else None}
 
     def list_versions(self, name: str) -> list[dict[str, Any]]:
         """The versions of one model, oldest first."""

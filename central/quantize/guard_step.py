@@ -9,9 +9,10 @@ Softmax, normalisations; ``central.quantize.family``) and judged again.
 Every candidate that passes travels in the manifest (``ctx.alternatives``, FP32
 always), so each edge can time them on its own CPU; the default, for an edge of
 unknown hardware, is the one fastest on central's CPU flags. When none passes,
-the push is refused (422) unless the operator asked for FP32 (``--fp32``): then
 FP32 is served and the candidates are still stored, so the decision can be
-revisited."""
+revisited; the report's ``int8`` says why (``unproven``: too few samples to prove a
+candidate that agreed; ``refused``: INT8 measurably disagreed). The push is refused
+(422) instead only when the operator required INT8 (``--require-int8``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from central.quantize.guard import accuracy, compare, run_outputs
 from central.quantize.plan import Int8Candidate, QuantizePlan
 from central.quantize.quantizer import quantize_recipe
 from central.quantize.recipes import by_preference
-from central.quantize.report import FP32_HINT, guard_message, publish
+from central.quantize.report import FP32_HINT, guard_message, publish, refuses
 from central.quantize.verdict import GuardVerdict, judge, z_score
 from central.registry.pipeline import PushContext
 
@@ -112,6 +113,6 @@ def _decide(ctx: PushContext, plan: QuantizePlan) -> None:
     reason = guard_message(plan)
     ctx.served_artifact = "fp32"
     ctx.alternatives = []
-    publish(ctx, plan, "fp32" if ctx.keep_fp32 else None, reason)
-    if not ctx.keep_fp32:
+    publish(ctx, plan, None if refuses(ctx) else "fp32", reason)
+    if refuses(ctx):
         raise AccuracyGuardFailed(f"{reason}; {FP32_HINT}, or lower the threshold with --threshold")

@@ -4,7 +4,13 @@
 measured for it (carried in its manifest entry). ``ctx.quantization`` (also the
 push report's ``quantization``): the family, every candidate, which one is served
 and why, and, at the top level, the served candidate's figures (or the best
-candidate's when none is served), under the keys earlier reports used."""
+candidate's when none is served), under the keys earlier reports used.
+
+``int8`` says what became of INT8 (``int8_status``): ``served``; ``failed`` (no recipe
+gave a model); ``unproven`` (a candidate agreed on the samples but too few of them to
+prove the threshold: listed under ``unproven`` with its figures); ``refused`` (every
+candidate measurably disagreed). Unless the operator required INT8, a version whose
+INT8 is not served is stored and served as FP32, and ``reason`` says why."""
 
 from __future__ import annotations
 
@@ -76,6 +82,46 @@ def _top_level(plan: QuantizePlan, name: str | None) -> dict[str, Any]:
     return {**report, **flat, "artifact": name, "threshold": plan.threshold}
 
 
+def _unproven(verdict: GuardVerdict) -> bool:
+    """Failed, yet every judged measure's point estimate reaches the threshold: more samples
+    could prove it (all 16 of 16 agreeing, with a bound of 85.5 %)."""
+    judged = [m for m in verdict.measures if m.gates]
+    return not verdict.passed and all(m.value >= verdict.threshold for m in judged)
+
+
+def unproven_candidates(plan: QuantizePlan) -> list[dict[str, Any]]:
+    """The candidates the samples could not prove, with the figures that decided."""
+    found = []
+    for name, verdict in plan.verdicts.items():
+        if name in plan.candidates and _unproven(verdict):
+            d = verdict.decided_by
+            found.append(
+                {"artifact": name, "metric": d.name, "agreement": d.value, "lower_bound": d.lower_bound,
+                 "samples": d.samples, "samples_source": plan.samples.source, "threshold": verdict.threshold}
+            )  # fmt: skip
+    return found
+
+
+def int8_status(plan: QuantizePlan, served: str | None) -> str | None:
+    """served, failed, unproven or refused (see the module docstring); None before the guard."""
+    if served in plan.candidates:
+        return "served"
+    if not plan.candidates:
+        return "failed"
+    if not plan.verdicts:
+        return None
+    return "unproven" if unproven_candidates(plan) else "refused"
+
+
+def _int8(plan: QuantizePlan, served: str | None, reason: str | None) -> dict[str, Any]:
+    status = int8_status(plan, served)
+    return {
+        "status": status,
+        "reason": None if status in ("served", None) else reason,
+        "unproven": unproven_candidates(plan) if status == "unproven" else [],
+    }
+
+
 def publish(ctx: PushContext, plan: QuantizePlan, served: str | None = None, reason: str | None = None) -> None:
     """Write the artifact reports and the push's quantization report onto ``ctx``."""
     ctx.artifact_reports.update({n: artifact_report(plan, c) for n, c in plan.candidates.items()})
@@ -94,6 +140,7 @@ def publish(ctx: PushContext, plan: QuantizePlan, served: str | None = None, rea
         "confidence": plan.confidence,
         "served": served,
         "served_reason": reason,
+        "int8": _int8(plan, served, reason),
         "alternatives": list(ctx.alternatives),
     }
     ctx.quantization = report
@@ -133,11 +180,17 @@ def guard_message(plan: QuantizePlan) -> str:
     )
 
 
+def refuses(ctx: PushContext) -> bool:
+    """Whether a push without a servable INT8 is refused: only when the operator required
+    INT8 (``--require-int8``) and did not also ask for FP32."""
+    return ctx.require_int8 and not ctx.keep_fp32
+
+
 def quantization_failed(ctx: PushContext, plan: QuantizePlan) -> None:
-    """No recipe gave a model: serve FP32 when the operator asked for it, else refuse."""
+    """No recipe gave a model: serve FP32, or refuse when the operator required INT8."""
     reasons = "; ".join(f"{n}: {why}" for n, why in plan.failed.items())
     ctx.served_artifact = "fp32"
-    if ctx.keep_fp32:
+    if not refuses(ctx):
         publish(ctx, plan, "fp32", f"quantization failed: {reasons}")
         return
     publish(ctx, plan, None, f"quantization failed: {reasons}")

@@ -79,7 +79,8 @@ class QuantizeStep:
         self.settings = settings or QuantizeSettings()
 
     def run(self, ctx: PushContext) -> None:
-        """Plan, prepare, quantize; ``QuantizationFailed`` when no recipe gives a model."""
+        """Plan, prepare, quantize; ``QuantizationFailed`` when no recipe gives a model and
+        the operator required INT8 (else FP32 is served)."""
         ctx.artifacts.setdefault("fp32", ctx.upload)
         if not self.settings.enabled:
             return
@@ -96,7 +97,7 @@ class QuantizeStep:
         if plan.candidates:
             publish(ctx, plan)
         else:
-            quantization_failed(ctx, plan)  # refuses, or serves FP32 when the operator asked for it
+            quantization_failed(ctx, plan)  # serves FP32, or refuses when the operator required INT8
 
     def _recipes(self, ctx: PushContext, family: Family, flags: frozenset[str]) -> list[Recipe]:
         """This push's recipes: the family's, one for a small model."""

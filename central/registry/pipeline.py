@@ -53,8 +53,11 @@ class PushContext:
     staged_files: list[str] | None = None
     #: Calibration data (.npz, arrays named after the model's inputs), if the operator sent any.
     calibration: Path | None = None
-    #: The operator asked to serve FP32 when INT8 fails the accuracy guard.
+    #: The operator asked to serve FP32 when INT8 fails the accuracy guard (``--fp32``).
     keep_fp32: bool = False
+    #: The operator asked for the push to be refused (422) when INT8 cannot be made or
+    #: proven (``--require-int8``); by default such a version is stored and served as FP32.
+    require_int8: bool = False
     #: Push options of the quantize and guard steps: the guard's threshold (None: central's
     #: setting), sizes of named dynamic dimensions for generated samples (``--dim seq=128``),
     #: and evaluation data (.npz of the inputs plus a ``label`` array), if the operator sent any.

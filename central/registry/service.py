@@ -95,6 +95,7 @@ class RegistryService:
         eval_data: Path | None = None,
         threshold: float | None = None,
         dims: dict[str, int] | None = None,
+        require_int8: bool = False,
         in_commit: Callable[[str], None] | None = None,
     ) -> PushResult:
         """Run the pipeline on a staged upload and commit the version.
@@ -126,6 +127,7 @@ class RegistryService:
                     keep_fp32=keep_fp32,
                     threshold=threshold,
                     dims=dict(dims or {}),
+                    require_int8=require_int8,
                     eval_data=eval_data,
                     work_dir=work_dir,
                 )

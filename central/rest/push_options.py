@@ -3,8 +3,9 @@
 ``threshold`` (0..1): the accuracy guard's threshold for this push, compared with
 the lower confidence bound of INT8's agreement with FP32; ``dim`` (repeatable,
 ``name=value``): the size of a named dynamic dimension in generated guard samples
-(``dim=seq=128``). Bad values are a 400 that names the option, before the body is
-read."""
+(``dim=seq=128``); ``require_int8`` (true/false): refuse the push (422) when INT8 cannot be
+made or proven, instead of storing and serving it as FP32. Bad values are a 400 that names
+the option, before the body is read."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.datastructures import QueryParams
 
 from central.errors import BadRequest
 from central.handlers.registry import PushOptions
+from central.rest.uploads import parse_flag
 
 MAX_DIM = 1 << 20
 
@@ -49,4 +51,8 @@ def parse_dims(raw: list[str]) -> dict[str, int]:
 
 def push_options(query: QueryParams) -> PushOptions:
     """The options of a push request (see the module docstring)."""
-    return PushOptions(parse_threshold(query.get("threshold")), parse_dims(query.getlist("dim")))
+    return PushOptions(
+        parse_threshold(query.get("threshold")),
+        parse_dims(query.getlist("dim")),
+        require_int8=parse_flag("require_int8", query.get("require_int8")),
+    )

@@ -63,6 +63,8 @@ class PushRequest:
     calibration: Path | None = None
     labels: list[str] = field(default_factory=list)
     keep_fp32: bool = False
+    #: Refuse (422) rather than serve FP32 when INT8 cannot be made or proven.
+    require_int8: bool = False
     activate: bool = True
     #: Quantization options: evaluation data (inputs + ``label``), guard threshold, ``name=size`` dims.
     eval_data: Path | None = None
@@ -254,6 +256,7 @@ class CentralClient:
         ]
         params += [("version", push.version)] if push.version else []
         params += [("keep_fp32", "true")] if push.keep_fp32 else []
+        params += [("require_int8", "true")] if push.require_int8 else []
         params += [("activate", "false")] if not push.activate else []
         params += [("threshold", push.threshold)] if push.threshold is not None else []
         params += [("dim", dim) for dim in push.dims]

@@ -41,8 +41,19 @@ def models(
     if json:
         output.print_json(found)
         return
-    rows = [(m["name"], m.get("latest") or "-", str(m["versions"]), output.when(m.get("created_at"))) for m in found]
-    output.console().print(output.table(("MODEL", "NEWEST", "VERSIONS", "CREATED"), rows) if rows else "no models yet")
+    rows = [
+        (m["name"], m.get("latest") or "-", str(m["versions"]), _serves(m), output.when(m.get("created_at")))
+        for m in found
+    ]
+    headers = ("MODEL", "NEWEST", "VERSIONS", "SERVES", "CREATED")
+    output.console().print(output.table(headers, rows) if rows else "no models yet")
+
+
+def _serves(model: JsonObject) -> str:
+    """The newest version's served artifact, and why it is FP32 when INT8 could not be served."""
+    artifact = str(model.get("artifact") or "-")
+    reason = model.get("served_reason")
+    return f"{artifact.upper()}: {reason}" if reason else artifact
 
 
 def _rollout_or_none(client: CentralClient, name: str) -> JsonObject | None:

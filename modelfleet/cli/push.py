@@ -122,6 +122,14 @@ def _owners(placement: JsonObject) -> str:
     return ", ".join(f"{node} {count}" for node, count in owners.items())
 
 
+def _served_note(q: JsonObject) -> list[tuple[str, str]]:
+    """Why FP32 is served: INT8 failed, unproven (too few samples) or refused."""
+    int8 = q.get("int8") or {}
+    if int8.get("reason"):
+        return [("served FP32", f"INT8 {int8['status']}: {int8['reason']}")]
+    return [("note", str(q["served_reason"]))] if q.get("served_reason") else []
+
+
 def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
     """The lines printed after a successful push."""
     m, report = result["manifest"], result.get("report", {})
@@ -135,8 +143,8 @@ def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
         for key, text in (("candidates", _candidates(q)), ("accuracy", _accuracy(q))):
             if text:
                 lines.append((key, text))
-        if q.get("served_reason"):
-            lines.append(("note", str(q["served_reason"])))
+        lines += [("cleaned", str(c)) for c in (q.get("normalized") or {}).get("changes", [])]
+        lines += _served_note(q)
     else:
         total = m.get("size", 0) + sum(f.get("size", 0) for f in m.get("files", []))
         lines.append(("sizes", f"FP32 {output.human_bytes(total)} (quantization is off on central)"))
@@ -184,6 +192,12 @@ def push(
     calibration: Annotated[Path | None, typer.Option(help=".npz of input arrays for INT8 calibration.")] = None,
     labels: Annotated[list[str] | None, typer.Option("--labels", "--label", help="key=value, repeatable.")] = None,
     fp32: Annotated[bool, typer.Option("--fp32", help="Serve FP32 if INT8 fails the accuracy guard.")] = False,
+    require_int8: Annotated[
+        bool,
+        typer.Option(
+            "--require-int8", help="Refuse the push when INT8 cannot be made or proven (default: serve FP32)."
+        ),
+    ] = False,
     eval_data: Annotated[
         Path | None,
         typer.Option("--eval", help=".npz of the model's inputs plus a 'label' array: the guard judges on it."),
@@ -209,6 +223,7 @@ def push(
         calibration=_checked(calibration, "calibration file") if calibration else None,
         labels=labels or [],
         keep_fp32=fp32,
+        require_int8=require_int8,
         activate=not no_activate,
         eval_data=_checked(eval_data, "eval file") if eval_data else None,
         threshold=threshold,

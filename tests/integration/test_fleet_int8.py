@@ -56,7 +56,7 @@ async def test_digits_is_quantized_distributed_and_served_as_int8(
         assert digits.fp32_test_accuracy - int8_accuracy <= 0.005
 
 
-async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
+async def test_int8_that_disagrees_is_refused_only_when_required_else_fp32_is_served(
     tmp_path: Path,
 ) -> None:
     settings = central_settings(tmp_path / "central", quantize={"enabled": True, "threshold": 0.99999})
@@ -65,7 +65,8 @@ async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
     try:
         model = build_mlp(tmp_path / "m.onnx", width=384, hidden_layers=4)  # random logits: INT8 flips some
         async with httpx.AsyncClient(base_url=server.http_url, timeout=120) as api:
-            refused = await api.post("/api/v1/models/m/versions", content=model.read_bytes())
+            url, body = "/api/v1/models/m/versions", model.read_bytes()
+            refused = await api.post(url, params={"require_int8": "true"}, content=body)
             assert refused.status_code == 422
             assert "below the 99.999% threshold" in refused.json()["error"] and "keep_fp32" in refused.json()["error"]
             assert (await api.get("/api/v1/models")).json() == []
@@ -73,5 +74,9 @@ async def test_the_guard_refuses_int8_that_disagrees_unless_fp32_is_kept(
             assert kept.status_code == 201, kept.text
             assert kept.json()["manifest"]["artifact"] == "fp32"
             assert kept.json()["manifest"]["quantization"]["served"] == "fp32"
+            plain = await api.post(url, content=body)  # no push is lost: FP32 served, and why
+            assert plain.status_code == 201, plain.text
+            assert plain.json()["manifest"]["artifact"] == "fp32"
+            assert plain.json()["report"]["quantization"]["int8"]["status"] == "refused"
     finally:
         await server.stop()

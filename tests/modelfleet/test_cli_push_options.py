@@ -1,5 +1,6 @@
-"""``modelfleet push`` with the quantization options (``--eval``, ``--threshold``, ``--dim``)
-against a real central that quantizes; a refusal shows the guard failing and names ``--fp32``;
+"""``modelfleet push`` with the quantization options (``--eval``, ``--threshold``, ``--dim``,
+``--require-int8``) against a real central that quantizes; a refusal shows the guard failing
+and names ``--fp32``; INT8 that cannot be proven is served FP32 and the CLI says why;
 the summary says what central converted so that ONNX Runtime loads the model."""
 
 from __future__ import annotations
@@ -65,12 +66,39 @@ async def test_a_refusal_shows_the_guard_failing_and_names_fp32(
     tmp_path: Path, quantizing: CentralServer, digits: DigitsModel
 ) -> None:
     cli = Cli(tmp_path, quantizing.http_url)
-    args = ["--calibration", str(digits.calibration_path), "--threshold", "0.999"]
+    args = ["--calibration", str(digits.calibration_path), "--threshold", "0.999", "--require-int8"]
     refused = await cli("push", str(digits.onnx_path), "--name", "digits", *args)
     assert refused.exit_code == 1
     error = one_error_line(refused)
     assert "below the 99.9% threshold" in error and "push again with --fp32" in error and error.endswith("(HTTP 422)")
     assert "✗ accuracy guard" in refused.stdout and "✗ quantize" not in refused.stdout
+
+
+async def test_unproven_int8_is_served_fp32_and_push_and_models_say_why(
+    tmp_path: Path, quantizing: CentralServer, digits: DigitsModel
+) -> None:
+    with np.load(digits.calibration_path) as data:
+        np.savez(tmp_path / "few.npz", **{name: data[name][:32] for name in data.files})
+    cli = Cli(tmp_path, quantizing.http_url)
+    pushed = await cli("push", str(digits.onnx_path), "--name", "digits", "--calibration", str(tmp_path / "few.npz"))
+    assert pushed.exit_code == 0, pushed.stderr
+    out = " ".join(pushed.stdout.split())  # the summary wraps long lines
+    assert "serving FP32" in out and "served FP32 INT8 unproven: INT8 top-1 agreement 100%" in out
+    assert "16 samples cannot prove more than 85.5%" in out
+    listed = await cli("models")
+    assert listed.exit_code == 0, listed.stderr
+    assert "digits" in listed.stdout and "FP32: INT8 unproven" in " ".join(listed.stdout.split())
+
+
+async def test_the_summary_says_what_central_cleaned_in_an_exported_graph(
+    tmp_path: Path, quantizing: CentralServer
+) -> None:
+    exported = Path(__file__).resolve().parents[1] / "fixtures" / "exported" / "bert"
+    cli = Cli(tmp_path, quantizing.http_url)
+    pushed = await cli("push", str(exported / "model.onnx"), "--name", "bert")
+    assert pushed.exit_code == 0, pushed.stderr
+    out = " ".join(pushed.stdout.split())
+    assert "serving INT8-" in out and "cleaned dropped" in out and "value_info entries" in out
 
 
 async def test_the_summary_says_what_central_converted_for_onnx_runtime(tmp_path: Path, central: CentralServer) -> None:

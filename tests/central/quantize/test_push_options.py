@@ -91,11 +91,13 @@ async def test_refusal_names_the_fp32_flag_and_progress_shows_the_guard_failing(
 ) -> None:
     model, calibration = fragile(tmp_path, samples=1000)
     files = {"file": model.read_bytes(), "calibration": calibration.read_bytes()}
-    plain = await api.post(URL.format("fragile"), files=files)
+    plain = await api.post(URL.format("fragile"), params={"require_int8": "true"}, files=files)
     assert plain.status_code == 422
     assert "push again with --fp32 (REST: keep_fp32=true) to serve FP32" in plain.json()["error"]
+    assert (await api.get("/api/v1/models")).json() == []
 
-    streamed = await api.post(URL.format("fragile"), params={"progress": "ndjson"}, files=files)
+    params = {"progress": "ndjson", "require_int8": "true"}
+    streamed = await api.post(URL.format("fragile"), params=params, files=files)
     events = [json.loads(line) for line in streamed.text.splitlines() if line.strip()]
     steps = [(e["step"], e["phase"]) for e in events if e["event"] == "step"]
     started = [step for step, phase in steps if phase == "start"]
@@ -103,3 +105,38 @@ async def test_refusal_names_the_fp32_flag_and_progress_shows_the_guard_failing(
     assert started == ["validate", "quantize", "guard"] and ended == ["validate", "quantize"]
     assert events[-1]["event"] == "error" and events[-1]["status"] == 422
     assert events[-1]["error"].startswith("INT8 top-1 agreement") and "--fp32" in events[-1]["error"]
+
+
+async def test_int8_too_few_samples_can_prove_is_served_fp32_and_listed_with_why(
+    api: httpx.AsyncClient, tmp_path: Path, digits: DigitsModel
+) -> None:
+    """32 calibration rows: 16 held out, all agree, yet 16 cannot prove 97 %. The version is
+    stored and served as FP32; the report, the versions and the models list say why."""
+    with np.load(digits.calibration_path) as data:
+        np.savez(tmp_path / "few.npz", **{name: data[name][:32] for name in data.files})
+    files = {"file": digits.onnx_path.read_bytes(), "calibration": (tmp_path / "few.npz").read_bytes()}
+    required = await api.post(URL.format("digits"), params={"require_int8": "true"}, files=files)
+    assert required.status_code == 422 and "16 samples cannot prove more than 85.5%" in required.json()["error"]
+
+    pushed = await api.post(URL.format("digits"), files=files)
+    assert pushed.status_code == 201, pushed.text
+    manifest, report = pushed.json()["manifest"], pushed.json()["report"]["quantization"]
+    assert manifest["artifact"] == "fp32" and report["served"] == "fp32"
+    int8 = report["int8"]
+    assert int8["status"] == "unproven" and "16 samples cannot prove more than 85.5%" in int8["reason"]
+    [candidate] = int8["unproven"]
+    assert (candidate["agreement"], candidate["samples"], candidate["threshold"]) == (1.0, 16, 0.97)
+    assert candidate["lower_bound"] == pytest.approx(0.8554, abs=1e-3)
+
+    why = f"INT8 unproven: {int8['reason']}"
+    [version] = (await api.get(URL.format("digits"))).json()
+    assert version["artifact"] == "fp32" and version["served_reason"] == why
+    assert candidate["artifact"] in version["artifacts"]
+    [model] = (await api.get("/api/v1/models")).json()
+    assert (model["latest"], model["artifact"], model["served_reason"]) == (manifest["version"], "fp32", why)
+
+
+async def test_require_int8_must_be_a_flag(api: httpx.AsyncClient, tmp_path: Path) -> None:
+    model = bert(tmp_path / "bert.onnx")
+    response = await api.post(URL.format("m"), params={"require_int8": "maybe"}, content=model.read_bytes())
+    assert response.status_code == 400 and "require_int8" in response.json()["error"]

@@ -17,9 +17,9 @@ from quant_models import fragile as _fragile
 from quant_models import fragile_head as _fragile_head
 from quant_models import save as _save
 
-from central.errors import BadRequest
+from central.errors import BadRequest, QuantizationFailed
 from central.grpc.status import grpc_code_of
-from central.quantize import AccuracyGuardFailed, GuardStep, QuantizeStep
+from central.quantize import AccuracyGuardFailed, GuardStep, QuantizeStep, quantizer
 from central.quantize.calibration import MIN_SAMPLES, load_calibration, split
 from central.quantize.recipes import DYNAMIC, RECIPES, S8S8_QDQ, U8S8_QDQ, U8S8_QOP
 from central.registry.pipeline import PushContext
@@ -172,7 +172,7 @@ def test_unknown_dim_is_a_bad_request(tmp_path: Path) -> None:
 
 def test_guard_refuses_fragile_classifier_naming_the_fp32_flag(tmp_path: Path) -> None:
     model, calibration = _fragile(tmp_path)
-    ctx = _ctx(model, tmp_path, calibration)
+    ctx = _ctx(model, tmp_path, calibration, require_int8=True)
     with pytest.raises(AccuracyGuardFailed) as info:
         _push(ctx)
     message = info.value.message
@@ -183,6 +183,65 @@ def test_guard_refuses_fragile_classifier_naming_the_fp32_flag(tmp_path: Path) -
     assert info.value.http_status == 422 and grpc_code_of(info.value) == grpc.StatusCode.FAILED_PRECONDITION
     assert ctx.quantization is not None and ctx.quantization["served"] is None
     assert ctx.quantization["decided_by"] == "top1" and ctx.served_artifact == "fp32"
+
+
+def test_int8_that_disagrees_is_refused_and_fp32_served_by_default(tmp_path: Path) -> None:
+    model, calibration = _fragile(tmp_path)
+    ctx = _ctx(model, tmp_path, calibration)
+    report = _push(ctx)
+    assert ctx.served_artifact == "fp32" and report["served"] == "fp32" and ctx.artifacts[U8S8_QDQ].is_file()
+    int8 = report["int8"]
+    assert int8["status"] == "refused" and int8["unproven"] == []  # type: ignore[index]
+    assert str(int8["reason"]).startswith("INT8 top-1 agreement") and int8["reason"] == report["served_reason"]  # type: ignore[index]
+
+
+def _few_rows(digits: DigitsModel, path: Path, rows: int) -> Path:
+    """The digits' calibration cut to its first ``rows`` rows (half of them held out by the guard)."""
+    with np.load(digits.calibration_path) as data:
+        np.savez(path, **{name: data[name][:rows] for name in data.files})
+    return path
+
+
+def test_int8_that_too_few_samples_cannot_prove_is_unproven_and_fp32_served(
+    digits: DigitsModel, tmp_path: Path
+) -> None:
+    calibration = _few_rows(digits, tmp_path / "few.npz", 32)
+    ctx = _ctx(digits.onnx_path, tmp_path, calibration)
+    report = _push(ctx)
+    assert ctx.served_artifact == "fp32" and report["served"] == "fp32" and ctx.alternatives == []
+    int8 = report["int8"]
+    assert int8["status"] == "unproven"  # type: ignore[index]
+    assert "16 samples cannot prove more than 85.5%" in str(int8["reason"])  # type: ignore[index]
+    assert int8["unproven"] == [  # type: ignore[index]
+        {"artifact": U8S8_QDQ, "metric": "top1", "agreement": 1.0, "lower_bound": pytest.approx(0.8554, abs=1e-3),
+         "samples": 16, "samples_source": "held-out", "threshold": 0.97}
+    ]  # fmt: skip
+    assert ctx.artifacts[U8S8_QDQ].is_file()  # stored, so that live evidence can promote it later
+    required = _ctx(digits.onnx_path, tmp_path / "r", calibration, require_int8=True)
+    with pytest.raises(AccuracyGuardFailed, match=r"agreement 100% .*16 samples cannot prove more than 85.5%"):
+        _push(required)
+
+
+def test_when_no_recipe_gives_a_model_fp32_is_served_unless_int8_is_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime's quantizer failing on every try (a crash inside it, simulated): the
+    version is served as FP32 with the recipes' reasons; required INT8 is refused as before."""
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("quantizer crashed")
+
+    monkeypatch.setattr(quantizer, "quantize_dynamic", crash)
+    model = build_mlp(tmp_path / "mlp.onnx", width=16, hidden_layers=1)
+    ctx = _ctx(model, tmp_path)
+    report = _push(ctx)
+    assert ctx.served_artifact == "fp32" and set(ctx.artifacts) == {"fp32"} and report["served"] == "fp32"
+    int8 = report["int8"]
+    assert int8["status"] == "failed" and int8["unproven"] == []  # type: ignore[index]
+    assert str(int8["reason"]).startswith(f"quantization failed: {DYNAMIC}: ")  # type: ignore[index]
+    assert "quantizer crashed" in str(int8["reason"])  # type: ignore[index]
+    with pytest.raises(QuantizationFailed, match=r"INT8 quantization failed .*push again with --fp32"):
+        _push(_ctx(model, tmp_path / "r", require_int8=True))
 
 
 def test_keep_fp32_serves_fp32_and_keeps_the_candidates(tmp_path: Path) -> None:
@@ -211,7 +270,7 @@ def test_sensitive_nodes_stay_fp32_when_that_keeps_accuracy(tmp_path: Path) -> N
 
 
 def test_threshold_option_overrides_the_setting(digits: DigitsModel, tmp_path: Path) -> None:
-    strict = _ctx(digits.onnx_path, tmp_path / "a", digits.calibration_path, threshold=0.999)
+    strict = _ctx(digits.onnx_path, tmp_path / "a", digits.calibration_path, threshold=0.999, require_int8=True)
     # 99.9 % needs ~2700 samples; the split holds out at most half the file's 1347.
     with pytest.raises(AccuracyGuardFailed, match=r"below the 99.9% threshold .*673 samples cannot prove more than"):
         _push(strict)
