@@ -54,12 +54,18 @@ def edge_settings(node_id: str, central: str, data_dir: Path, **overrides: Any) 
 EdgeFactory = Callable[..., Awaitable[EdgeServer]]
 
 
-async def served_version(edge: EdgeServer) -> str:
+async def served_version(edge: EdgeServer, timeout: float = 30.0) -> str:
     """The version of ``mlp`` (``build_mlp(width=64)``) that answers an inference request
-    on the edge's HTTP API."""
+    on the edge's HTTP API. A 503 while the first version's session still loads (its files
+    are ``complete`` before it serves; seconds on a loaded machine) is waited out; any other
+    answer but 200 fails the test."""
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [1.0] * 64}]}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as client:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=timeout) as client:
         response = await client.post("/v2/models/mlp/infer", json=body)
+        while response.status_code == 503 and "loading" in response.text and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            response = await client.post("/v2/models/mlp/infer", json=body)
     assert response.status_code == 200, response.text
     return str(response.json()["model_version"])
 
