@@ -75,6 +75,10 @@ _PASSED_RESPONSE_HEADERS = {
 }
 
 
+#: ``Retry-After`` of a 503 for a known model no node serves yet, when no node named one.
+_RETRY_AFTER_S = "1"
+
+
 class GatewayResponse(NamedTuple):
     """What the gateway answers: status, headers and body bytes."""
 
@@ -249,9 +253,11 @@ class GatewayProxy:
         return _error(404, f"unknown model {model!r}")
 
     def _unavailable(self, model: str, version: str | None, reason: str, retry_after: str | None) -> GatewayResponse:
+        """503 for a model the registry knows that no node can serve now: retry later (the
+        busiest node's ``Retry-After``, else a second: nodes load, breakers half-open)."""
         self.stats.unavailable += 1
         what = f"model {model!r}" + (f" (version {version!r})" if version is not None else "")
-        return _error(503, f"no node can serve {what}: {reason}", {"Retry-After": retry_after} if retry_after else None)
+        return _error(503, f"no node can serve {what}: {reason}", {"Retry-After": retry_after or _RETRY_AFTER_S})
 
     def _no_candidates_reason(self, model: str, version: str | None) -> str:
         ids = sorted({c.node_id for c in self.router.source.candidates(model, version)})

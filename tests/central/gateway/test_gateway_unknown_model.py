@@ -25,6 +25,7 @@ async def test_an_unknown_model_is_not_found_over_rest(api: httpx.AsyncClient, s
     assert r.status_code == 404 and r.json() == {"error": "model 'tiny' has no version '9'"}, r.text
     r = await api.post("/v2/models/tiny/infer", json=_BODY)  # known, but no node serves it yet
     assert r.status_code == 503 and r.json()["error"].startswith("no node can serve model 'tiny'"), r.text
+    assert r.headers["Retry-After"] == "1"  # a known model: worth retrying, unlike the 404s
 
 
 async def test_an_unknown_model_is_not_found_over_grpc(
