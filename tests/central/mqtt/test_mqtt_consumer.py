@@ -225,7 +225,10 @@ async def test_states_follow_births_heartbeats_and_deaths(harness: Harness) -> N
     c = await harness.node("c", bdseq=3)
     await wait_for(lambda: tracker.state_of("c") is ALIVE, "c alive")
     c.publish_raw(c.topics.node_status("c"), NodeStatus(state="offline", bdseq=2, ts=ms()).model_dump_json().encode())
-    c.publish_raw(c.topics.node_status("c"), NodeStatus(state="offline", bdseq=3, ts=ms()).model_dump_json().encode())
+    # Stamped after any heartbeat c may still have in flight: a clean offline is stamped at
+    # shutdown, and one no later than the session's last message reads as its Last Will.
+    clean = NodeStatus(state="offline", bdseq=3, ts=ms() + 1000)
+    c.publish_raw(c.topics.node_status("c"), clean.model_dump_json().encode())
     await wait_for(lambda: tracker.state_of("c") is DEAD, "c dead by clean offline")
     assert tracker.counters.stale_deaths_ignored == 1
     assert tracker.events()[-1].detail["reason"] == "clean shutdown"
