@@ -10,7 +10,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +20,7 @@ from edge_node.server import EdgeServer
 from modelfleet.cli import app
 from modelfleet.zoo import DRIFT_SHIFT, build_drift_classifier, drift_samples
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings
+from support.fleet import EdgeFactory, central_settings, events_of
 from support.wait import wait_for
 
 
@@ -37,14 +36,6 @@ async def drift_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIter
 
 def _served(edge: EdgeServer) -> str:
     return edge.edge.repository.get("drift").artifact
-
-
-async def _events(api: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
-    response = await api.get("/api/v1/events")
-    assert response.status_code == 200
-    body = response.json()
-    events = body["events"] if isinstance(body, dict) else body
-    return [e for e in events if e["type"] == kind]
 
 
 async def test_live_drift_is_flagged_and_the_edge_falls_back_to_fp32(
@@ -77,23 +68,23 @@ async def test_live_drift_is_flagged_and_the_edge_falls_back_to_fp32(
 
             await send(1.0, 40, seed=1)  # calibration-like traffic: INT8 agrees, nothing happens
             await asyncio.sleep(1.5)
-            assert await _events(api, "int8_drift") == [] and _served(edge) == int8
+            assert await events_of(api, "int8_drift") == [] and _served(edge) == int8
             calm = (await api.get("/api/v1/models/drift/versions/1/agreement")).json()
             assert calm["nodes"]["edge-0"]["verdict"]["flagged"] is False
 
             sent = 0
             deadline = time.monotonic() + 60
-            while not await _events(api, "int8_drift"):
+            while not await events_of(api, "int8_drift"):
                 assert time.monotonic() < deadline, "no int8_drift after the traffic shifted"
                 await send(DRIFT_SHIFT, 10, seed=sent)
                 sent += 10
             flagged_at = time.monotonic()
-        (drift,) = await _events(api, "int8_drift")
+        (drift,) = await events_of(api, "int8_drift")
         assert drift["detail"]["nodes"] == ["edge-0"] and drift["detail"]["policy"] == "fallback"
         assert drift["detail"]["value"] < drift["detail"]["threshold"]
         await wait_for(lambda: _served(edge) == "fp32", 10, "the edge on FP32")
         assert time.monotonic() - flagged_at < 5
-        (fallback,) = await _events(api, "int8_fallback")
+        (fallback,) = await events_of(api, "int8_fallback")
         assert fallback["detail"]["nodes"] == ["edge-0"]
         report = (await api.get("/api/v1/models/drift/versions/1/agreement")).json()
         assert report["fallback_nodes"] == ["edge-0"] and report["nodes"]["edge-0"]["serves"] == "fp32"

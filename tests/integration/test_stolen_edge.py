@@ -32,7 +32,7 @@ from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 from modelfleet.cli import app
 from modelfleet.zoo import build_drift_classifier, drift_samples
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings, push
+from support.fleet import EdgeFactory, central_settings, events_of, push
 from support.wait import wait_for
 
 
@@ -102,14 +102,6 @@ def _served(edge: EdgeServer, model: str) -> str:
     return edge.edge.repository.get(model).artifact
 
 
-async def _events(api: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
-    response = await api.get("/api/v1/events")
-    assert response.status_code == 200
-    body = response.json()
-    events = body["events"] if isinstance(body, dict) else body
-    return [e for e in events if e["type"] == kind]
-
-
 async def test_forged_live_disagreement_from_one_edge_falls_back_only_that_edge(
     quantizing_central: CentralServer,
     mosquitto: MosquittoBroker,
@@ -152,7 +144,7 @@ async def test_forged_live_disagreement_from_one_edge_falls_back_only_that_edge(
         )  # fmt: skip
         await stolen.beat_for(2.0, models=[lie])
         deadline = time.monotonic() + 10
-        while not await _events(api, "int8_drift"):
+        while not await events_of(api, "int8_drift"):
             assert time.monotonic() < deadline, "edge-1's own counts were not even judged"
             await stolen.beat_for(0.6, models=[lie])
         await stolen.beat_for(2.0, models=[lie])  # time for a wrong fleet-wide fallback to land
@@ -162,7 +154,7 @@ async def test_forged_live_disagreement_from_one_edge_falls_back_only_that_edge(
         assert report["fallback_nodes"] == ["edge-1"]
         assert report["fleet"][int8]["flagged"] is False
         assert report["nodes"]["edge-2"]["verdict"]["flagged"] is False
-        drifts = await _events(api, "int8_drift")
+        drifts = await events_of(api, "int8_drift")
         assert [d["detail"]["nodes"] for d in drifts] == [["edge-1"]] and not drifts[0]["detail"]["fleet"]
 
 

@@ -111,3 +111,12 @@ async def wait_rollout(
         if time.monotonic() > deadline:
             raise AssertionError(f"rollout never reached {what}: {rollout}")
         await asyncio.sleep(0.05)
+
+
+async def events_of(api: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
+    """Central's kept fleet events of type ``kind`` (``GET /api/v1/events``), oldest first."""
+    response = await api.get("/api/v1/events")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    events = body["events"] if isinstance(body, dict) else body
+    return [e for e in events if e["type"] == kind]
