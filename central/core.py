@@ -25,6 +25,7 @@ from central.origin import EgressBucket, OriginService
 from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
 from central.registry.chunker import Chunker
+from central.registry.pending import PendingDecisions
 from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
@@ -33,6 +34,7 @@ from central.rollout import DirectoryFleet, RolloutBook, RolloutController, Roll
 from central.rollout.drift import DriftWatch
 from central.rollout.flip import FlipRules
 from central.rollout.previewer import RolloutPreviewer
+from central.rollout.promotion import PromotionWatch
 from central.settings import CentralSettings
 from central.storage.factory import open_storage
 from fleetwire.manifest import Manifest
@@ -135,9 +137,20 @@ class Central:
             assigned=self._serves,
         )
         self._rollouts.forced = self._drift.forced
+        #: Pending INT8 candidates judged on live traffic; promoted or rejected in a new manifest.
+        decisions = PendingDecisions(self.store, self.signer, self._changed_here, self._storage.transaction)
+        self._promotion = PromotionWatch(
+            self._manifest_of,
+            promote=decisions.promote,
+            reject=decisions.reject,
+            emit=self._events.record,
+            holders=self._holders,
+            assigned=self._serves,
+        )
         self._unsubscribe = [
             self.liveness.watch_heartbeats(self.verdicts.harvest),
             self.liveness.watch_heartbeats(self._drift.harvest),
+            self.liveness.watch_heartbeats(self._promotion.harvest),
             self.liveness.subscribe(lambda *_: self._rollout_controller.poke()),
         ]
 
@@ -206,7 +219,7 @@ class Central:
                 transfer=self._transfer,
                 record_event=record,
             ),
-            rollouts=RolloutHandlers(self._rollouts, self._drift),
+            rollouts=RolloutHandlers(self._rollouts, self._drift, self._promotion),
             health=HealthHandlers(self.store.reachable, self.mqtt, self.mode),
             gateway=self.gateway,
             metrics=self._metrics,
@@ -277,6 +290,10 @@ class Central:
         """Whether ``node_id`` is registered and its desired state has it serve version ``key``."""
         return self.directory.get(node_id) is not None and key in self._rollouts.serving(node_id)
 
+    def _holders(self, key: tuple[str, str]) -> int:
+        """How many registered nodes serve version ``key`` (asked only when a decision is near)."""
+        return sum(key in self._rollouts.serving(n.node_id) for n in self.directory.nodes())
+
     def _manifest_of(self, name: str, version: str) -> Manifest | None:
         record = self.store.get_version(name, version)
         return record.manifest if record is not None else None
@@ -314,6 +331,7 @@ class Central:
         self._desired.refresh()
         self._events.record(self._started_event())
         self._drift.start()
+        self._promotion.start()
         self.mode.start_rollouts()  # tells the log of each rollout it resumes
 
     def _started_event(self) -> Event:
@@ -333,6 +351,7 @@ class Central:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._drift.stop()
+        self._promotion.stop()
         self._rollouts.close()
         self.liveness.close()
         self.mode.close()

@@ -78,6 +78,7 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         signature=bytes.fromhex(m.signature),
         files=[_file_to_pb(f) for f in m.files],
         alternatives=[_artifact_to_pb(a) for a in m.alternatives],
+        pending=[_artifact_to_pb(a) for a in m.pending],
     )
 
 
@@ -98,6 +99,7 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         signature=pb.signature.hex(),
         files=[_file_from_pb(f) for f in pb.files],
         alternatives=[_artifact_from_pb(a) for a in pb.alternatives],
+        pending=[_artifact_from_pb(a) for a in pb.pending],
     )
 
 

@@ -117,6 +117,12 @@ class Manifest(BaseModel):
         default_factory=list,
         description="Other artifacts of this version that passed the guard (FP32 always); an edge may serve one.",
     )
+    pending: list[ArtifactRef] = Field(
+        default_factory=list,
+        description="INT8 candidates that agreed on every guard sample but too few to prove the threshold: "
+        "edges run them beside the served FP32 on a sample of live traffic, and serve one only once central "
+        "promotes it (a new manifest with it among the alternatives).",
+    )
     signature: str = Field(
         "", description="Central's Ed25519 signature (hex) over the other fields; see fleetwire.signing."
     )
@@ -142,9 +148,9 @@ class Manifest(BaseModel):
         return [self.served(), *(a for a in self.alternatives if a.artifact != self.artifact)]
 
     def artifact_named(self, artifact: str) -> ArtifactRef | None:
-        """The artifact called ``artifact``, or None when this version has none by that name."""
-        return next((a for a in self.artifacts() if a.artifact == artifact), None)
+        """The artifact called ``artifact`` (servable or pending), or None when this version has none by that name."""
+        return next((a for a in [*self.artifacts(), *self.pending] if a.artifact == artifact), None)
 
     def unique_chunks(self) -> list[ChunkRef]:
-        """Chunks of every file of every artifact with repeats removed: what placement seeds."""
-        return _unique([c for a in self.artifacts() for c in a.all_chunks()])
+        """Chunks of every file of every artifact (pending ones too) with repeats removed: what placement seeds."""
+        return _unique([c for a in [*self.artifacts(), *self.pending] for c in a.all_chunks()])

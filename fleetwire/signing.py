@@ -33,7 +33,7 @@ MAX_CHAIN_LINKS = 1024
 
 
 #: Manifest fields newer than the first signed manifests (see ``canonical_bytes``).
-_LATE_FIELDS = ("files", "alternatives")
+_LATE_FIELDS = ("files", "alternatives", "pending")
 
 
 class SignatureError(ValueError):

@@ -9,14 +9,16 @@ from typing import Any
 from central.registry.service import check_name
 from central.rollout import RolloutRequest, RolloutService
 from central.rollout.drift import DriftWatch
+from central.rollout.promotion import PromotionWatch
 
 
 class RolloutHandlers:
     """Rollouts, flips and drift (agreement of INT8 with FP32)."""
 
-    def __init__(self, rollouts: RolloutService, drift: DriftWatch) -> None:
+    def __init__(self, rollouts: RolloutService, drift: DriftWatch, promotion: PromotionWatch | None = None) -> None:
         self._rollouts = rollouts
         self._drift = drift
+        self._promotion = promotion
 
     def start(self, name: str, request: RolloutRequest, actor: str) -> dict[str, Any]:
         """Start a rollout of ``request.version``."""
@@ -63,7 +65,9 @@ class RolloutHandlers:
         """Live agreement of the version's INT8 with FP32, per node and pooled, and the fallbacks."""
         check_name("model name", name)
         check_name("version", version)
-        return self._drift.report(name, version)
+        report = self._drift.report(name, version)
+        report["pending"] = self._promotion.report(name, version) if self._promotion is not None else {}
+        return report
 
     def clear_agreement(self, name: str, version: str) -> dict[str, Any]:
         """Forget the version's flags and fallbacks: its nodes serve their own choice again."""

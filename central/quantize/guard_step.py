@@ -10,7 +10,8 @@ Every candidate that passes travels in the manifest (``ctx.alternatives``, FP32
 always), so each edge can time them on its own CPU; the default, for an edge of
 unknown hardware, is the one fastest on central's CPU flags. When none passes,
 FP32 is served and the candidates are still stored, so the decision can be
-revisited; the report's ``int8`` says why (``unproven``: too few samples to prove a
+revisited; an unproven one travels as ``pending`` and is promoted on live evidence
+(``central.rollout.promotion``); the report's ``int8`` says why (``unproven``: too few samples to prove a
 candidate that agreed; ``refused``: INT8 measurably disagreed). The push is refused
 (422) instead only when the operator required INT8 (``--require-int8``)."""
 
@@ -26,7 +27,7 @@ from central.quantize.guard import accuracy, compare, run_outputs
 from central.quantize.plan import Int8Candidate, QuantizePlan
 from central.quantize.quantizer import quantize_recipe
 from central.quantize.recipes import by_preference
-from central.quantize.report import FP32_HINT, guard_message, publish, refuses
+from central.quantize.report import FP32_HINT, guard_message, publish, refuses, unproven_candidates
 from central.quantize.verdict import GuardVerdict, judge, z_score
 from central.registry.pipeline import PushContext
 
@@ -101,6 +102,12 @@ def _retry(ctx: PushContext, plan: QuantizePlan, candidate: Int8Candidate) -> In
     return replace(candidate, path=out, result=result)
 
 
+def _pending_order(entry: dict[str, object]) -> float:
+    """Pending candidates best first: the highest lower bound of the deciding measure."""
+    bound = entry.get("lower_bound")
+    return -float(bound) if isinstance(bound, int | float) else 0.0
+
+
 def _decide(ctx: PushContext, plan: QuantizePlan) -> None:
     """Served artifact and alternatives from the verdicts; refuse when none passed."""
     passed = [n for n in plan.candidates if plan.verdicts[n].passed]
@@ -113,6 +120,7 @@ def _decide(ctx: PushContext, plan: QuantizePlan) -> None:
     reason = guard_message(plan)
     ctx.served_artifact = "fp32"
     ctx.alternatives = []
+    ctx.pending = [entry["artifact"] for entry in sorted(unproven_candidates(plan), key=_pending_order)]
     publish(ctx, plan, None if refuses(ctx) else "fp32", reason)
     if refuses(ctx):
         raise AccuracyGuardFailed(f"{reason}; {FP32_HINT}, or lower the threshold with --threshold")

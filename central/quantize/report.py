@@ -119,6 +119,7 @@ def _int8(plan: QuantizePlan, served: str | None, reason: str | None) -> dict[st
         "status": status,
         "reason": None if status in ("served", None) else reason,
         "unproven": unproven_candidates(plan) if status == "unproven" else [],
+        "pending": [e["artifact"] for e in unproven_candidates(plan)] if status == "unproven" else [],
     }
 
 

@@ -76,6 +76,10 @@ class PushContext:
     #: Other artifacts (by name, in ``artifacts``) the served manifest carries as
     #: alternatives an edge may choose: those that passed the guard, and fp32 always.
     alternatives: list[str] = field(default_factory=list)
+    #: INT8 candidates (by name, in ``artifacts``) too few samples proved, best first: the served
+    #: manifest carries them as ``pending``, run beside FP32 on live traffic until central
+    #: promotes or rejects them (``central.rollout.promotion``).
+    pending: list[str] = field(default_factory=list)
     #: Per-artifact reports (recipe, guard verdict), carried in each ``ArtifactRef.quantization``.
     artifact_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The quantization step's report (method, per-channel, sizes, agreement, seconds).
@@ -201,6 +205,7 @@ class ManifestStep:
                 artifact=artifact,
                 quantization=ctx.quantization,
                 alternatives=[refs[a] for a in alternatives(ctx)] if served else [],
+                pending=[refs[a] for a in ctx.pending if a in refs] if served else [],
             )
         if self._signer is not None:
             ctx.manifests = self._signer.sign_all(ctx.manifests)

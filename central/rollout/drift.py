@@ -107,8 +107,8 @@ class DriftWatch:
     def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
         """Keep the shadow counts a heartbeat reports (cheap: judging waits for the timer)."""
         for m in hb.models:
-            if m.shadow is None or m.state != "ready":
-                continue
+            if m.shadow is None or m.state != "ready" or m.shadow.candidate:
+                continue  # a pending candidate's counts are the promotion's (``promotion``)
             key = (m.name, m.version)
             artifact = m.choice.artifact if m.choice is not None else ""
             raw = shadow_info(m.shadow)

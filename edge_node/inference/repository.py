@@ -254,6 +254,8 @@ class ModelRepository:
             await self._switch_artifact(existing, manifest, Path(path))
             return
         if existing is not None and existing.state == "ready":
+            if existing.manifest.pending != manifest.pending:  # central decided a pending candidate
+                await self._reshadow(existing, manifest, Path(path))
             if self._default.get(manifest.name) != manifest.version:
                 existing._seq = next(self._seq)  # a rollback to a version still in its grace period
                 self._promote(existing)
@@ -320,6 +322,16 @@ class ModelRepository:
         await asyncio.to_thread(created.session.run, None, dummy_inputs(model.manifest.inputs))
         metrics = ModelMetrics(self.metrics_registry, model.name, model.version)
         model._attach(created.session, self._batcher_for(model, metrics), metrics)
+        model.shadow = await self._shadow_for(model, path)
+
+    async def _reshadow(self, model: LoadedModel, manifest: Manifest, path: Path) -> None:
+        """Serve on as before, sampling as ``manifest`` (re-issued by central) says now."""
+        old, model.shadow = model.shadow, None
+        if old is not None:
+            await asyncio.to_thread(old.close)
+        model.manifest = model.manifest.model_copy(
+            update={"pending": manifest.pending, "signature": manifest.signature}
+        )
         model.shadow = await self._shadow_for(model, path)
 
     async def _shadow_for(self, model: LoadedModel, path: Path) -> ShadowSampler | None:

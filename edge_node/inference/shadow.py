@@ -12,6 +12,10 @@ The thread gathers samples for up to ``GATHER_S`` (or ``BATCH_ROWS`` rows) and r
 one batch: a large model at batch 1 is bound by reading its weights, which a batch reads once
 (a 117 MB FP32 MLP at 1 % of ~1,400 req/s on 2 cores: 6 % fewer req/s run one by one).
 
+The same sampler proves a *pending* INT8 candidate (one the guard could not prove on too
+few samples, ``Manifest.pending``): FP32 serves, the candidate runs on the sample, and the
+counts (``ShadowInfo.candidate`` set) let central promote it (``central.rollout.promotion``).
+
 FP32 of a sample can still cost several times what serving the request did (that MLP: ~5x,
 so 1 % sampled took ~5 % of the edge's CPU). So the worker keeps to a CPU budget: after each
 batch it rests until its CPU time is at most ``cpu_share`` of the node's cores; samples beyond
@@ -47,6 +51,8 @@ __all__ = [
     "ShadowFactory",
     "ShadowSampler",
     "reference_session",
+    "shadow_candidate",
+    "shadow_companion",
     "shadow_reference",
 ]
 
@@ -76,6 +82,20 @@ def shadow_reference(manifest: Manifest, served: str, sample: float) -> Artifact
     if chosen is None or chosen.quantization is None:
         return None
     return manifest.artifact_named(REFERENCE_ARTIFACT)
+
+
+def shadow_candidate(manifest: Manifest, served: str, sample: float) -> ArtifactRef | None:
+    """The pending INT8 candidate run beside ``served`` (FP32) on live traffic, or None: sampling
+    is off, FP32 is not what is served, nothing is pending, or the drift policy is ``off``."""
+    if sample <= 0 or served != REFERENCE_ARTIFACT or manifest.labels.get(DRIFT_POLICY_LABEL) == "off":
+        return None
+    return manifest.pending[0] if manifest.pending else None
+
+
+def shadow_companion(manifest: Manifest, served: str, sample: float) -> ArtifactRef | None:
+    """The artifact assembled beside ``served`` for the live shadow: FP32 beside a served INT8
+    (the reference), or the pending candidate beside a served FP32; None when not sampled."""
+    return shadow_reference(manifest, served, sample) or shadow_candidate(manifest, served, sample)
 
 
 def reference_session(path: Path) -> ort.InferenceSession:
@@ -119,8 +139,13 @@ class ShadowSampler:
         gather_s: float = GATHER_S,
         batch_rows: int = BATCH_ROWS,
         cpu_share: float = CPU_SHARE,
+        candidate: str = "",
     ) -> None:
+        """``reference`` is the session run on each sample: the FP32 reference of a served INT8,
+        or, with ``candidate`` (its artifact name), the pending candidate beside a served FP32
+        (then the served outputs are the reference the candidate's are compared with)."""
         self.sample = sample
+        self._candidate = candidate
         self._gather_s = gather_s
         self._batch_rows = batch_rows
         #: CPU seconds the worker may use per second of wall time (0 or less: no limit).
@@ -158,7 +183,7 @@ class ShadowSampler:
     def info(self) -> ShadowInfo:
         """The counts so far."""
         with self._lock:
-            return ShadowInfo(reference=self._reference_name, **asdict(self._counts))
+            return ShadowInfo(reference=self._reference_name, candidate=self._candidate, **asdict(self._counts))
 
     def join(self) -> None:
         """Wait until every queued sample was compared (tests and benchmarks)."""
@@ -237,8 +262,9 @@ class ShadowSampler:
 
     def _compare(self, inputs: dict[str, np.ndarray], got: list[np.ndarray]) -> None:
         try:
-            ref = self._session.run([o.name for o in self._outputs], inputs)
-            agreement = per_sample(self._outputs, [np.asarray(r) for r in ref], got)
+            ran = [np.asarray(r) for r in self._session.run([o.name for o in self._outputs], inputs)]
+            reference, checked = (got, ran) if self._candidate else (ran, got)
+            agreement = per_sample(self._outputs, reference, checked)
         except Exception as exc:  # the reference failing must never touch serving; said once
             if not self._failed:
                 self._failed = True
@@ -263,7 +289,8 @@ def _rows(sample: _Sample) -> int:
 
 class ShadowFactory:
     """Makes the sampler of a version as it loads, when it is shadowed: its served artifact
-    is INT8 and the FP32 reference was assembled beside it (``<version>/<artifact>/model.onnx``)."""
+    is INT8 and the FP32 reference was assembled beside it (``<version>/<artifact>/model.onnx``),
+    or it serves FP32 and a pending INT8 candidate was assembled beside it."""
 
     def __init__(self, sample: float, queue_size: int, cpu_share: float = CPU_SHARE) -> None:
         self.sample = sample
@@ -272,19 +299,21 @@ class ShadowFactory:
 
     def __call__(self, manifest: Manifest, path: Path) -> ShadowSampler | None:
         """The sampler of ``manifest`` (as it is served) loaded from ``path``, or None (blocking)."""
-        reference = shadow_reference(manifest, manifest.artifact, self.sample)
-        if reference is None:
+        companion = shadow_companion(manifest, manifest.artifact, self.sample)
+        if companion is None:
             return None
-        reference_path = path.parent.parent / reference.artifact / path.name
-        if not reference_path.is_file():
-            log.info("%s:%s: no %s on disk, not sampled", manifest.name, manifest.version, reference.artifact)
+        companion_path = path.parent.parent / companion.artifact / path.name
+        if not companion_path.is_file():
+            log.info("%s:%s: no %s on disk, not sampled", manifest.name, manifest.version, companion.artifact)
             return None
+        pending = companion.artifact if manifest.artifact == REFERENCE_ARTIFACT else ""
         return ShadowSampler(
-            reference_session(reference_path),
+            reference_session(companion_path),
             manifest.outputs,
             sample=self.sample,
             queue_size=self.queue_size,
-            reference_name=reference.artifact,
+            reference_name=REFERENCE_ARTIFACT,
             cpu_share=self.cpu_share,
             name=f"shadow {manifest.name}:{manifest.version}",
+            candidate=pending,
         )

@@ -67,7 +67,7 @@ class VersionAssembly:
     def assembled(self, version: DesiredVersion, artifact: str) -> bool:
         """``version`` is on disk as ``artifact``, with its shadow reference if it has one."""
         m = version.manifest
-        reference = self._chooser.reference(version, artifact)
+        reference = self._chooser.companion(version, artifact)
         if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
             return False
         return self._files.is_complete(served_as(m, artifact))
@@ -105,7 +105,7 @@ class VersionAssembly:
         traffic (``edge_node.inference.shadow``), if any and not on disk yet. Before the served
         one: the artifact completed last is the one served after a restart."""
         m = version.manifest
-        reference = self._chooser.reference(version, artifact)
+        reference = self._chooser.companion(version, artifact)
         if reference is not None and not self._files.is_complete(served_as(m, reference.artifact)):
             self._files.assemble(served_as(m, reference.artifact), self._fetcher.read)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from edge_node.inference.artifact_timer import PIN_LABEL, ArtifactChoice, ArtifactTimer
-from edge_node.inference.shadow import shadow_reference
+from edge_node.inference.shadow import shadow_companion
 from edge_node.sync.saved_choices import SavedChoices
 from edge_node.sync.state import DesiredVersion
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
@@ -72,6 +72,11 @@ def signed_form(copy: Manifest) -> Manifest | None:
     return original if original.artifact_named(copy.artifact) == copy.served() else None
 
 
+def _servable(m: Manifest, artifact: str) -> bool:
+    """Whether ``artifact`` is one ``m`` may serve (a pending candidate is not, until promoted)."""
+    return any(a.artifact == artifact for a in m.artifacts())
+
+
 class ArtifactChooser:
     """Decides, per version, the artifact to serve and which artifacts to fetch for it: the
     :class:`ArtifactChoice` of each, made by the rules above (timing on this node with the
@@ -118,8 +123,10 @@ class ArtifactChooser:
         mine = self.choices.get(m.key)
         if mine is None and self._saved is not None:
             mine = self._saved.get(m, self.hardware_class)
-        if mine is not None and mine.source != "central" and m.artifact_named(mine.artifact) is not None:
-            return mine  # a fallback central ordered is not this node's choice: it ends with the order
+        if mine is not None and mine.source not in ("central", "only") and _servable(m, mine.artifact):
+            # A fallback central ordered is not this node's choice: it ends with the order; nor is
+            # the only artifact of a manifest re-issued with more (a pending INT8 promoted).
+            return mine
         v = version.verdict
         if v is not None and m.artifact_named(v.artifact) is not None:
             reason = f"verdict of class {v.hardware_class} from node {v.node_id}"
@@ -138,15 +145,15 @@ class ArtifactChooser:
         if decided is None:
             return m.artifacts()
         chosen = m.artifact_named(decided.artifact) or m.served()
-        reference = self.reference(version, decided.artifact)
-        return [chosen] if reference is None else [chosen, reference]
+        companion = self.companion(version, decided.artifact)
+        return [chosen] if companion is None else [chosen, companion]
 
-    def reference(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
-        """The artifact ``version`` served as ``served`` is checked against on live traffic
-        (``edge_node.inference.shadow``), or None."""
+    def companion(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
+        """The artifact assembled beside ``served`` for the live shadow (``edge_node.inference.shadow``):
+        FP32 to check a served INT8 against, or a pending INT8 candidate beside a served FP32; or None."""
         if version.manifest.key in self.unchecked:
             return None
-        return shadow_reference(version.manifest, served, self.shadow_sample)
+        return shadow_companion(version.manifest, served, self.shadow_sample)
 
     def serving_chunks(self, version: DesiredVersion) -> list[ChunkRef]:
         """Unique chunks of the planned artifacts, in file order."""

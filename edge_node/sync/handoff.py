@@ -66,6 +66,9 @@ class ServingHandoff:
         self._to_local = to_local
         #: The ``serve_at`` each served version was last handed over with.
         self.handed: dict[Key, float | None] = {}
+        #: The signature of the manifest each served version was last handed over as (central
+        #: re-issues one when it promotes or rejects a pending INT8 candidate).
+        self.signatures: dict[Key, str] = {}
 
     async def serve(
         self, manifest: Manifest, choice: ArtifactChoice | None = None, serve_at: float | None = None
@@ -73,6 +76,7 @@ class ServingHandoff:
         """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk),
         from ``serve_at`` (central's clock; None: at once)."""
         self.handed[manifest.key] = serve_at
+        self.signatures[manifest.key] = manifest.signature
         if choice is not None:
             self._chooser.adopt(manifest, choice)
             manifest = served_as(manifest, choice.artifact)

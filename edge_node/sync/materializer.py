@@ -111,6 +111,7 @@ class Materializer:
                 self._tasks.pop(key).cancel()
                 self.progress.pop(key, None)
                 self._handoff.handed.pop(key, None)
+                self._handoff.signatures.pop(key, None)
         served = {key for key, v in wanted.items() if v.serve}
         for name in {name for name, _ in self._served_models} - {name for name, _ in served}:
             self._spawn(self._handoff.serving.unload(name))
@@ -158,14 +159,18 @@ class Materializer:
 
     def _redecided(self, version: DesiredVersion) -> bool:
         """True when ``version`` is served as another artifact than it should be now: central
-        ordered a fallback (``force_artifact``) or ended one. Its task runs again, which serves
-        an artifact already on disk (FP32 is, beside a shadowed INT8) without fetching."""
+        ordered a fallback (``force_artifact``) or ended one, or re-issued the manifest (a pending
+        INT8 promoted or rejected). Its task runs again, which serves an artifact already on disk
+        (FP32 is, beside a shadowed INT8) without fetching."""
         current = self.chooser.choices.get(version.manifest.key)
         if current is None:
             return False
+        handed = self._handoff.signatures.get(version.manifest.key)
+        if handed is not None and handed != version.manifest.signature:
+            return True
         decided = self.chooser.decided(version)
-        if decided is None:  # a fallback ended and nothing is decided: time the artifacts again
-            return current.source == "central"
+        if decided is None:  # a fallback ended, or more artifacts came: time the artifacts again
+            return current.source in ("central", "only")
         return decided.artifact != current.artifact
 
     def _set_pins(self, state: EdgeDesiredState) -> None:

@@ -84,6 +84,7 @@ class FastShadow(msgspec.Struct, frozen=True):
     """``ShadowInfo``."""
 
     reference: _ChoiceName = "fp32"
+    candidate: _ChoiceName = ""
     samples: _NonNegInt = 0
     top1_agree: _NonNegInt = 0
     top1_samples: _NonNegInt = 0

@@ -100,6 +100,12 @@ class ShadowInfo(_Payload):
     reference: str = Field(
         "fp32", max_length=MAX_CHOICE_NAME, description="The artifact the served one is checked against."
     )
+    candidate: str = Field(
+        "",
+        max_length=MAX_CHOICE_NAME,
+        description="A pending INT8 artifact run beside the served reference (the counts are the candidate's); "
+        "empty: the served artifact is the one checked.",
+    )
     samples: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Live samples run on both artifacts.")
     top1_agree: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Samples whose top-1 decision matched (classifiers).")
     top1_samples: int = Field(

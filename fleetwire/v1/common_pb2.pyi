@@ -184,6 +184,7 @@ class Manifest(_message.Message):
     SIGNATURE_FIELD_NUMBER: _builtins.int
     FILES_FIELD_NUMBER: _builtins.int
     ALTERNATIVES_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     sha256: _builtins.str
@@ -210,7 +211,11 @@ class Manifest(_message.Message):
 
     @_builtins.property
     def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___ArtifactRef]:
-        """other artifacts that passed the guard; an edge may serve one  // central's Ed25519 signature over fleetwire.signing.canonical_bytes; empty: unsigned"""
+        """other artifacts that passed the guard; an edge may serve one"""
+
+    @_builtins.property
+    def pending(self) -> _containers.RepeatedCompositeFieldContainer[Global___ArtifactRef]:
+        """INT8 candidates too few samples proved: run beside FP32 on live traffic, served once central promotes them"""
 
     def __init__(
         self,
@@ -229,10 +234,11 @@ class Manifest(_message.Message):
         signature: _builtins.bytes = ...,
         files: _abc.Iterable[Global___FileRef] | None = ...,
         alternatives: _abc.Iterable[Global___ArtifactRef] | None = ...,
+        pending: _abc.Iterable[Global___ArtifactRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "files", b"files", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "files", b"files", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "pending", b"pending", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
