@@ -129,7 +129,8 @@ def agreement(
     central: CentralOption = None,
     token: TokenOption = None,
 ) -> None:
-    """INT8 against FP32 on live traffic: each node's sampled counts, the verdicts, the fallbacks."""
+    """INT8 against FP32 on live traffic: each node's sampled counts, the verdicts, the fallbacks,
+    and the evidence for a pending INT8 candidate as it accumulates (promoted once proven)."""
     path = f"/api/v1/models/{name}/versions/{version}/agreement"
     with connect(central, token) as client:
         report = dict(client.request("DELETE" if clear else "GET", path))
@@ -143,7 +144,12 @@ def agreement(
     columns = ("NODE", "ARTIFACT", "SAMPLES", "TOP-1", "MEASURE", "DROPPED", "VERDICT", "SERVES")
     rows = [_agreement_row(node, n) for node, n in sorted((report.get("nodes") or {}).items())]
     title = f"{name}:{version} on live traffic (policy {report.get('policy')})"
-    out.print(output.table(columns, rows, title=title) if rows else "no live samples reported yet")
+    pending = report.get("pending") or {}
+    if rows or not pending:
+        out.print(output.table(columns, rows, title=title) if rows else "no live samples reported yet")
+    for artifact, evidence in sorted(pending.items()):
+        nodes = evidence.get("nodes", len(evidence.get("per_node") or {}))
+        out.print(f"pending {artifact} ({evidence.get('status')}, {nodes} node(s)): {evidence.get('reason', '-')}")
     for artifact, verdict in sorted((report.get("fleet") or {}).items()):
         out.print(f"pooled {artifact}: {verdict.get('reason')}")
     if report.get("fallback_nodes"):

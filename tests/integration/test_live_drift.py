@@ -13,13 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
-from modelfleet.cli import app
 from modelfleet.zoo import DRIFT_SHIFT, build_drift_classifier, drift_samples
 from support.brokers import MosquittoBroker
+from support.cli import run_cli
 from support.fleet import EdgeFactory, central_settings, events_of
 from support.wait import wait_for
 
@@ -90,20 +89,9 @@ async def test_live_drift_is_flagged_and_the_edge_falls_back_to_fp32(
         assert report["fallback_nodes"] == ["edge-0"] and report["nodes"]["edge-0"]["serves"] == "fp32"
         # One node's counts flag that node, never the fleet (a fleet flag needs two reporters).
         assert report["nodes"]["edge-0"]["verdict"]["flagged"] and not report["fleet"][int8]["flagged"]
-        shown = await _cli(tmp_path, drift_central, "models", "agreement", "drift", "1")
+        shown = await run_cli(tmp_path, drift_central, "models", "agreement", "drift", "1")
         assert "FLAGGED" in shown and "serving FP32 by central's fallback: edge-0" in shown and "pooled" in shown
 
         cleared = await api.delete("/api/v1/models/drift/versions/1/agreement")
         assert cleared.status_code == 200 and cleared.json()["cleared_nodes"] == ["edge-0"]
         await wait_for(lambda: _served(edge) == int8, 10, "INT8 served again once cleared")
-
-
-async def _cli(tmp_path: Path, central: CentralServer, *args: str) -> str:
-    """``modelfleet ARGS`` against ``central`` (in a thread: central serves it on this loop)."""
-    config = tmp_path / "cli-config.toml"
-    config.write_text("", encoding="utf-8")
-    env = {"MODELFLEET_CONFIG": str(config), "COLUMNS": "220", "MODELFLEET_TOKEN": "", "MODELFLEET_CENTRAL_URL":
-           central.http_url}  # fmt: skip
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
-    assert result.exit_code == 0, result.output
-    return str(result.stdout)

@@ -21,6 +21,7 @@ from central.server import CentralServer
 from edge_node.server import EdgeServer
 from modelfleet.zoo.digits import DigitsModel, build_digits
 from support.brokers import MosquittoBroker
+from support.cli import run_cli
 from support.fleet import EdgeFactory, central_settings, events_of
 from support.wait import wait_for
 
@@ -119,6 +120,8 @@ async def test_a_pending_int8_is_shadowed_then_promoted_and_served(
             report = (await api.get(agreement)).json()["pending"][candidate]
             assert report["status"] == "promoted" and report["measures"]["top1"]["lower_bound"] >= 0.97
 
+            shown = await run_cli(tmp_path, central, "models", "agreement", "digits", "1")
+            assert f"pending {candidate} (promoted, 1 node(s))" in shown and "reaches threshold 0.97" in shown
             await _poll(lambda: _edge_artifact(client), candidate, 60, "the edge serves the promoted INT8")
             await _infer(client, digits, 0)
             listed = (await api.get("/api/v1/models/digits/versions")).json()
