@@ -79,6 +79,26 @@ class SmallResNet(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1))
 
 
+class ResNet18(nn.Module):
+    """ResNet-18's architecture (torchvision's, written out: its PyPI wheel does not load beside
+    torch 2.13 here): a 7x7 stride-2 stem and max-pool, four stages of two basic blocks."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
+        blocks, channels = [], 64
+        for i, width in enumerate((64, 128, 256, 512)):
+            blocks += [Block(channels, width, 1 if i == 0 else 2), Block(width, width, 1)]
+            channels = width
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1))
+
+
 def _randomize_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
     """Running statistics and affine parameters away from the identity, as trained ones are."""
     for module in model.modules():
@@ -138,15 +158,16 @@ def export_bert(out: Path, layers: int, hidden: int, vocab: int, opset: int | No
     return path, _check(path, model, feeds)
 
 
-def export_cnn(out: Path) -> tuple[Path, float]:
-    """The seeded SmallResNet with a dynamic batch."""
+def export_cnn(out: Path, full: bool = False) -> tuple[Path, float]:
+    """The seeded SmallResNet (``full``: ResNet-18 at 224) with a dynamic batch."""
     torch.manual_seed(SEED)
-    model = SmallResNet()
+    model = ResNet18() if full else SmallResNet()
+    image = 224 if full else IMAGE
     _randomize_batchnorm(model, torch.Generator().manual_seed(SEED))
     model.eval()
-    x = torch.randn(2, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(SEED))
+    x = torch.randn(2, 3, image, image, generator=torch.Generator().manual_seed(SEED))
     path = _export(model, (x,), ["image"], ({0: torch.export.Dim("batch")},), out)
-    feeds = {"image": np.random.default_rng(SEED).standard_normal((3, 3, IMAGE, IMAGE)).astype(np.float32)}
+    feeds = {"image": np.random.default_rng(SEED).standard_normal((3, 3, image, image)).astype(np.float32)}
     return path, _check(path, model, feeds)
 
 
@@ -158,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bert-hidden", type=int, default=128)
     p.add_argument("--bert-vocab", type=int, default=2048)
     p.add_argument("--bert-only", action="store_true", help="export the BERT alone (larger sizes, for benchmarks)")
+    p.add_argument("--resnet18", action="store_true", help="with --bert-only: also ResNet-18 at 224 (benchmarks)")
     args = p.parse_args(argv)
     exported = {"bert": export_bert(args.out / "bert", args.bert_layers, args.bert_hidden, args.bert_vocab)}
+    if args.resnet18:
+        exported["resnet18"] = export_cnn(args.out / "resnet18", full=True)
     if not args.bert_only:
         exported["bert-opset23"] = export_bert(args.out / "bert-opset23", 1, 64, 512, opset=23)
         exported["cnn"] = export_cnn(args.out / "cnn")
