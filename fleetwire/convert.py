@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+from fleetwire.manifest import KIND_TENSOR, ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 from fleetwire.signing import KeyEndorsement
 from fleetwire.v1 import common_pb2, registry_pb2
 
@@ -78,6 +78,7 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         signature=bytes.fromhex(m.signature),
         files=[_file_to_pb(f) for f in m.files],
         alternatives=[_artifact_to_pb(a) for a in m.alternatives],
+        kind="" if m.kind == KIND_TENSOR else m.kind,
     )
 
 
@@ -98,6 +99,7 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         signature=pb.signature.hex(),
         files=[_file_from_pb(f) for f in pb.files],
         alternatives=[_artifact_from_pb(a) for a in pb.alternatives],
+        kind=pb.kind or KIND_TENSOR,
     )
 
 
