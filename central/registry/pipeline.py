@@ -110,6 +110,22 @@ class PushStep(Protocol):
         """Read and extend ``ctx``."""
 
 
+class KindSteps:
+    """One pipeline stage done differently per kind of model: a language model (``decoder``)
+    gets weight-only quantization judged on text, never the INT8 recipes of tensor models.
+    A kind with no step of its own skips the stage."""
+
+    def __init__(self, name: str, by_kind: dict[str, PushStep]) -> None:
+        self.name = name
+        self._by_kind = by_kind
+
+    def run(self, ctx: PushContext) -> None:
+        """Run the step of ``ctx.kind`` (known once ``validate`` ran)."""
+        step = self._by_kind.get(ctx.kind)
+        if step is not None:
+            step.run(ctx)
+
+
 class ValidateStep:
     """``onnx.checker``, a model ONNX Runtime can load (``runtime_compat``), the model's
     signature, and for a language model the agreement of its config, graph and tokenizer."""
