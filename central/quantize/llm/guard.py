@@ -34,7 +34,12 @@ from central.quantize.llm.text import TextWindows
 from central.quantize.verdict import wilson_lower_bound
 from central.registry.decoder import DecoderSpec
 
-_NP_TYPES = {1: np.float32, 10: np.float16}
+#: Largest exponent taken: a ratio past e^700 is "infinitely worse" all the same.
+_MAX_EXPONENT = 700.0
+
+
+def _exp(x: float) -> float:
+    return math.exp(min(x, _MAX_EXPONENT))
 
 
 @dataclass(frozen=True)
@@ -166,15 +171,15 @@ def judge_text(
     agree = reference.argmax == candidate.argmax
     tokens = int(agree.size)
     return TextVerdict(
-        perplexity_ratio=math.exp(mean),
-        perplexity_upper=math.exp(mean + z * spread),
+        perplexity_ratio=_exp(mean),
+        perplexity_upper=_exp(mean + z * spread),
         max_perplexity_ratio=max_ratio,
         agreement=float(agree.mean()),
         agreement_lower=wilson_lower_bound(int(agree.sum()), tokens, z),
         min_agreement=min_agreement,
         windows=n,
         tokens=tokens,
-        reference_perplexity=math.exp(-float(reference.logprobs.mean())),
-        candidate_perplexity=math.exp(-float(candidate.logprobs.mean())),
+        reference_perplexity=_exp(-float(reference.logprobs.mean())),
+        candidate_perplexity=_exp(-float(candidate.logprobs.mean())),
         seconds=candidate.seconds,
     )
