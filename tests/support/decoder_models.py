@@ -87,7 +87,7 @@ def _graph(layers: int, vocab: int, hidden: int, heads: int, kv_heads: int, peak
                 num_heads=heads,
                 kv_num_heads=kv_heads,
                 name=f"l{i}.gqa",
-            ),  # fmt: skip
+            ),
             helper.make_node("MatMul", [f"l{i}.attn", f"l{i}.o"], [f"l{i}.o_out"], name=f"l{i}.o_proj"),
             helper.make_node("Add", [h, f"l{i}.o_out"], [f"l{i}.h1"]),
             helper.make_node("MatMul", [f"l{i}.h1", f"l{i}.up"], [f"l{i}.up_out"], name=f"l{i}.up_proj"),
