@@ -28,6 +28,23 @@ MODEL_FILE = "model.onnx"
 KIND_TENSOR = "tensor"
 #: ``Manifest.kind`` of a language model (a KV-cache decoder and its tokenizer).
 KIND_DECODER = "decoder"
+_MIB = 1024 * 1024
+#: Files a language model brings beside its graph (tokenizer, configs, chat template), each
+#: name with the largest size central accepts; every artifact of the version carries them.
+COMPANION_FILES: dict[str, int] = {
+    "genai_config.json": 1 * _MIB,
+    "config.json": 1 * _MIB,
+    "generation_config.json": 1 * _MIB,
+    "tokenizer.json": 64 * _MIB,
+    "tokenizer_config.json": 8 * _MIB,
+    "special_tokens_map.json": 1 * _MIB,
+    "added_tokens.json": 8 * _MIB,
+    "chat_template.jinja": 1 * _MIB,
+    "chat_template.json": 1 * _MIB,
+    "vocab.json": 32 * _MIB,
+    "merges.txt": 32 * _MIB,
+    "tokenizer.model": 32 * _MIB,
+}
 #: The APIs that serve each kind, for descriptions (OIP metadata, ``modelfleet models``).
 SERVED_BY = {
     KIND_TENSOR: ["/v2/models/{name}/infer"],

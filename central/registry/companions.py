@@ -16,24 +16,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from central.errors import BadRequest
-
-_MIB = 1024 * 1024
-
-#: Companion file name → the largest size it may have (bytes).
-COMPANION_FILES: dict[str, int] = {
-    "genai_config.json": 1 * _MIB,
-    "config.json": 1 * _MIB,
-    "generation_config.json": 1 * _MIB,
-    "tokenizer.json": 64 * _MIB,
-    "tokenizer_config.json": 8 * _MIB,
-    "special_tokens_map.json": 1 * _MIB,
-    "added_tokens.json": 8 * _MIB,
-    "chat_template.jinja": 1 * _MIB,
-    "chat_template.json": 1 * _MIB,
-    "vocab.json": 32 * _MIB,
-    "merges.txt": 32 * _MIB,
-    "tokenizer.model": 32 * _MIB,
-}
+from fleetwire.manifest import COMPANION_FILES
 
 
 def is_companion(name: str) -> bool:

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 import pytest
 
 from central.server import CentralServer
