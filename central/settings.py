@@ -193,6 +193,15 @@ class TextQuantizeSettings(BaseModel):
     accuracy_level: int = Field(default=4, ge=0, le=4)
     """MatMulNBits accuracy_level: 4 computes in int8 (AVX2/AVX-512 VNNI), 0 as the model says."""
 
+    @field_validator("recipes")
+    @classmethod
+    def _known_text_recipes(cls, value: list[str]) -> list[str]:
+        known = ("int4-b32", "int4-b128", "int8-wo")  # central.quantize.llm.weight_only.TEXT_RECIPES
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown language-model recipes {unknown}; known: {list(known)}")
+        return value
+
 
 class QuantizeSettings(BaseModel):
     """How central quantizes pushed models (``CentralSettings.quantize``)."""

@@ -206,7 +206,8 @@ def from_graph(graph: DecoderGraph, hf_config: dict[str, Any] | None) -> Decoder
 
 def _with_hf_config(spec: DecoderSpec, config: dict[str, Any]) -> DecoderSpec:
     """``spec`` with the figures Optimum's ``config.json`` states (text configs may nest)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     p = {k: f"{HF_CONFIG}: {v}" for k, v in _HF_PATHS.items()}
     heads = _int(text.get("num_attention_heads"), p["num_attention_heads"])
     hidden = _int(text.get("hidden_size"), f"{HF_CONFIG}: hidden_size")

@@ -50,7 +50,11 @@ def _token_text(value: Any) -> str | None:
 
 
 def _check_special_tokens(spec: DecoderSpec, config: dict[str, Any], tokenizer: Any) -> None:
-    stated = {"bos_token": [spec.bos_token_id], "eos_token": spec.eos_token_ids, "pad_token": [spec.pad_token_id]}
+    stated: dict[str, list[int | None]] = {
+        "bos_token": [spec.bos_token_id],
+        "eos_token": list(spec.eos_token_ids),
+        "pad_token": [spec.pad_token_id],
+    }
     keys = {"bos_token": "bos_token_id", "eos_token": "eos_token_ids", "pad_token": "pad_token_id"}
     for key, ids in stated.items():
         text = _token_text(config.get(key))
