@@ -24,9 +24,10 @@ from central.observability import CentralMetrics, CentralStateCollector
 from central.origin import EgressBucket, OriginService
 from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
+from central.quantize.llm import TextGuardStep, TextQuantizeStep
 from central.registry.chunker import Chunker
 from central.registry.pending import PendingDecisions
-from central.registry.pipeline import ChunkStep, ManifestStep, PushPipeline, PushStep, ValidateStep
+from central.registry.pipeline import ChunkStep, KindSteps, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
 from central.registry.signing import ManifestSigner
 from central.registry.staging import Staging
@@ -37,16 +38,17 @@ from central.rollout.previewer import RolloutPreviewer
 from central.rollout.promotion import PromotionWatch
 from central.settings import CentralSettings
 from central.storage.factory import open_storage
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import KIND_DECODER, KIND_TENSOR, Manifest
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
 
 
 def _pipeline(settings: CentralSettings, central: Central) -> PushPipeline:
+    q = settings.quantize
     steps: list[PushStep] = [
         ValidateStep(),
-        QuantizeStep(settings.quantize),
-        *([GuardStep()] if settings.quantize.enabled else []),
+        KindSteps("quantize", {KIND_TENSOR: QuantizeStep(q), KIND_DECODER: TextQuantizeStep(q)}),
+        *([KindSteps("guard", {KIND_TENSOR: GuardStep(), KIND_DECODER: TextGuardStep(q)})] if q.enabled else []),
         ChunkStep(Chunker(settings.chunking), central.blobs),
         ManifestStep(central.signer),
     ]

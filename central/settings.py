@@ -170,6 +170,39 @@ class TransferSettings(BaseModel):
 RECIPE_NAMES = ("int8-u8s8-qdq", "int8-s8s8-qdq", "int8-u8s8-qop", "int8-dynamic")
 
 
+class TextQuantizeSettings(BaseModel):
+    """How central quantizes a language model's weights and judges the candidates on text
+    (``CentralSettings.quantize.text``; see ``central.quantize.llm``)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    recipes: list[str] = Field(default_factory=lambda: ["int4-b32", "int4-b128", "int8-wo"])
+    """Weight-only candidates made per language-model push, in order (names from
+    central.quantize.llm.recipes.TEXT_RECIPES); empty: serve the pushed weights only."""
+    max_perplexity_ratio: float = Field(default=1.10, ge=1.0)
+    """Ceiling of a candidate's perplexity over the reference's on held-out text, compared with
+    the ratio's upper confidence bound."""
+    min_greedy_agreement: float = Field(default=0.90, ge=0.0, le=1.0)
+    """Floor of the share of positions where the candidate's next token (argmax) is the
+    reference's, compared with its Wilson lower bound; a push's --threshold overrides it."""
+    window_tokens: int = Field(default=128, ge=8, le=8192)
+    """Tokens per held-out window (one forward pass each, empty KV cache); capped by the
+    model's context length."""
+    max_windows: int = Field(default=16, ge=2, le=4096)
+    """Most held-out windows judged per candidate."""
+    accuracy_level: int = Field(default=4, ge=0, le=4)
+    """MatMulNBits accuracy_level: 4 computes in int8 (AVX2/AVX-512 VNNI), 0 as the model says."""
+
+    @field_validator("recipes")
+    @classmethod
+    def _known_text_recipes(cls, value: list[str]) -> list[str]:
+        known = ("int4-b32", "int4-b128", "int8-wo")  # central.quantize.llm.weight_only.TEXT_RECIPES
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown language-model recipes {unknown}; known: {list(known)}")
+        return value
+
+
 class QuantizeSettings(BaseModel):
     """How central quantizes pushed models (``CentralSettings.quantize``)."""
 
@@ -208,6 +241,8 @@ class QuantizeSettings(BaseModel):
     cpu_flags: list[str] | None = None
     """ISA flags that choose the default artifact (e.g. ["avx2"]); None reads central's
     /proc/cpuinfo. Set when the fleet's CPUs are not central's."""
+    text: TextQuantizeSettings = Field(default_factory=TextQuantizeSettings)
+    """Language models (decoders): weight-only INT4/INT8 candidates and the text guard."""
 
     @field_validator("recipes")
     @classmethod

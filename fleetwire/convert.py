@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+from fleetwire.manifest import KIND_TENSOR, ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 from fleetwire.signing import KeyEndorsement
 from fleetwire.v1 import common_pb2, registry_pb2
 
@@ -79,6 +79,7 @@ def manifest_to_pb(m: Manifest) -> common_pb2.Manifest:
         files=[_file_to_pb(f) for f in m.files],
         alternatives=[_artifact_to_pb(a) for a in m.alternatives],
         pending=[_artifact_to_pb(a) for a in m.pending],
+        kind="" if m.kind == KIND_TENSOR else m.kind,
     )
 
 
@@ -100,6 +101,7 @@ def manifest_from_pb(pb: common_pb2.Manifest) -> Manifest:
         files=[_file_from_pb(f) for f in pb.files],
         alternatives=[_artifact_from_pb(a) for a in pb.alternatives],
         pending=[_artifact_from_pb(a) for a in pb.pending],
+        kind=pb.kind or KIND_TENSOR,
     )
 
 

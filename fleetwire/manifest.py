@@ -6,7 +6,12 @@ A version is served as one *artifact* (``fp32``, or an INT8 recipe such as
 plus, for models that keep their weights outside the graph (ONNX external data, which
 every model over 2 GiB needs), the extra ``files`` it references by relative path.
 Other artifacts of the same version that passed the accuracy guard travel as
-``alternatives``, so an edge can serve the one that is fastest on its own CPU."""
+``alternatives``, so an edge can serve the one that is fastest on its own CPU.
+
+A version's ``kind`` says how it is served: ``tensor`` (the default: a fixed-signature
+model served by OIP ``infer``) or ``decoder`` (a language model: a KV-cache decoder graph
+with its tokenizer and generation config as ``files`` of every artifact, served by the
+OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions`` and OIP ``generate``)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,32 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 #: The name every artifact's graph file gets on disk, next to its external data files.
 MODEL_FILE = "model.onnx"
+#: ``Manifest.kind`` of a fixed-signature model (OIP ``infer``).
+KIND_TENSOR = "tensor"
+#: ``Manifest.kind`` of a language model (a KV-cache decoder and its tokenizer).
+KIND_DECODER = "decoder"
+_MIB = 1024 * 1024
+#: Files a language model brings beside its graph (tokenizer, configs, chat template), each
+#: name with the largest size central accepts; every artifact of the version carries them.
+COMPANION_FILES: dict[str, int] = {
+    "genai_config.json": 1 * _MIB,
+    "config.json": 1 * _MIB,
+    "generation_config.json": 1 * _MIB,
+    "tokenizer.json": 64 * _MIB,
+    "tokenizer_config.json": 8 * _MIB,
+    "special_tokens_map.json": 1 * _MIB,
+    "added_tokens.json": 8 * _MIB,
+    "chat_template.jinja": 1 * _MIB,
+    "chat_template.json": 1 * _MIB,
+    "vocab.json": 32 * _MIB,
+    "merges.txt": 32 * _MIB,
+    "tokenizer.model": 32 * _MIB,
+}
+#: The APIs that serve each kind, for descriptions (OIP metadata, ``modelfleet models``).
+SERVED_BY = {
+    KIND_TENSOR: ["/v2/models/{name}/infer"],
+    KIND_DECODER: ["/v1/completions", "/v1/chat/completions", "/v2/models/{name}/generate"],
+}
 
 
 class TensorSpec(BaseModel):
@@ -47,7 +78,8 @@ def _check_file_name(value: str) -> str:
 
 
 class FileRef(BaseModel):
-    """One external-data file of an artifact, by the relative name its graph uses."""
+    """One file of an artifact beside its graph: an external-data file, by the relative name
+    its graph uses, or (a language model) its tokenizer, generation config or chat template."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -111,7 +143,9 @@ class Manifest(BaseModel):
         None, description="The push's quantization report: method, per-channel, sizes, agreement, seconds."
     )
     files: list[FileRef] = Field(
-        default_factory=list, description="External-data files of the served artifact, next to its model.onnx."
+        default_factory=list,
+        description="Files of the served artifact next to its model.onnx: external data, and a language model's"
+        " tokenizer, config and chat template.",
     )
     alternatives: list[ArtifactRef] = Field(
         default_factory=list,
@@ -123,6 +157,10 @@ class Manifest(BaseModel):
         "edges run them beside the served FP32 on a sample of live traffic, and serve one only once central "
         "promotes it (a new manifest with it among the alternatives).",
     )
+    kind: str = Field(
+        KIND_TENSOR,
+        description="tensor (served by OIP infer) or decoder (a language model: completions, chat, generate).",
+    )
     signature: str = Field(
         "", description="Central's Ed25519 signature (hex) over the other fields; see fleetwire.signing."
     )
@@ -131,6 +169,11 @@ class Manifest(BaseModel):
     def key(self) -> tuple[str, str]:
         """``(name, version)``: the identity of a version across the fleet."""
         return (self.name, self.version)
+
+    @property
+    def is_language_model(self) -> bool:
+        """Whether this version is a language model (``kind`` decoder)."""
+        return self.kind == KIND_DECODER
 
     def served(self) -> ArtifactRef:
         """The default artifact (the one the top-level fields describe) as an ``ArtifactRef``."""

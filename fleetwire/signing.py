@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import KIND_TENSOR, Manifest
 
 #: Length of a raw Ed25519 public key, the form it travels in (RegisterReply).
 PUBLIC_KEY_BYTES = 32
@@ -34,6 +34,8 @@ MAX_CHAIN_LINKS = 1024
 
 #: Manifest fields newer than the first signed manifests (see ``canonical_bytes``).
 _LATE_FIELDS = ("files", "alternatives", "pending")
+#: Later fields with a default, left out while they hold it (see ``canonical_bytes``).
+_LATE_DEFAULTS = {"kind": KIND_TENSOR}
 
 
 class SignatureError(ValueError):
@@ -47,6 +49,9 @@ def canonical_bytes(manifest: Manifest) -> bytes:
     # manifest signed before they existed keeps verifying.
     for late in _LATE_FIELDS:
         if not fields.get(late):
+            fields.pop(late, None)
+    for late, default in _LATE_DEFAULTS.items():
+        if fields.get(late) == default:
             fields.pop(late, None)
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

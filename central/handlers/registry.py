@@ -18,7 +18,7 @@ from central.registry.service import RegistryService
 from central.registry.staging import StagedFile, StagedUpload, Staging
 from central.rollout import RolloutService
 from central.storage.protocols import VersionRecord
-from fleetwire.manifest import Manifest
+from fleetwire.manifest import SERVED_BY, Manifest
 from fleetwire.mqtt.payloads import Event
 
 
@@ -59,6 +59,11 @@ def served_reason(manifest: Manifest) -> str | None:
     return f"INT8 {int8['status']}: {int8['reason']}"
 
 
+def served_by(manifest: Manifest) -> list[str]:
+    """The APIs an edge serves this version by (a language model: completions, chat, generate)."""
+    return [path.replace("{name}", manifest.name) for path in SERVED_BY.get(manifest.kind, [])]
+
+
 def version_summary(r: VersionRecord) -> dict[str, Any]:
     """One stored version as the API lists it."""
     m = r.manifest
@@ -74,6 +79,8 @@ def version_summary(r: VersionRecord) -> dict[str, Any]:
         "labels": m.labels,
         "artifact": m.artifact,
         "artifacts": sorted(r.artifacts),
+        "kind": m.kind,
+        "served_by": served_by(m),
         "quantization": m.quantization,
         "served_reason": served_reason(m),
         "created_at": r.created_at,
@@ -150,7 +157,13 @@ class RegistryHandlers:
         except NotFound:  # deleted since the list was read
             manifest = None
         artifact = manifest.artifact if manifest else None
-        return {**model, "artifact": artifact, "served_reason": served_reason(manifest) if manifest else None}
+        return {
+            **model,
+            "artifact": artifact,
+            "kind": manifest.kind if manifest else None,
+            "served_by": served_by(manifest) if manifest else [],
+            "served_reason": served_reason(manifest) if manifest else None,
+        }
 
     def list_versions(self, name: str) -> list[dict[str, Any]]:
         """The versions of one model, oldest first."""

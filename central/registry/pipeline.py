@@ -16,12 +16,14 @@ from typing import Any, Protocol
 import onnx
 
 from central.registry.chunker import Chunker
+from central.registry.companions import check_sizes, is_companion, split_companions
+from central.registry.decoder import DecoderSpec, inspect_decoder
 from central.registry.runtime_compat import make_loadable
 from central.registry.runtime_limits import runtime_limits
 from central.registry.signing import ManifestSigner
 from central.registry.validate import data_files, load_checked, signature
 from central.storage.protocols import ChunkBlobs, utc_now
-from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+from fleetwire.manifest import KIND_DECODER, KIND_TENSOR, ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,13 @@ class PushContext:
     work_dir: Path | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
+    #: ``tensor``, or ``decoder`` for a language model (``central.registry.decoder``).
+    kind: str = KIND_TENSOR
+    #: A language model's checked figures and names (None for a tensor model).
+    decoder: DecoderSpec | None = None
+    #: Files beside the graph that every artifact carries as they came (a language model's
+    #: tokenizer, config, chat template: ``central.registry.companions``), by name.
+    companion_files: list[str] = field(default_factory=list)
     #: Files to store, by artifact name; "fp32" is the upload, quantization adds its
     #: candidates by recipe name ("int8-u8s8-qdq", ...).
     artifacts: dict[str, Path] = field(default_factory=dict)
@@ -105,20 +114,44 @@ class PushStep(Protocol):
         """Read and extend ``ctx``."""
 
 
+class KindSteps:
+    """One pipeline stage done differently per kind of model: a language model (``decoder``)
+    gets weight-only quantization judged on text, never the INT8 recipes of tensor models.
+    A kind with no step of its own skips the stage."""
+
+    def __init__(self, name: str, by_kind: dict[str, PushStep]) -> None:
+        self.name = name
+        self._by_kind = by_kind
+
+    def run(self, ctx: PushContext) -> None:
+        """Run the step of ``ctx.kind`` (known once ``validate`` ran)."""
+        step = self._by_kind.get(ctx.kind)
+        if step is not None:
+            step.run(ctx)
+
+
 class ValidateStep:
-    """``onnx.checker``, a model ONNX Runtime can load (``runtime_compat``), and the model's signature."""
+    """``onnx.checker``, a model ONNX Runtime can load (``runtime_compat``), the model's
+    signature, and for a language model the agreement of its config, graph and tokenizer."""
 
     name = "validate"
 
     def run(self, ctx: PushContext) -> None:
-        """Reject what is not a valid ONNX model with exactly its data files, or what ONNX
-        Runtime cannot load and cannot be converted for it."""
+        """Reject what is not a valid ONNX model with exactly its data files (and, for a
+        language model, its allow-listed companions), or what ONNX Runtime cannot load and
+        cannot be converted for it, or a language model whose files disagree."""
         # The proto can be large: it is not kept in the context; later steps re-read the file.
-        model = load_checked(ctx.upload, ctx.staged_files)
+        model = load_checked(ctx.upload, ctx.staged_files, is_companion)
         compat = make_loadable(ctx.upload, model, runtime_limits())
         if compat.changes:
             ctx.report["compatibility"] = compat.report()
         ctx.inputs, ctx.outputs = signature(model)
+        _, ctx.companion_files = split_companions(ctx.staged_files or [], data_files(model))
+        check_sizes(ctx.upload.parent, ctx.companion_files)
+        info = inspect_decoder(ctx.upload.parent, model, ctx.companion_files)
+        if info is not None:
+            ctx.kind, ctx.decoder = KIND_DECODER, info.spec
+            ctx.report["language_model"] = info.report
 
 
 class ChunkStep:
@@ -135,8 +168,9 @@ class ChunkStep:
         """Cut each artifact's graph and data files and store every chunk by digest."""
         ctx.artifacts.setdefault("fp32", ctx.upload)
         new_bytes = 0
+        companions = [ctx.upload.parent / name for name in ctx.companion_files]
         for artifact, graph in ctx.artifacts.items():
-            ref, new = self._artifact(artifact, graph)
+            ref, new = self._artifact(artifact, graph, companions)
             ctx.artifact_refs[artifact] = ref
             ctx.artifact_chunks[artifact] = ref.chunks
             new_bytes += new
@@ -148,13 +182,15 @@ class ChunkStep:
         ctx.report["total_bytes"] = served.total_size
         ctx.report["new_chunk_bytes"] = new_bytes
 
-    def _artifact(self, artifact: str, graph: Path) -> tuple[ArtifactRef, int]:
-        """The artifact's graph and data files (those its graph names, next to it), cut."""
+    def _artifact(self, artifact: str, graph: Path, companions: list[Path]) -> tuple[ArtifactRef, int]:
+        """The artifact's graph, its data files (those its graph names, next to it) and the
+        push's companion files (the same in every artifact: their chunks dedupe), cut."""
         sha256, size, chunks, new_bytes = self._cut(graph)
         files = []
-        for name in data_files(onnx.load(str(graph), load_external_data=False)):
-            file_sha256, file_size, file_chunks, new = self._cut(graph.parent / name)
-            files.append(FileRef(path=name, sha256=file_sha256, size=file_size, chunks=file_chunks))
+        data = [graph.parent / name for name in data_files(onnx.load(str(graph), load_external_data=False))]
+        for path in [*data, *companions]:
+            file_sha256, file_size, file_chunks, new = self._cut(path)
+            files.append(FileRef(path=path.name, sha256=file_sha256, size=file_size, chunks=file_chunks))
             new_bytes += new
         ref = ArtifactRef(artifact=artifact, sha256=sha256, size=size, chunks=chunks, files=files)
         return ref, new_bytes
@@ -206,6 +242,7 @@ class ManifestStep:
                 quantization=ctx.quantization,
                 alternatives=[refs[a] for a in alternatives(ctx)] if served else [],
                 pending=[refs[a] for a in ctx.pending if a in refs] if served else [],
+                kind=ctx.kind,
             )
         if self._signer is not None:
             ctx.manifests = self._signer.sign_all(ctx.manifests)

@@ -10,7 +10,7 @@ without loading them: validating an 8 GiB model costs little memory and no ORT s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,9 +109,17 @@ def data_files(model: onnx.ModelProto) -> list[str]:
     return list(dict.fromkeys(check_location(ref) for ref in external_refs(model)))
 
 
-def check_data_files(model: onnx.ModelProto, directory: Path, staged: Collection[str]) -> list[str]:
+def _never(_: str) -> bool:
+    return False
+
+
+def check_data_files(
+    model: onnx.ModelProto, directory: Path, staged: Collection[str], companion: Callable[[str], bool] = _never
+) -> list[str]:
     """400 unless the graph references exactly the ``staged`` data files, each long enough
-    for the bytes its tensors read; the referenced files, in order."""
+    for the bytes its tensors read; the referenced files, in order. A staged file the graph
+    does not reference passes only when ``companion`` allows its name (a language model's
+    tokenizer and config: ``central.registry.companions``)."""
     refs = external_refs(model)
     names = list(dict.fromkeys(check_location(ref) for ref in refs))
     missing = [n for n in names if n not in staged]
@@ -120,7 +128,7 @@ def check_data_files(model: onnx.ModelProto, directory: Path, staged: Collection
             f"the graph references data file {missing[0]!r}, which was not uploaded; push every file the .onnx"
             " names (modelfleet push finds them next to it)"
         )
-    extra = sorted(set(staged) - set(names))
+    extra = sorted(n for n in set(staged) - set(names) if not companion(n))
     if extra:
         raise BadRequest(f"file {extra[0]!r} came with the push but the graph references no such data file")
     sizes = {n: (directory / n).stat().st_size for n in names}
@@ -134,11 +142,14 @@ def check_data_files(model: onnx.ModelProto, directory: Path, staged: Collection
     return names
 
 
-def load_checked(path: Path, staged_files: Collection[str] | None = None) -> onnx.ModelProto:
+def load_checked(
+    path: Path, staged_files: Collection[str] | None = None, companion: Callable[[str], bool] = _never
+) -> onnx.ModelProto:
     """Parse and check an uploaded graph; any failure is the uploader's (400).
 
-    ``staged_files``: the data files that came with it (by name, next to ``path``); the
-    graph must reference exactly those. None checks only that what it references exists."""
+    ``staged_files``: the files that came with it (by name, next to ``path``); the graph must
+    reference exactly those, but for the names ``companion`` allows. None checks only that
+    what it references exists."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, and others on garbage
@@ -147,12 +158,45 @@ def load_checked(path: Path, staged_files: Collection[str] | None = None) -> onn
         raise BadRequest("not an ONNX model: no graph or no opset import")
     if staged_files is None:
         staged_files = [n for n in data_files(model) if (path.parent / n).is_file()]
-    check_data_files(model, path.parent, staged_files)
+    check_data_files(model, path.parent, staged_files, companion)
     try:
-        onnx.checker.check_model(str(path))
+        _check_model(path, model)
     except Exception as exc:
         raise BadRequest(f"ONNX checker rejected the model: {exc}") from exc
     return model
+
+
+def _runtime_only_ops(model: onnx.ModelProto) -> set[str]:
+    """Default-domain ops ONNX does not define but ONNX Runtime does (the GenAI builder's
+    ``SimplifiedLayerNormalization``): the checker cannot know them, ORT runs them."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    unknown = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type)}
+    runtime = {s.name for s in ort_c.get_all_operator_schema() if s.domain in ("", "ai.onnx")}
+    return unknown & runtime
+
+
+def _check_model(path: Path, model: onnx.ModelProto) -> None:
+    """``onnx.checker`` on the file (so it sees the data files on disk). A graph using ops only
+    ONNX Runtime defines is checked as a copy beside it with those ops moved to ORT's own
+    domain, which the checker leaves to the runtime, as it does every contrib op."""
+    ops = _runtime_only_ops(model)
+    if not ops:
+        onnx.checker.check_model(str(path))
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ops:
+            node.domain = "com.microsoft"
+    if not any(o.domain == "com.microsoft" for o in copy.opset_import):
+        copy.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    checked = path.with_name(".checker-" + path.name)
+    try:
+        onnx.save_model(copy, str(checked))
+        onnx.checker.check_model(str(checked))
+    finally:
+        checked.unlink(missing_ok=True)
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

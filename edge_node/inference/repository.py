@@ -245,7 +245,15 @@ class ModelRepository:
         ``switch_at`` (this node's clock): switch at that instant, not as soon as loaded; a
         second load of a version waiting for its instant only moves the instant. Returns once
         the new version serves (or is recorded as failed); the previous default is retired in
-        the background (see ``wait_retirements``)."""
+        the background (see ``wait_retirements``).
+
+        A language model (``manifest.kind`` decoder) gets no tensor session here: its files are
+        complete on disk (``versions/<name>/<version>/<artifact>/``: graph, tokenizer, config)
+        and the generation engine serves it; it is neither loaded nor failed in this repository."""
+        if manifest.is_language_model:
+            log.info("%s version %s is a language model: its files are ready; no tensor session is made for it",
+                     manifest.name, manifest.version)  # fmt: skip
+            return
         existing = self._versions.get(manifest.name, {}).get(manifest.version)
         if existing is not None and existing.state in ("staged", "loading") and existing.artifact == manifest.artifact:
             existing.switch_at = switch_at  # the load under way reads it once the session is up

@@ -74,7 +74,9 @@ Global___ChunkRef: _TypeAlias = ChunkRef  # noqa: Y015
 
 @_typing.final
 class FileRef(_message.Message):
-    """One external-data file of an artifact, named as the graph's external-data location says."""
+    """One file of an artifact beside model.onnx: external data (named as the graph's location says),
+    or a language model's tokenizer, generation config or chat template.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -185,6 +187,7 @@ class Manifest(_message.Message):
     FILES_FIELD_NUMBER: _builtins.int
     ALTERNATIVES_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     sha256: _builtins.str
@@ -197,6 +200,9 @@ class Manifest(_message.Message):
     quantization_json: _builtins.str
     """the push's quantization report, JSON; empty if none"""
     signature: _builtins.bytes
+    """central's Ed25519 signature over fleetwire.signing.canonical_bytes; empty: unsigned"""
+    kind: _builtins.str
+    """"tensor" (empty: tensor) or "decoder" (a language model)"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkRef]: ...
     @_builtins.property
@@ -235,10 +241,11 @@ class Manifest(_message.Message):
         files: _abc.Iterable[Global___FileRef] | None = ...,
         alternatives: _abc.Iterable[Global___ArtifactRef] | None = ...,
         pending: _abc.Iterable[Global___ArtifactRef] | None = ...,
+        kind: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "files", b"files", "inputs", b"inputs", "labels", b"labels", "name", b"name", "outputs", b"outputs", "pending", b"pending", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "artifact", b"artifact", "chunks", b"chunks", "created_at", b"created_at", "files", b"files", "inputs", b"inputs", "kind", b"kind", "labels", b"labels", "name", b"name", "outputs", b"outputs", "pending", b"pending", "quantization_json", b"quantization_json", "sha256", b"sha256", "signature", b"signature", "size", b"size", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

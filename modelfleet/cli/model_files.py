@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetwire.manifest import COMPANION_FILES
 from modelfleet.cli.client import UsageError
 
 if TYPE_CHECKING:
@@ -69,3 +70,37 @@ def data_files(model_path: Path) -> dict[str, Path]:
             )
         files[location] = path
     return files
+
+
+def graph_of(model_path: Path) -> Path:
+    """The graph to push: ``model_path`` itself, or the one ``.onnx`` in a folder (the layout
+    ONNX Runtime GenAI's builder or Optimum writes); a usage error for a folder with none or several."""
+    if not model_path.is_dir():
+        return model_path
+    graphs = sorted(model_path.glob("*.onnx"))
+    if len(graphs) != 1:
+        found = ", ".join(g.name for g in graphs) or "none"
+        raise UsageError(f"{model_path} must hold exactly one .onnx (the graph) to push it as a folder; found {found}")
+    return graphs[0]
+
+
+def _is_decoder(graph: Path) -> bool:
+    """GenAI's config beside the graph, or KV-cache inputs in it (what central calls a decoder)."""
+    if (graph.parent / "genai_config.json").is_file():
+        return True
+    import onnx
+
+    try:
+        model = onnx.load(str(graph), load_external_data=False)
+    except Exception:
+        return False
+    return any(i.name.startswith("past_key_values.") for i in model.graph.input)
+
+
+def companion_files(graph: Path) -> dict[str, Path]:
+    """A language model's tokenizer, configs and chat template next to ``graph`` (the names
+    central accepts beside a decoder's graph), by name; empty for a tar or a model that is
+    not a decoder (an encoder exported with its tokenizer is pushed as before, graph only)."""
+    if graph.name.lower().endswith(TAR_SUFFIXES) or not _is_decoder(graph):
+        return {}
+    return {name: graph.parent / name for name in COMPANION_FILES if (graph.parent / name).is_file()}

@@ -16,7 +16,7 @@ from rich.text import Text
 from modelfleet.cli import output
 from modelfleet.cli.client import CliError, JsonObject, PushRequest, connect
 from modelfleet.cli.config import CentralOption, JsonOption, TokenOption
-from modelfleet.cli.model_files import data_files
+from modelfleet.cli.model_files import companion_files, data_files, graph_of
 
 STEP_LABELS = {
     "validate": "validate (onnx.checker, signature)",
@@ -130,15 +130,37 @@ def _served_note(q: JsonObject) -> list[tuple[str, str]]:
     return [("note", str(q["served_reason"]))] if q.get("served_reason") else []
 
 
+def _text_guard(q: JsonObject) -> list[tuple[str, str]]:
+    """A language model's candidates: size, perplexity ratio and greedy agreement, verdict."""
+    lines = []
+    for name, c in (q.get("candidates") or {}).items():
+        g = c.get("text_guard") or {}
+        ppl, agree = g.get("perplexity_ratio") or {}, g.get("greedy_agreement") or {}
+        mark = "✓" if g.get("passed") else "✗"
+        lines.append((name, f"{mark} {output.human_bytes(c.get('bytes'))}, perplexity ×{ppl.get('value', 0):.3f}"
+                      f" (≤ {ppl.get('upper_bound', 0):.3f}), greedy agreement {agree.get('value', 0):.1%}"
+                      f" (≥ {agree.get('lower_bound', 0):.1%}), decided by {g.get('decided_by')}"))  # fmt: skip
+    if q.get("served_reason"):
+        lines.append(("note", str(q["served_reason"])))
+    return lines
+
+
 def summary(result: JsonObject, activate: bool) -> list[tuple[str, str]]:
     """The lines printed after a successful push."""
     m, report = result["manifest"], result.get("report", {})
     q = report.get("quantization")
     served = m.get("artifact", "fp32")
     lines = [("pushed", f"{m['name']}:{m['version']}, serving {served.upper()}")]
+    if m.get("kind") == "decoder":
+        lm = report.get("language_model") or {}
+        lines.append(("language model", f"{lm.get('layers')} layers, vocabulary {lm.get('vocab_size')};"
+                      " served by /v1/completions, /v1/chat/completions and generate"))  # fmt: skip
+        lines += _text_guard(q) if q else []
     # What central changed so that ONNX Runtime loads the model (a newer opset or IR version).
     lines += [("converted", str(note)) for note in (report.get("compatibility") or {}).get("notes", [])]
-    if q:
+    if q and q.get("family") == "decoder":
+        pass  # the text guard's lines above
+    elif q:
         lines += [("sizes", _sizes(q)), ("agreement", _agreement(q))]
         for key, text in (("candidates", _candidates(q)), ("accuracy", _accuracy(q))):
             if text:
@@ -183,7 +205,8 @@ def push(
     model: Annotated[
         Path,
         typer.Argument(
-            help="The ONNX model (its external-data files next to it are sent too), or a tar of its directory.",
+            help="The ONNX model (its external-data files, and a language model's tokenizer, configs and chat"
+            " template next to it are sent too), its folder, or a tar of its directory.",
             show_default=False,
         ),
     ],
@@ -215,9 +238,10 @@ def push(
     token: TokenOption = None,
 ) -> None:
     """Push a model version: upload, validate, quantize, guard, chunk and place it."""
+    graph = _checked(graph_of(model), "model")
     request = PushRequest(
-        model=_checked(model, "model"),
-        data_files=data_files(model),
+        model=graph,
+        data_files={**data_files(graph), **companion_files(graph)},
         name=name,
         version=version,
         calibration=_checked(calibration, "calibration file") if calibration else None,

@@ -69,7 +69,20 @@ def test_a_manifest_signed_before_files_existed_still_verifies() -> None:
     """Empty new fields are left out of the signed bytes, so old signatures hold."""
     key = Ed25519PrivateKey.generate()
     plain = _manifest()
-    old_bytes = plain.model_dump_json(exclude={"signature", "files", "alternatives", "pending"})
+    old_bytes = plain.model_dump_json(exclude={"signature", "files", "alternatives", "pending", "kind"})
     canonical = json.dumps(json.loads(old_bytes), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     signature = key.sign(canonical.encode()).hex()
     verify_manifest(plain.model_copy(update={"signature": signature}), raw_public_key(key))
+
+
+def test_a_language_model_manifest_keeps_its_kind_through_protobuf_and_under_its_signature() -> None:
+    key = Ed25519PrivateKey.generate()
+    tokenizer = FileRef(path="tokenizer.json", sha256="e" * 64, size=10, chunks=[_chunk("e")])
+    decoder = sign_manifest(_manifest(kind="decoder", files=[tokenizer]), key)
+    assert decoder.is_language_model and not _manifest().is_language_model
+    back = manifest_from_pb(manifest_to_pb(decoder))
+    assert back == decoder and back.kind == "decoder"
+    verify_manifest(back, raw_public_key(key))
+    with pytest.raises(SignatureError):  # the kind is signed: an edge cannot be told a decoder is a tensor model
+        verify_manifest(decoder.model_copy(update={"kind": "tensor"}), raw_public_key(key))
+    assert manifest_from_pb(manifest_to_pb(_manifest())).kind == "tensor"
