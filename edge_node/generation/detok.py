@@ -30,7 +30,9 @@ class TextStream:
         """True once a stop string was found (the text ends before it)."""
 
     def add(self, token: int) -> str:
-        """Add a generated token; return the text that can be emitted now."""
+        """Add a generated token; return the text that can be emitted now (nothing once stopped)."""
+        if self.stopped:
+            return ""
         self._ids.append(token)
         before = self._decode(self._ids[self._prefix : self._read])
         after = self._decode(self._ids[self._prefix :])

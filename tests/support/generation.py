@@ -10,7 +10,9 @@ from edge_node.generation import GenerationEngine, SamplingParams, StepOutput
 EngineFactory = Callable[..., Awaitable[GenerationEngine]]
 
 
-async def collect(engine: GenerationEngine, prompt: list[int], params: SamplingParams, rid: str = "r") -> list[StepOutput]:
+async def collect(
+    engine: GenerationEngine, prompt: list[int], params: SamplingParams, rid: str = "r"
+) -> list[StepOutput]:
     """Every step of one stream."""
     return [step async for step in engine.generate(prompt, params, rid)]
 

@@ -39,10 +39,14 @@ async def test_same_seed_same_tokens_whatever_runs_beside_it(engine: GenerationE
     prompt = prompt_of(engine, 20)
     seeded = SamplingParams(max_tokens=20, temperature=0.9, top_k=50, top_p=0.95, seed=1234, ignore_eos=True)
     alone = tokens_of(await collect(engine, prompt, seeded))
-    others = [collect(engine, prompt_of(engine, 10 + i, salt=i), SamplingParams(max_tokens=20, seed=i)) for i in range(5)]
+    others = [
+        collect(engine, prompt_of(engine, 10 + i, salt=i), SamplingParams(max_tokens=20, seed=i)) for i in range(5)
+    ]
     batched, *_ = await asyncio.gather(collect(engine, prompt, seeded), *others)
     assert tokens_of(batched) == alone
-    other_seed = tokens_of(await collect(engine, prompt, SamplingParams(max_tokens=20, temperature=0.9, seed=99, ignore_eos=True)))
+    other_seed = tokens_of(
+        await collect(engine, prompt, SamplingParams(max_tokens=20, temperature=0.9, seed=99, ignore_eos=True))
+    )
     assert other_seed != alone
 
 
@@ -55,7 +59,9 @@ async def test_a_long_prompt_prefilled_in_chunks_gives_the_same_tokens(make_engi
 
 
 async def test_text_deltas_add_up_to_the_decoded_tokens(engine: GenerationEngine) -> None:
-    steps = await collect(engine, prompt_of(engine, 12), SamplingParams(max_tokens=40, temperature=1.0, seed=3, ignore_eos=True))
+    steps = await collect(
+        engine, prompt_of(engine, 12), SamplingParams(max_tokens=40, temperature=1.0, seed=3, ignore_eos=True)
+    )
     assert text_of(steps) == engine.tokenizer.decode(tokens_of(steps))
     assert [s.completion_tokens for s in steps] == list(range(1, 41))
     assert all(s.prompt_tokens == 12 for s in steps)

@@ -23,7 +23,9 @@ async def test_a_stop_string_ends_the_stream_and_is_never_emitted(engine: Genera
     free = text_of(await collect(engine, prompt, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)))
     stop = free[12:15]
     assert stop and stop in free
-    steps = await collect(engine, prompt, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True, stop=["\x00never", stop]))
+    steps = await collect(
+        engine, prompt, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True, stop=["\x00never", stop])
+    )
     assert text_of(steps) == free[: free.index(stop)]
     assert steps[-1].finish_reason == "stop"
     assert all(stop not in s.text for s in steps)
@@ -41,7 +43,9 @@ async def test_eos_ends_the_stream_unless_ignored(engine: GenerationEngine) -> N
     assert steps[-1].token_ids == (eos,)
     assert text_of(steps) == engine.tokenizer.decode(tokens_of(steps))  # EOS adds no text
     assert eos not in tokens_of(steps)[:-1]
-    ignored = await collect(engine, prompt, SamplingParams(max_tokens=300, temperature=50.0, seed=seed, ignore_eos=True))
+    ignored = await collect(
+        engine, prompt, SamplingParams(max_tokens=300, temperature=50.0, seed=seed, ignore_eos=True)
+    )
     assert ignored[-1].finish_reason == "length"
     assert tokens_of(ignored)[: len(steps)] == tokens_of(steps)
 
@@ -76,8 +80,9 @@ async def test_cancelled_streams_leave_no_slot_or_kv_block_taken(make_engine: En
 
 
 async def test_a_request_beyond_the_kv_budget_waits_then_gets_429(make_engine: EngineFactory) -> None:
-    engine = await make_engine(kv_budget_tokens=256, block_tokens=32, max_waiting=1, prefix_cache=False)
-    big = SamplingParams(max_tokens=150, temperature=0, ignore_eos=True)  # 50 + 150 tokens: 7 of 8 blocks
+    engine = await make_engine(kv_budget_tokens=1024, block_tokens=32, max_waiting=1, prefix_cache=False)
+    # 50 + 950 tokens: 32 of the 32 blocks, and long enough to outlast the two requests below
+    big = SamplingParams(max_tokens=950, temperature=0, ignore_eos=True)
     first = engine.generate(prompt_of(engine, 50), big, "first")
     await first.__anext__()
     waiter = asyncio.create_task(collect(engine, prompt_of(engine, 50, salt=1), big, "second"))
@@ -85,9 +90,9 @@ async def test_a_request_beyond_the_kv_budget_waits_then_gets_429(make_engine: E
     with pytest.raises(Overloaded) as refused:
         await collect(engine, prompt_of(engine, 50, salt=2), big, "third")
     assert refused.value.status == 429 and refused.value.retry_after_s is not None
-    assert engine.stats().kv_blocks_used == 7
+    assert engine.stats().kv_blocks_used == 32
     await first.aclose()  # type: ignore[attr-defined]
-    assert len(tokens_of(await waiter)) == 150  # admitted once the first left
+    assert len(tokens_of(await waiter)) == 950  # admitted once the first left
 
 
 async def test_a_request_over_the_context_or_the_whole_budget_is_refused_at_once(make_engine: EngineFactory) -> None:
@@ -106,9 +111,19 @@ async def test_a_request_over_the_context_or_the_whole_budget_is_refused_at_once
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("max_tokens", 0), ("max_tokens", -3), ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5),
-     ("top_k", -1), ("repetition_penalty", 0.0), ("seed", -1), ("temperature", float("nan")),
-     ("stop", ["x"] * 100), ("stop", [""])],
+    [
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("temperature", -0.1),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -1),
+        ("repetition_penalty", 0.0),
+        ("seed", -1),
+        ("temperature", float("nan")),
+        ("stop", ["x"] * 100),
+        ("stop", [""]),
+    ],
 )
 def test_bad_sampling_parameters_are_refused_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(BadSampling) as refused:
