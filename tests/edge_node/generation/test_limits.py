@@ -104,7 +104,7 @@ async def test_a_request_over_the_context_or_the_whole_budget_is_refused_at_once
         engine.check(prompt_of(engine, 50), SamplingParams(max_tokens=300))
     with pytest.raises(BadSampling, match="empty"):
         await collect(engine, [], SamplingParams())
-    with pytest.raises(BadSampling, match="vocabulary|must be in"):
+    with pytest.raises(BadSampling, match="must be in"):
         await collect(engine, [1, 10**6], SamplingParams())
     assert engine.stats().running == 0
 
