@@ -135,7 +135,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_genai:
         import onnxruntime_genai
 
-        og, model = onnxruntime_genai, onnxruntime_genai.Model(str(args.model))
+        og, config = onnxruntime_genai, onnxruntime_genai.Config(str(args.model))
+        if args.threads:  # the same intra-op threads as the engine
+            config.overlay(
+                json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": args.threads}}}})
+            )
+        model = og.Model(config)
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     prefix: list[tuple[float, float]] = []
@@ -201,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prefix", type=int, default=1000, help="shared prefix for the prefix-cache TTFT")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: one per core)")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads of both (0: each one's default)")
     parser.add_argument("--pin", action="store_true", help="pin intra-op threads (EngineSettings.pin_threads)")
     parser.add_argument("--no-genai", action="store_true", help="skip onnxruntime-genai")
     args = parser.parse_args(argv)

@@ -38,6 +38,11 @@ class TokenSampler:
         p = self.params
         candidates = np.arange(logits.shape[0])
         scores = logits.astype(np.float64) / p.temperature
+        if p.top_k == 0 and p.top_p >= 1.0:  # plain temperature: no sort needed
+            probs = np.exp(scores - scores.max())
+            cdf = np.cumsum(probs)
+            index = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
+            return min(index, scores.shape[0] - 1)
         if 0 < p.top_k < scores.shape[0]:
             candidates = np.argpartition(-scores, p.top_k - 1)[: p.top_k]
             scores = scores[candidates]

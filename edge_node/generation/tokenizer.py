@@ -150,6 +150,12 @@ def _checked_message(index: int, message: Mapping[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if content is None:
         content = ""
+    if isinstance(content, list):  # OpenAI's content parts: only text parts can be rendered
+        if not all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+        ):
+            raise ChatTemplateError(f"messages[{index}].content parts must all be text parts")
+        content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
-        raise ChatTemplateError(f"messages[{index}].content must be a string")
+        raise ChatTemplateError(f"messages[{index}].content must be a string or a list of text parts")
     return {**message, "content": content}
