@@ -25,7 +25,7 @@ async def make_engine() -> AsyncIterator[EngineFactory]:
     engines: list[GenerationEngine] = []
 
     async def make(**settings: object) -> GenerationEngine:
-        engine = GenerationEngine.load(TINY, EngineSettings(intra_op_threads=1, **settings))  # type: ignore[arg-type]
+        engine = GenerationEngine.load(TINY, EngineSettings(**{"intra_op_threads": 1, **settings}))  # type: ignore[arg-type]
         await engine.start()
         engines.append(engine)
         return engine

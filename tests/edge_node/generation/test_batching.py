@@ -65,3 +65,10 @@ async def test_text_deltas_add_up_to_the_decoded_tokens(engine: GenerationEngine
     assert text_of(steps) == engine.tokenizer.decode(tokens_of(steps))
     assert [s.completion_tokens for s in steps] == list(range(1, 41))
     assert all(s.prompt_tokens == 12 for s in steps)
+
+
+async def test_pinned_threads_give_the_same_tokens(make_engine: EngineFactory) -> None:
+    plain = await make_engine()
+    pinned = await make_engine(pin_threads=True, intra_op_threads=2)
+    prompt = prompt_of(plain, 20)
+    assert tokens_of(await collect(pinned, prompt, GREEDY)) == tokens_of(await collect(plain, prompt, GREEDY))
