@@ -15,7 +15,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -164,13 +163,3 @@ def _worker_affinities(threads: int) -> str:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     count = threads or len(cores)
     return ";".join(str(c + 1) for c in cores[1:count])
-
-
-def describe(spec: DecoderSpec) -> dict[str, Any]:
-    """The spec as plain data (for logs and the load report)."""
-    return {
-        "layers": spec.layers,
-        "kv_heads": spec.kv_heads,
-        "head_size": spec.head_size,
-        "context": spec.context_length,
-    }
