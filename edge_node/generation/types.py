@@ -149,11 +149,12 @@ class StepOutput:
 
     ``text`` never ends inside a UTF-8 character nor inside a possible stop string: text
     held back for that comes in a later step (or is dropped if it turns into the stop
-    string). The last StepOutput of a stream has ``finish_reason`` set; it may carry no
-    token (a stream that ends on EOS or a stop string does not emit them)."""
+    string). The last StepOutput of a stream has ``finish_reason`` set; when that is EOS, its
+    token is in ``token_ids`` (and counted) but adds no text; when it is a stop string, ``text``
+    ends before it."""
 
     token_ids: tuple[int, ...]
-    """Token ids generated this step (usually one; none on a final step that ends on EOS or stop)."""
+    """Token ids generated this step (one per step today; a tuple so speculative steps can add several)."""
     text: str
     """Text delta to append; concatenating every step's ``text`` gives the whole completion."""
     finish_reason: FinishReason | None
