@@ -1,0 +1,170 @@
+"""The generation engine: one language model, continuously batched, streamed to asyncio callers.
+
+ONNX Runtime runs on the engine thread (:mod:`edge_node.generation.scheduler`); requests
+reach it through a thread-safe inbox and their steps come back to the event loop with one
+``call_soon_threadsafe`` per step, which puts each step on its stream's ``asyncio.Queue``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from edge_node import errors
+from edge_node.generation.batch import RunningBatch
+from edge_node.generation.detok import TextStream
+from edge_node.generation.kv import BlockBudget
+from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.prefix_cache import PrefixCache
+from edge_node.generation.sampling import TokenSampler
+from edge_node.generation.scheduler import Scheduler
+from edge_node.generation.sequence import Delivery
+from edge_node.generation.sequence import Sequence as _Sequence
+from edge_node.generation.settings import EngineSettings
+from edge_node.generation.tokenizer import Tokenizer
+from edge_node.generation.types import BadSampling, ContextTooLong, EngineStats, SamplingParams, StepOutput
+
+__all__ = ["GenerationEngine"]
+
+
+class GenerationEngine:
+    """Serves one decoder model (the ONNX Runtime GenAI layout) to many concurrent streams.
+
+    ``load`` (blocking: run it in a worker thread) reads the folder; ``start`` starts the
+    engine thread that runs ONNX Runtime; ``generate`` streams one request's tokens;
+    ``stop`` ends every stream and the thread. All ONNX Runtime work happens on the engine
+    thread, never on the event loop."""
+
+    def __init__(
+        self, spec: DecoderSpec, runner: DecoderRunner, tokenizer: Tokenizer, settings: EngineSettings
+    ) -> None:
+        self.spec = spec
+        """The decoder's shape (layers, heads, context, EOS ids)."""
+        self.tokenizer = tokenizer
+        """The model's tokenizer and chat template."""
+        self.settings = settings
+        self.context_length = min(spec.context_length, settings.max_context or spec.context_length)
+        """Most tokens (prompt + generated) one sequence may have."""
+        total = settings.budget_tokens(runner.bytes_per_token) // settings.block_tokens
+        self._budget = BlockBudget(total, settings.block_tokens)
+        self._cache = PrefixCache(settings.block_tokens) if settings.prefix_cache else None
+        self._batch = RunningBatch(runner, settings.max_batch, self._budget, self._cache)
+        self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
+        self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}
+        self._started = False
+
+    @classmethod
+    def load(cls, folder: Path, settings: EngineSettings) -> GenerationEngine:
+        """Load ``genai_config.json``, the tokenizer, the chat template and the ONNX session
+        from ``folder``. Blocking; raises ``ValueError`` (``ModelLoadError``,
+        ``TokenizerLoadError``) naming the file when the folder is unusable."""
+        spec = DecoderSpec.from_folder(folder)
+        tokenizer = Tokenizer.from_folder(folder)
+        runner = DecoderRunner(folder, spec, settings)
+        return cls(spec, runner, tokenizer, settings)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of KV one token takes (all layers, keys and values)."""
+        return self._batch.runner.bytes_per_token
+
+    async def start(self) -> None:
+        """Start the engine thread; ``generate`` works from now until ``stop``."""
+        if not self._started:
+            self._scheduler.start(asyncio.get_running_loop(), self._dispatch)
+            self._started = True
+
+    async def stop(self) -> None:
+        """End every stream (each gets ``ModelUnavailable``, 503) and join the engine thread."""
+        if self._started:
+            self._started = False
+            await asyncio.to_thread(self._scheduler.stop)
+            await asyncio.sleep(0)  # let the last dispatch run
+
+    def check(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        """Raise :class:`BadSampling` (empty prompt, a token id outside the vocabulary) or
+        :class:`ContextTooLong` now, without queueing anything; ``generate`` checks the same."""
+        if not prompt_ids:
+            raise BadSampling("the prompt is empty", field="prompt")
+        vocab = self.spec.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise BadSampling(f"prompt token ids must be in [0, {vocab})", field="prompt")
+        need = len(prompt_ids) + params.max_tokens
+        if need > self.context_length:
+            raise ContextTooLong(
+                f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
+                f"model's context of {self.context_length} tokens",
+                prompt_tokens=len(prompt_ids),
+                max_tokens=params.max_tokens,
+                context=self.context_length,
+            )
+        if self._budget.blocks_for(need) > self._budget.total:
+            raise ContextTooLong(
+                f"the prompt plus max_tokens ({need} tokens) exceeds this node's KV budget "
+                f"of {self._budget.total * self._budget.block_tokens} tokens",
+                prompt_tokens=len(prompt_ids),
+                max_tokens=params.max_tokens,
+                context=self._budget.total * self._budget.block_tokens,
+            )
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str
+    ) -> AsyncIterator[StepOutput]:
+        """Stream the completion of ``prompt_ids``: one :class:`StepOutput` per token, the
+        last with ``finish_reason`` set.
+
+        Errors come from the first ``__anext__``, before any output: :class:`BadSampling`,
+        :class:`ContextTooLong`, :class:`Overloaded` (429: no KV room and the waiting queue
+        full), ``ModelUnavailable`` (503: the engine is stopping). A transport that awaits the
+        first item before sending its status line can therefore answer them as HTTP errors.
+        Closing the iterator (``aclose``) or cancelling the task that iterates frees the
+        sequence's slot and KV at the next step."""
+        self.check(prompt_ids, params)
+        if not self._started:
+            raise errors.ModelUnavailable("the generation engine is not running")
+        prompt = [int(t) for t in prompt_ids]
+        seq = _Sequence(
+            request_id=request_id,
+            prompt=prompt,
+            params=params,
+            sampler=TokenSampler(params, prompt, self.spec.vocab_size),
+            text=TextStream(self.tokenizer.decode, params.stop),
+            deliver=self._scheduler.deliver,
+            limit=len(prompt) + params.max_tokens,
+        )
+        stream: asyncio.Queue[Delivery] = asyncio.Queue()
+        self._queues[seq] = stream
+        self._scheduler.submit(seq)
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            self._queues.pop(seq, None)
+            if not seq.finished:
+                self._scheduler.cancel(seq)
+
+    def _dispatch(self, deliveries: list[tuple[_Sequence, Delivery]]) -> None:
+        for seq, item in deliveries:
+            stream = self._queues.get(seq)
+            if stream is not None:
+                stream.put_nowait(item)
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the counters (running, waiting, KV blocks, prefix cache, tokens)."""
+        batch, cache = self._batch, self._cache
+        return EngineStats(
+            running=batch.size,
+            waiting=len(self._scheduler.waiting),
+            kv_blocks_used=batch.used_blocks,
+            kv_blocks_total=self._budget.total,
+            prefix_queries=cache.queries if cache is not None else 0,
+            prefix_hits=cache.hits if cache is not None else 0,
+            prompt_tokens=self._scheduler.prompt_tokens,
+            generation_tokens=self._scheduler.generation_tokens,
+            prefilled_tokens=batch.prefilled_tokens,
+        )

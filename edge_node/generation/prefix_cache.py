@@ -1,0 +1,92 @@
+"""The prefix cache: the KV of prompt prefixes seen before, in whole blocks, LRU within the budget.
+
+Block i of a sequence is keyed by a hash chain over the token ids of blocks 0…i, since its
+keys and values depend on every token before it (and on its positions, which a prefix
+shares). A hit on block i therefore implies blocks 0…i-1 match too. Looking a chain up
+touches its deepest block first, so a parent is always more recently used than its
+children and LRU eviction never strands a child whose parent is gone."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PrefixCache"]
+
+
+@dataclass(slots=True)
+class _Block:
+    parent: int
+    tokens: tuple[int, ...]
+    kv: np.ndarray
+
+
+class PrefixCache:
+    """Blocks of KV keyed by their prefix; the engine thread alone uses it."""
+
+    def __init__(self, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self._blocks: OrderedDict[int, _Block] = OrderedDict()
+        self.queries = 0
+        """Blocks looked up (total)."""
+        self.hits = 0
+        """Blocks found (total)."""
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def _chain(self, tokens: Sequence[int], blocks: int) -> list[tuple[int, int, tuple[int, ...]]]:
+        """(key, parent key, tokens) of the first ``blocks`` blocks of ``tokens``."""
+        chain, parent, size = [], 0, self.block_tokens
+        for i in range(blocks):
+            part = tuple(tokens[i * size : (i + 1) * size])
+            key = hash((parent, part))
+            chain.append((key, parent, part))
+            parent = key
+        return chain
+
+    def lookup(self, tokens: Sequence[int], max_blocks: int) -> list[np.ndarray]:
+        """The cached KV of the longest run of leading blocks of ``tokens`` (at most ``max_blocks``)."""
+        found: list[tuple[int, _Block]] = []
+        chain = self._chain(tokens, max_blocks)
+        self.queries += len(chain)
+        for key, parent, part in chain:
+            block = self._blocks.get(key)
+            if block is None or block.parent != parent or block.tokens != part:
+                break
+            found.append((key, block))
+        self.hits += len(found)
+        for key, _ in reversed(found):
+            self._blocks.move_to_end(key)
+        return [block.kv for _, block in found]
+
+    def missing(self, tokens: Sequence[int], blocks: int) -> list[int]:
+        """Indexes of the first ``blocks`` blocks of ``tokens`` that are not cached."""
+        return [i for i, (key, _, _) in enumerate(self._chain(tokens, blocks)) if key not in self._blocks]
+
+    def store(self, tokens: Sequence[int], blocks: dict[int, np.ndarray]) -> None:
+        """Cache ``blocks`` (block index → KV) of ``tokens``, and mark the chain up to the
+        deepest of them used, deepest first."""
+        if not blocks:
+            return
+        chain = self._chain(tokens, max(blocks) + 1)
+        for index, kv in blocks.items():
+            key, parent, part = chain[index]
+            self._blocks[key] = _Block(parent, part, kv)
+        for key, _, _ in reversed(chain):
+            if key in self._blocks:
+                self._blocks.move_to_end(key)
+
+    def evict(self) -> bool:
+        """Drop the least recently used block; False when the cache is empty."""
+        if not self._blocks:
+            return False
+        self._blocks.popitem(last=False)
+        return True
+
+    def clear(self) -> None:
+        """Drop every block."""
+        self._blocks.clear()

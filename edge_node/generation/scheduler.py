@@ -1,0 +1,203 @@
+"""The engine thread: takes requests from a thread-safe inbox, admits them within the KV
+budget, and alternates prefill chunks with decode steps of the whole running batch.
+
+Every iteration first applies what arrived (new requests, cancellations), then spends at
+most ``prefill_chunk_tokens`` on prompts (admitting the next waiting request whenever the
+previous prompt is done), then runs one decode step for every decoding row. A long prompt
+thus costs the running streams one chunk per step, never a stall for the whole prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from edge_node import errors
+from edge_node.generation.batch import RunningBatch
+from edge_node.generation.sequence import Delivery, Sequence
+from edge_node.generation.settings import EngineSettings
+from edge_node.generation.types import Overloaded
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Scheduler:
+    """Owns the running batch and the waiting queue; runs on its own thread."""
+
+    def __init__(self, batch: RunningBatch, settings: EngineSettings, eos: tuple[int, ...]) -> None:
+        self.batch = batch
+        self.settings = settings
+        self.eos = eos
+        self.waiting: deque[Sequence] = deque()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._outbox: list[tuple[Sequence, Delivery]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dispatch: Callable[[list[tuple[Sequence, Delivery]]], None] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(
+        self, loop: asyncio.AbstractEventLoop, dispatch: Callable[[list[tuple[Sequence, Delivery]]], None]
+    ) -> None:
+        """Start the thread; ``dispatch`` runs on ``loop`` with each step's deliveries."""
+        self._loop, self._dispatch = loop, dispatch
+        self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end every sequence and exit; blocks until it has."""
+        if self._thread is None:
+            return
+        self._inbox.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def submit(self, seq: Sequence) -> None:
+        """Hand a new request to the engine thread (any thread)."""
+        self._inbox.put(seq)
+
+    def cancel(self, seq: Sequence) -> None:
+        """Ask the engine thread to drop ``seq`` at its next step (any thread)."""
+        seq.cancelled = True
+        self._inbox.put(("cancel", seq))
+
+    def deliver(self, seq: Sequence, item: Delivery) -> None:
+        """Queue ``item`` for ``seq``'s stream; sent to the event loop at the end of the step."""
+        self._outbox.append((seq, item))
+
+    def _run(self) -> None:
+        if self.settings.pin_threads and hasattr(os, "sched_setaffinity"):
+            cores = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, {cores[0]})  # this thread only (Linux affinity is per thread)
+        try:
+            while self._take_inbox(block=self._idle()):
+                try:
+                    self._iterate()
+                except Exception as exc:  # a failed run ends the sequences in it, not the engine
+                    log.exception("a generation step failed")
+                    self._fail_running(errors.InferenceFailed(f"generation failed: {exc}"))
+                self._flush()
+        except Exception as exc:  # the engine thread must end its streams, never vanish silently
+            log.exception("generation engine failed")
+            self._end_all(errors.InferenceFailed(f"the generation engine failed: {exc}"))
+        else:
+            self._end_all(errors.ModelUnavailable("the model is being unloaded"))
+        self._flush()
+
+    def _idle(self) -> bool:
+        return not self.batch.decoding and self.batch.prefilling is None and not self.waiting
+
+    def _take_inbox(self, *, block: bool) -> bool:
+        """Apply everything in the inbox (waiting for the first item when idle); False on stop."""
+        while True:
+            try:
+                item = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if item is _STOP:
+                return False
+            if isinstance(item, Sequence):
+                self._add(item)
+            elif isinstance(item, tuple):
+                self._drop(item[1])
+
+    def _add(self, seq: Sequence) -> None:
+        if seq.cancelled:
+            return
+        if not self.waiting and self.batch.can_admit() and self.batch.admit(seq):
+            self.prompt_tokens += len(seq.prompt)
+        elif len(self.waiting) < self.settings.max_waiting:
+            self.waiting.append(seq)
+        else:
+            seq.finished = True
+            self.deliver(seq, _overloaded(self.settings, "no KV room or batch row, and the waiting queue is full"))
+
+    def _drop(self, seq: Sequence) -> None:
+        if seq.finished:
+            return
+        seq.finished = True
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq.slot >= 0:
+            self.batch.remove(seq)
+
+    def _iterate(self) -> None:
+        budget = self.settings.prefill_chunk_tokens
+        while budget > 0 and self._prefill_ready():
+            seq, logits, used = self.batch.prefill_step(budget)
+            budget -= used
+            if logits is not None:
+                self._first_token(seq, logits)
+        if self.batch.decoding:
+            self._decode()
+
+    def _prefill_ready(self) -> bool:
+        """A prompt is being prefilled, or the next waiting request could be admitted now."""
+        if self.batch.prefilling is not None:
+            return True
+        if not self.waiting or not self.batch.can_admit():
+            return False
+        if not self.batch.admit(self.waiting[0]):
+            return False
+        seq = self.waiting.popleft()
+        self.prompt_tokens += len(seq.prompt)
+        return True
+
+    def _first_token(self, seq: Sequence, logits: object) -> None:
+        self.batch.join(seq)
+        self._accept(seq, seq.sampler.next_token(logits))  # type: ignore[arg-type]
+
+    def _decode(self) -> None:
+        logits = self.batch.decode_step()
+        for seq, row in zip(list(self.batch.decoding), logits, strict=True):
+            self._accept(seq, seq.sampler.next_token(row))
+
+    def _accept(self, seq: Sequence, token: int) -> None:
+        self.generation_tokens += 1
+        seq.accept(token, self.eos)
+        if seq.finished or seq.cancelled:
+            seq.finished = True
+            self.batch.remove(seq)
+
+    def _fail_running(self, error: BaseException) -> None:
+        running = [*self.batch.decoding, *([self.batch.prefilling] if self.batch.prefilling else [])]
+        for seq in running:
+            if not seq.finished:
+                seq.finished = True
+                self.deliver(seq, error)
+            self.batch.remove(seq, keep_prefix=False)
+
+    def _end_all(self, error: BaseException) -> None:
+        self._fail_running(error)
+        for seq in self.waiting:
+            seq.finished = True
+            self.deliver(seq, error)
+        self.waiting.clear()
+        while True:  # requests that arrived after the stop
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Sequence):
+                self.deliver(item, error)
+
+    def _flush(self) -> None:
+        if self._outbox and self._loop is not None and self._dispatch is not None:
+            batch, self._outbox = self._outbox, []
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening any more
+                self._loop.call_soon_threadsafe(self._dispatch, batch)
+
+
+def _overloaded(settings: EngineSettings, why: str) -> Overloaded:
+    return Overloaded(f"the model is at capacity ({why}); retry later", retry_after_s=settings.retry_after_s)

@@ -1,0 +1,55 @@
+"""The generation engine's settings (one pydantic model, a section of the edge's settings)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["EngineSettings"]
+
+
+class EngineSettings(BaseModel):
+    """How one language model is served: batch size, KV budget, prefix cache, prefill chunks, threads.
+
+    The KV budget is the most KV (in tokens, bytes, or the smaller of both) that running
+    sequences may reserve plus what the prefix cache keeps; a request reserves its prompt
+    plus ``max_tokens`` when it is admitted, so a running sequence never runs out of room."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch: int = Field(16, ge=1, le=256)
+    """Most sequences in the running batch (decoded together each step)."""
+    kv_budget_tokens: int | None = Field(None, ge=1)
+    """KV budget in tokens (all layers); None: only ``kv_budget_bytes`` bounds it."""
+    kv_budget_bytes: int | None = Field(1 << 30, ge=1)
+    """KV budget in bytes; None: only ``kv_budget_tokens`` bounds it."""
+    block_tokens: int = Field(32, ge=1, le=4096)
+    """Tokens per KV block: the unit of reservations and of the prefix cache."""
+    prefix_cache: bool = True
+    """Keep the KV of prompt prefixes (whole blocks) for later prompts that start the same way."""
+    prefill_chunk_tokens: int = Field(256, ge=1)
+    """Most prompt tokens prefilled in one step; longer prompts are prefilled in chunks
+    between decode steps so the running streams keep flowing."""
+    max_waiting: int = Field(64, ge=0)
+    """Requests that may wait for KV room or a batch slot; beyond that a request gets 429."""
+    retry_after_s: float = Field(1.0, gt=0)
+    """The Retry-After hint of a 429 when the queue is full."""
+    max_context: int | None = Field(None, ge=2)
+    """Cap on prompt + max_tokens below the model's own context length (None: the model's)."""
+    intra_op_threads: int = Field(0, ge=0)
+    """ONNX Runtime intra-op threads (0: one per core)."""
+    pin_threads: bool = False
+    """Pin ONNX Runtime's intra-op threads one per core (``intra_op_thread_affinities``) and
+    the engine thread to the first core, leaving the event loop unpinned."""
+
+    @model_validator(mode="after")
+    def _a_budget(self) -> EngineSettings:
+        if self.kv_budget_tokens is None and self.kv_budget_bytes is None:
+            raise ValueError("set kv_budget_tokens or kv_budget_bytes (or both)")
+        return self
+
+    def budget_tokens(self, bytes_per_token: int) -> int:
+        """The KV budget in tokens for a model whose KV takes ``bytes_per_token`` per token."""
+        limits = [self.kv_budget_tokens] if self.kv_budget_tokens is not None else []
+        if self.kv_budget_bytes is not None:
+            limits.append(self.kv_budget_bytes // max(1, bytes_per_token))
+        return min(limits)
