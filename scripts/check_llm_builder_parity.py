@@ -42,7 +42,8 @@ def run(session: ort.InferenceSession, shape: DecoderShape, ids: np.ndarray, pas
         for j, kind in enumerate(("key", "value")):
             empty = np.zeros((b, shape.kv_heads, 0, shape.head_size), np.float32)
             feeds[f"past_key_values.{i}.{kind}"] = empty if past is None else past[2 * i + j]
-    return session.run(None, feeds)
+    names = ["logits"] + [f"present.{i}.{kind}" for i in range(shape.layers) for kind in ("key", "value")]
+    return session.run(names, feeds)
 
 
 def nodes(path: Path) -> list[bytes]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +22,12 @@ import onnx
 from onnx import TensorProto, helper
 
 from modelfleet.zoo.external import DATA_FILE, MODEL_FILE, ExternalDataWriter
+from modelfleet.zoo.llm.decoder_shape import DecoderShape, Weights, WeightSource, rotary_caches
 
 #: What the builder stamps on its graphs (ONNX opset 22 and the contrib domain, IR 10).
 OPSET = 22
 IR_VERSION = 10
 PRODUCER = "modelfleet.zoo.llm"
-#: Standard deviation of the random weights (Hugging Face's ``initializer_range`` for Llama).
-INIT_STD = 0.02
 
 INPUT_IDS, ATTENTION_MASK, LOGITS = "input_ids", "attention_mask", "logits"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"
@@ -39,112 +37,6 @@ _MASK = "/model/attn_mask_reformat/attn_mask_subgraph"
 _SEQLENS, _TOTAL = f"{_MASK}/Sub/Cast/output_0", f"{_MASK}/Gather/Cast/output_0"
 _ONE_1D, _ONE = "/model/constants/INT64/[1]", "/model/constants/INT64/1"
 _BATCH, _SEQ, _TOTAL_SEQ, _PAST_SEQ = "batch_size", "sequence_length", "total_sequence_length", "past_sequence_length"
-
-
-@dataclass(frozen=True)
-class DecoderShape:
-    """The dimensions of a Llama decoder (Hugging Face ``LlamaConfig``'s, by other names)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    #: Tokens in the vocabulary; ``None``: as many as the tokenizer the model is written with.
-    vocab: int | None = None
-    #: Longest sequence (prompt and generated): the length of the rotary caches.
-    context: int = 2048
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.hidden % self.heads or self.heads % self.kv_heads or (self.hidden // self.heads) % 2:
-            raise ValueError(
-                f"hidden {self.hidden} must split into {self.heads} heads of an even size, in groups of kv"
-            )
-
-    @property
-    def head_size(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def qkv_width(self) -> int:
-        """Columns of the packed Q, K, V projection."""
-        return (self.heads + 2 * self.kv_heads) * self.head_size
-
-    def parameters(self) -> int:
-        """Weights in the graph (rotary caches aside), with untied embedding and LM head."""
-        vocab = self.vocab or 0
-        per_layer = self.hidden * (self.qkv_width + self.hidden + 3 * self.intermediate) + 2 * self.hidden
-        return self.layers * per_layer + 2 * vocab * self.hidden + self.hidden
-
-
-#: Weights by Hugging Face name, in Hugging Face's layout (``[out, in]`` for projections).
-Weights = dict[str, np.ndarray]
-
-
-def hf_weight_shapes(shape: DecoderShape) -> dict[str, tuple[int, ...]]:
-    """The tensors of ``LlamaForCausalLM``'s state dict for ``shape`` (``vocab`` resolved)."""
-    if shape.vocab is None:
-        raise ValueError("the shape's vocabulary size is not resolved")
-    h, kv = shape.hidden, shape.kv_heads * shape.head_size
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (shape.vocab, h)}
-    for i in range(shape.layers):
-        p = f"model.layers.{i}."
-        shapes |= {
-            p + "input_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (h, h),
-            p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.o_proj.weight": (h, h),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (shape.intermediate, h),
-            p + "mlp.up_proj.weight": (shape.intermediate, h),
-            p + "mlp.down_proj.weight": (h, shape.intermediate),
-        }
-    shapes |= {"model.norm.weight": (h,), "lm_head.weight": (shape.vocab, h)}
-    return shapes
-
-
-def rotary_caches(shape: DecoderShape) -> tuple[np.ndarray, np.ndarray]:
-    """``[context, head_size / 2]`` cos and sin of position times frequency, as the builder makes them."""
-    dim = shape.head_size
-    inv_freq = np.float32(1.0) / (np.float32(shape.rope_theta) ** (np.arange(0, dim, 2).astype(np.float32) / dim))
-    freqs = np.outer(np.arange(shape.context, dtype=np.float32), inv_freq.astype(np.float32))
-    # cos and sin in float64, rounded once: within one float32 step of torch's (which the builder uses).
-    return np.cos(freqs, dtype=np.float64).astype(np.float32), np.sin(freqs, dtype=np.float64).astype(np.float32)
-
-
-class _WeightSource:
-    """Each graph initializer, in the builder's layout, from given weights or seeded random ones."""
-
-    def __init__(self, shape: DecoderShape, seed: int, weights: Weights | None) -> None:
-        self.shapes = hf_weight_shapes(shape)
-        self.seed, self.weights = seed, weights
-        if weights is not None:
-            given = weights.keys() | ({"lm_head.weight"} if "lm_head.weight" not in weights else set())
-            missing = sorted(self.shapes.keys() - given)
-            if missing:
-                raise ValueError(f"weights miss {missing[:3]}{' …' if len(missing) > 3 else ''}")
-
-    def hf(self, name: str) -> np.ndarray:
-        """One tensor by its Hugging Face name (a tied LM head is the embedding)."""
-        shape = self.shapes[name]
-        if self.weights is not None:
-            if name == "lm_head.weight" and name not in self.weights:
-                name = "model.embed_tokens.weight"
-            array = np.asarray(self.weights[name], dtype=np.float32)
-            if array.shape != shape:
-                raise ValueError(f"weight {name}: shape {array.shape}, expected {shape}")
-            return array
-        if name.endswith("layernorm.weight") or name == "model.norm.weight":
-            return np.ones(shape, np.float32)
-        rng = np.random.default_rng([self.seed, list(self.shapes).index(name)])
-        return rng.standard_normal(shape, dtype=np.float32) * np.float32(INIT_STD)
-
-    def matmul(self, *names: str) -> np.ndarray:
-        """The ``[in, out]`` MatMul weight of one or more ``[out, in]`` projections, packed side by side."""
-        return np.concatenate([self.hf(n) for n in names], axis=0).T
 
 
 def _node(
@@ -226,7 +118,7 @@ def _mask_subgraph(g: _GraphWriter) -> None:
     g.add(_node("Cast", f"{_MASK}/Gather/Cast", [f"{_MASK}/Gather/output_0"], [_TOTAL], to=i32), (i32, None))
 
 
-def _attention(g: _GraphWriter, w: _WeightSource, i: int, normed: str, caches: Callable[[], tuple[str, str]]) -> str:
+def _attention(g: _GraphWriter, w: WeightSource, i: int, normed: str, caches: Callable[[], tuple[str, str]]) -> str:
     s, path, hf = g.shape, f"/model/layers.{i}/attn", f"model.layers.{i}.self_attn."
     qkv_w = g.weight(
         f"model.layers.{i}.attn.qkv_proj.MatMul.weight",
@@ -256,7 +148,7 @@ def _attention(g: _GraphWriter, w: _WeightSource, i: int, normed: str, caches: C
     return g.matmul(f"{path}/o_proj", outputs[0], o_w, s.hidden)
 
 
-def _mlp(g: _GraphWriter, w: _WeightSource, i: int, normed: str) -> str:
+def _mlp(g: _GraphWriter, w: WeightSource, i: int, normed: str) -> str:
     s, path, hf = g.shape, f"/model/layers.{i}/mlp", f"model.layers.{i}.mlp."
     proj = {
         n: g.weight(f"model.layers.{i}.mlp.{n}.MatMul.weight", w.matmul(f"{hf}{n}.weight"))
@@ -271,7 +163,7 @@ def _mlp(g: _GraphWriter, w: _WeightSource, i: int, normed: str) -> str:
     return g.matmul(f"{path}/down_proj", f"{path}/Mul/output_0", proj["down_proj"], s.hidden)
 
 
-def _decoder_nodes(g: _GraphWriter, w: _WeightSource) -> None:
+def _decoder_nodes(g: _GraphWriter, w: WeightSource) -> None:
     s = g.shape
     _mask_subgraph(g)
     embed = g.weight("model.embed_tokens.weight", w.hf("model.embed_tokens.weight"))
@@ -344,7 +236,7 @@ def write_decoder_graph(directory: Path, shape: DecoderShape, *, seed: int = 0, 
     may be left out for tied embeddings); ``None`` draws them from ``seed``: normal with
     standard deviation ``INIT_STD``, norms at one."""
     directory.mkdir(parents=True, exist_ok=True)
-    source = _WeightSource(shape, seed, weights)
+    source = WeightSource(shape, seed, weights)
     data = ExternalDataWriter(directory / DATA_FILE)
     g = _GraphWriter(shape, data)
     try:
