@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelfleet.zoo.llm.decoder_graph import DecoderShape
+from modelfleet.zoo.llm.decoder_shape import DecoderShape
 
 #: The model ``scripts/train_llm_zoo.py`` trains (about 1.3M parameters, 5 MB in FP32).
 TRAINED_SHAPE = DecoderShape(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=384, vocab=2048, context=512)
