@@ -20,7 +20,7 @@ import onnx
 import onnxruntime as ort
 from safetensors.numpy import load_file
 
-from modelfleet.zoo.llm.decoder_graph import DecoderShape
+from modelfleet.zoo.llm.decoder_shape import DecoderShape
 from modelfleet.zoo.llm.genai_folder import write_decoder
 
 

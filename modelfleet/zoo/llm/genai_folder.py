@@ -21,10 +21,9 @@ from modelfleet.zoo.llm.decoder_graph import (
     PAST_VALUE,
     PRESENT_KEY,
     PRESENT_VALUE,
-    DecoderShape,
-    Weights,
     write_decoder_graph,
 )
+from modelfleet.zoo.llm.decoder_shape import DecoderShape, Weights
 
 GENAI_CONFIG = "genai_config.json"
 TOKENIZER_JSON = "tokenizer.json"
