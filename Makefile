@@ -86,10 +86,13 @@ TORCH_VENV ?= .torchvenv
 TORCH      ?= torch --extra-index-url https://download.pytorch.org/whl/cpu
 
 .PHONY: zoo-train
-zoo-train:  ## retrain the zoo's digits ResNet and transformer with torch (seeded, a few minutes on a CPU)
+zoo-train:  ## retrain the zoo's digits ResNet, transformer and language model with torch (seeded, minutes on a CPU)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install -q $(TORCH) numpy scikit-learn onnx onnxruntime
 	PYTHONPATH=$(CURDIR) $(TORCH_VENV)/bin/python scripts/train_zoo.py
+	# The language model: exported by ONNX Runtime GenAI's builder (which needs transformers and onnx-ir).
+	$(TORCH_VENV)/bin/python -m pip install -q transformers tokenizers safetensors onnx-ir onnxruntime-genai
+	PYTHONPATH=$(CURDIR) $(TORCH_VENV)/bin/python scripts/train_llm_zoo.py
 
 # The fixtures of what torch's default exporter writes (tests/fixtures/exported/, committed):
 # the tests that quantize them run without torch. Same torch venv as zoo-train.

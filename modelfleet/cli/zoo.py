@@ -159,3 +159,54 @@ def external(
         markup=False,
         soft_wrap=True,
     )
+
+
+class LlmShape(StrEnum):
+    """``zoo llm --shape``."""
+
+    trained = "trained"
+    tiny = "tiny"
+    large = "200m"
+
+
+@zoo_app.command("llm")
+@output.reported
+def llm(
+    out: Annotated[Path, typer.Option(help="Directory to write the GenAI folder into (only the files a push takes).")],
+    shape: Annotated[
+        LlmShape,
+        typer.Option(help="trained: a small Llama trained on Python's source; tiny, 200m: random weights, for speed."),
+    ] = LlmShape.trained,
+    eval_out: Annotated[
+        Path | None, typer.Option(help="Where the trained model's held-out text goes (default: OUT.eval.txt).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Weights seed of a random shape: another seed, another version.")] = 0,
+) -> None:
+    """A Llama-architecture language model in ONNX Runtime GenAI's layout (model.onnx, model.onnx.data,
+    genai_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja)."""
+    from modelfleet.zoo.llm import eval_text, trained_llm, trained_meta, write_random_llm
+
+    console = output.console()
+
+    def say(line: str) -> None:  # whole lines: a push command must survive copy and paste
+        console.print(line, markup=False, soft_wrap=True)
+
+    name = f"llm-{shape.value}"
+    if shape is LlmShape.trained:
+        shutil.copytree(trained_llm(), out, dirs_exist_ok=True)
+        meta = trained_meta()
+        about = f"trained, held-out perplexity {meta['heldout_perplexity']} (unigram {meta['unigram_perplexity']})"
+    else:
+        write_random_llm(out, shape.value, seed=seed)
+        about = "random weights"
+    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    say(f"wrote {name} (decoder, {size:,} bytes, {about}) to {out}")
+    push = f"modelfleet push {name}.tar.gz --name {name}"
+    if shape is LlmShape.trained:
+        eval_path = eval_out or out.with_name(f"{out.name}.eval.txt")
+        eval_path.write_text(eval_text(), encoding="utf-8")
+        say(f"  {eval_path}: held-out text, for judging INT4/INT8 weights")
+        push += f" --eval {eval_path}"
+    else:
+        push += " --fp32"
+    say(f"push with\n  tar -czf {name}.tar.gz -C {out} .\n  {push}")
