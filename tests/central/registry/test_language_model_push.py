@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from central.server import CentralServer
+from modelfleet.zoo.llm import eval_text, trained_llm
 from support.decoder_models import build_decoder, edit_json
 from support.external_data import build_external_mlp, tar_of
 from support.fleet import central_settings
@@ -193,3 +194,20 @@ async def test_random_weights_that_4_bits_disturb_fall_back_to_int8_and_the_repo
     assert q["samples_source"] == "eval"
     assert response.json()["manifest"]["artifact"] == q["served"] == "int8-wo"
     assert q["fallback"] == ["int4-b32", "int8-wo", "fp32"]
+
+
+async def test_the_trained_zoo_model_is_served_in_4_bits_within_the_text_guard(client: httpx.AsyncClient) -> None:
+    """The zoo's Llama trained on the stdlib's source, pushed with its held-out text: a 4-bit
+    candidate keeps perplexity within 10 % and the greedy next token at least 90 % of the time
+    (confidence bounds included), so 4 bits are served, FP32 and the others alternatives."""
+    folder = trained_llm()
+    response = await client.post(
+        PUSH.format("zoo-llm"), files=[*parts(folder), ("eval", ("eval.txt", eval_text().encode()))]
+    )
+    assert response.status_code == 201, response.text
+    manifest, q = response.json()["manifest"], response.json()["report"]["quantization"]
+    assert manifest["kind"] == "decoder" and manifest["artifact"].startswith("int4-")
+    guard = q["candidates"][manifest["artifact"]]["text_guard"]
+    assert guard["passed"] and guard["samples_source"] == "eval"
+    assert guard["perplexity_ratio"]["upper_bound"] <= 1.10 and guard["greedy_agreement"]["lower_bound"] >= 0.90
+    assert "fp32" in [a["artifact"] for a in manifest["alternatives"]]
