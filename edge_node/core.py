@@ -11,8 +11,8 @@ from edge_node.auth import NodeCredential
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
-from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
 from edge_node.generation.service import LanguageModels
+from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
 from edge_node.inference import (
     DataPlane,
     InferLimits,

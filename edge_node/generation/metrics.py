@@ -66,7 +66,7 @@ class _EngineCollector(Collector):
         self._served = served
 
     def collect(self) -> Iterable[Metric]:
-        families = {
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "prompt": CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens admitted.", labels=[_LABEL]),
             "generation": CounterMetricFamily("vllm:generation_tokens", "Tokens generated.", labels=[_LABEL]),
             "queries": CounterMetricFamily(
@@ -77,7 +77,9 @@ class _EngineCollector(Collector):
             ),
             "running": GaugeMetricFamily("vllm:num_requests_running", "Sequences in the batch.", labels=[_LABEL]),
             "waiting": GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for room.", labels=[_LABEL]),
-            "kv": GaugeMetricFamily("vllm:kv_cache_usage_perc", "Share of the KV budget in use (0..1).", labels=[_LABEL]),
+            "kv": GaugeMetricFamily(
+                "vllm:kv_cache_usage_perc", "Share of the KV budget in use (0..1).", labels=[_LABEL]
+            ),
         }
         for model in self._served():
             s = model.engine.stats()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 
 from edge_node.errors import InvalidRequest
@@ -70,7 +70,7 @@ class LanguageModels:
 
     async def stream(
         self, model: LanguageModel, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
-    ) -> AsyncIterator[StepOutput]:
+    ) -> AsyncGenerator[StepOutput]:
         """The steps of one completion, timed into the metrics. Errors (400, 429, 503) come
         from the first ``__anext__``; closing the iterator cancels the sequence in the engine."""
         rid = request_id or uuid.uuid4().hex
@@ -86,7 +86,7 @@ class LanguageModels:
                     self.metrics.finished(model.name, now - started, step.finish_reason)
                 yield step
         finally:
-            await steps.aclose()
+            await steps.aclose()  # type: ignore[attr-defined]  # the engine returns an async generator
 
 
 def _language_model(model: LoadedModel) -> LanguageModel:

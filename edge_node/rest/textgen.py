@@ -6,7 +6,7 @@ whose ``param`` names the field."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,7 @@ class Started:
     """A stream whose first step arrived: the step, the rest, and what to release at the end."""
 
     first: StepOutput
-    rest: AsyncIterator[StepOutput]
+    rest: AsyncGenerator[StepOutput]
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _closed: bool = False
 
@@ -121,7 +121,7 @@ class Started:
         if not self._closed:
             self._closed = True
             try:
-                await self.rest.aclose()  # type: ignore[attr-defined]
+                await self.rest.aclose()
             finally:
                 self._exit.close()
 
@@ -137,7 +137,7 @@ async def start_stream(
     try:
         first = await anext(steps)
     except BaseException:
-        await steps.aclose()  # type: ignore[attr-defined]
+        await steps.aclose()
         exit_stack.close()
         raise
     return Started(first, steps, exit_stack)

@@ -5,6 +5,7 @@ clear 4xx in OpenAI's error shape, cancelled streams that free their slots, vLLM
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,9 +25,7 @@ MODEL = "chat"
 
 
 @pytest.fixture
-async def lm_edge(
-    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path
-) -> EdgeServer:
+async def lm_edge(central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path) -> EdgeServer:
     """An edge serving the language model "chat" version 1 (a tiny random decoder)."""
     folder = build_decoder(tmp_path / "tiny")
     files = [("file", ("model.onnx", (folder / "model.onnx").read_bytes()))]
@@ -62,9 +61,7 @@ async def test_the_openai_client_completes_streaming_or_not_with_the_same_greedy
     whole = await client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=12, temperature=0)
     assert whole.choices[0].finish_reason in ("stop", "length") and whole.usage is not None
     assert whole.usage.completion_tokens >= 1 and whole.usage.prompt_tokens >= 1
-    stream = await client.completions.create(
-        model=MODEL, prompt="def f(x):", max_tokens=12, temperature=0, stream=True
-    )
+    stream = await client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=12, temperature=0, stream=True)
     streamed = "".join([c.choices[0].text async for c in stream if c.choices])
     assert streamed == whole.choices[0].text
 
@@ -163,4 +160,4 @@ async def test_metrics_carry_vllm_names(http: httpx.AsyncClient) -> None:
                  "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_requests_running",
                  "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
                  "vllm:prefix_cache_hits_total", "vllm:inter_token_latency_seconds_count"):  # fmt: skip
-        assert f'{name}{{model_name="{MODEL}"' in text, name
+        assert re.search(rf'^{re.escape(name)}{{[^}}]*model_name="{MODEL}"', text, re.MULTILINE), name
