@@ -161,3 +161,11 @@ async def test_metrics_carry_vllm_names(http: httpx.AsyncClient) -> None:
                  "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
                  "vllm:prefix_cache_hits_total", "vllm:inter_token_latency_seconds_count"):  # fmt: skip
         assert re.search(rf'^{re.escape(name)}{{[^}}]*model_name="{MODEL}"', text, re.MULTILINE), name
+
+
+async def test_a_long_answer_is_gzipped_and_a_stream_is_not(http: httpx.AsyncClient) -> None:
+    body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 300, "ignore_eos": True, "seed": 1}
+    whole = await http.post("/v1/completions", json=body, headers={"Accept-Encoding": "gzip"})
+    assert whole.headers.get("content-encoding") == "gzip" and whole.json()["usage"]["completion_tokens"] == 300
+    stream = await http.post("/v1/completions", json={**body, "stream": True}, headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in stream.headers and stream.text.endswith("data: [DONE]\n\n")
