@@ -8,14 +8,17 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
+from modelfleet.cli import app
 from support.decoder_models import build_decoder
 from support.fleet import EdgeFactory
 from support.wait import wait_for
@@ -169,3 +172,33 @@ async def test_a_long_answer_is_gzipped_and_a_stream_is_not(http: httpx.AsyncCli
     assert whole.headers.get("content-encoding") == "gzip" and whole.json()["usage"]["completion_tokens"] == 300
     stream = await http.post("/v1/completions", json={**body, "stream": True}, headers={"Accept-Encoding": "gzip"})
     assert "content-encoding" not in stream.headers and stream.text.endswith("data: [DONE]\n\n")
+
+
+async def test_the_cli_generates_and_chats_through_the_api(
+    lm_edge: EdgeServer, client: openai.AsyncOpenAI, tmp_path: Path
+) -> None:
+    """``modelfleet generate`` prints what the API answers (greedy: the same text streamed or
+    not); ``modelfleet chat`` streams each reply and keeps the history; a bad request is one line."""
+    expected = (await client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=8, temperature=0)).choices[
+        0
+    ]
+    config = tmp_path / "cli.toml"
+    config.write_text("", encoding="utf-8")
+    env = {"MODELFLEET_CONFIG": str(config), "MODELFLEET_URL": f"http://127.0.0.1:{lm_edge.http_port}",
+           "MODELFLEET_TOKEN": "", "COLUMNS": "200"}  # fmt: skip
+
+    def cli(*args: str, stdin: str | None = None) -> Any:
+        return CliRunner().invoke(app, list(args), env=env, input=stdin)
+
+    plain = await asyncio.to_thread(cli, "generate", MODEL, "def f(x):", "--max-tokens", "8")
+    assert plain.exit_code == 0, plain.output
+    assert plain.stdout.startswith(expected.text) and f"finish_reason {expected.finish_reason}" in plain.stdout
+    streamed = await asyncio.to_thread(cli, "generate", MODEL, "def f(x):", "--max-tokens", "8", "--stream")
+    assert streamed.exit_code == 0 and streamed.stdout.rstrip("\n") == expected.text.rstrip("\n")
+
+    talk = await asyncio.to_thread(cli, "chat", MODEL, "--max-tokens", "4", "--temperature", "0", stdin="hi\nmore\n\n")
+    assert talk.exit_code == 0, talk.output
+    assert talk.stdout.count("> ") == 3  # two turns answered, then the empty line ends it
+
+    refused = await asyncio.to_thread(cli, "generate", "no-such-model", "x")
+    assert refused.exit_code == 1 and "refused (404)" in refused.output
