@@ -37,7 +37,7 @@ from edge_node.inference.session import SessionFactory, batchable, dummy_inputs,
 from edge_node.inference.shadow import ShadowSampler
 from edge_node.settings import BatchSettings
 from fleetwire.manifest import ArtifactRef, Manifest
-from fleetwire.mqtt.payloads import ShadowInfo
+from fleetwire.mqtt.payloads import GenerationInfo, ShadowInfo
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ class LoadedModel:
         self._active = 0
         #: The generation engine of a language model (``manifest.kind`` decoder), else None.
         self.engine: GenerationEngine | None = None
+        #: (tokens generated, when) at the last ``generation_info``: its rate is since then.
+        self._token_mark: tuple[int, float] = (0, 0.0)
         #: The instant (this node's clock) a ``staged`` version becomes the default.
         self.switch_at: float | None = None
         #: When it did (this node's clock); None before.
@@ -97,6 +99,18 @@ class LoadedModel:
     def shadow_info(self) -> ShadowInfo | None:
         """Agreement with the FP32 reference on live samples so far (None: not sampled)."""
         return self.shadow.info() if self.shadow is not None else None
+
+    @property
+    def generation_info(self) -> GenerationInfo | None:
+        """A language model's engine now, tokens/s since the last call (the heartbeat's); None otherwise."""
+        if self.engine is None or self.state != "ready":
+            return None
+        stats, now = self.engine.stats(), time.monotonic()
+        tokens, since = self._token_mark
+        rate = (stats.generation_tokens - tokens) / (now - since) if now > since and since else 0.0
+        self._token_mark = (stats.generation_tokens, now)
+        return GenerationInfo(tokens_per_s=round(max(0.0, rate), 3), running=stats.running, waiting=stats.waiting,
+                              kv_usage=round(min(1.0, stats.kv_usage), 4))  # fmt: skip
 
     @property
     def active_requests(self) -> int:

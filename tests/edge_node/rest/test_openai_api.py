@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
+from fleetwire.mqtt.fast import decode_heartbeat, model_info
+from fleetwire.mqtt.payloads import Heartbeat, ModelInfo
 from modelfleet.cli import app
 from support.decoder_models import build_decoder
 from support.fleet import EdgeFactory
@@ -202,3 +204,22 @@ async def test_the_cli_generates_and_chats_through_the_api(
 
     refused = await asyncio.to_thread(cli, "generate", "no-such-model", "x")
     assert refused.exit_code == 1 and "refused (404)" in refused.output
+
+
+async def test_the_heartbeat_carries_the_engines_tokens_per_second_and_queue(
+    lm_edge: EdgeServer, client: openai.AsyncOpenAI
+) -> None:
+    """Each heartbeat reports a language model's tokens/s since the last one, running, waiting
+    and KV usage, and the fields survive the wire (decoded as central decodes them)."""
+
+    def beat() -> ModelInfo:
+        body = lm_edge.edge._heartbeat_sources().snapshot()
+        hb = Heartbeat(node_id="e1", bdseq=0, seq=0, ts=0, interval_s=1.0, models=list(body.models))
+        decoded = decode_heartbeat(hb.model_dump_json().encode())
+        return model_info(next(m for m in decoded.models if m.name == MODEL))
+
+    assert beat().generation is not None  # marks the start of the rate
+    await client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=16, temperature=0)
+    info = beat().generation
+    assert info is not None and info.tokens_per_s > 0 and info.running == 0 and info.waiting == 0
+    assert 0 <= info.kv_usage <= 1
