@@ -15,10 +15,11 @@ import uuid
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 
+from edge_node import errors
 from edge_node.errors import InvalidRequest
 from edge_node.generation.engine import GenerationEngine
 from edge_node.generation.metrics import GenerationMetrics
-from edge_node.generation.types import SamplingParams, StepOutput
+from edge_node.generation.types import Overloaded, SamplingParams, StepOutput
 from edge_node.inference.dataplane import DataPlane, check_names
 from edge_node.inference.repository import LoadedModel
 
@@ -64,7 +65,13 @@ class LanguageModels:
 
     @contextlib.contextmanager
     def admitted(self, name: str) -> Iterator[None]:
-        """Hold one in-flight place (the plane's cap, 503 when full) while the block runs."""
+        """Hold one in-flight place (the plane's cap) while the block runs. A full edge answers a
+        text request 429 with Retry-After, as a full KV budget does: what OpenAI's clients and
+        central's gateway read as "busy, retry", never as a failing node."""
+        try:
+            self.plane.check_admission(name, None)  # nothing runs between it and the place taken
+        except errors.Overloaded as exc:
+            raise Overloaded(str(exc), retry_after_s=exc.retry_after_s or 1.0) from None
         with self.plane.admitted(name, None):
             yield
 

@@ -158,6 +158,30 @@ async def test_cancelled_streams_leave_no_slot_taken(lm_edge: EdgeServer, http: 
     assert engine.stats().kv_blocks_used == 0  # the fixture's edge keeps no prefix cache
 
 
+async def test_a_thousand_streams_at_once_are_served_or_told_to_retry(lm_edge: EdgeServer) -> None:
+    """1,000 streams opened at once: each is served (200) or refused with 429 and Retry-After
+    (the waiting queue is full), none gets a 5xx, and nothing stays taken after."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 3, "temperature": 0, "stream": True, "ignore_eos": True}
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    url = f"http://127.0.0.1:{lm_edge.http_port}"
+    statuses: list[int] = []
+
+    async def one(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            await response.aread()
+            statuses.append(response.status_code)
+            if response.status_code == 429:
+                assert response.headers["retry-after"] and response.json()["error"]["code"]
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        await asyncio.gather(*(one(client) for _ in range(1000)))
+    assert len(statuses) == 1000 and set(statuses) <= {200, 429} and statuses.count(200) >= 16
+    engine = lm_edge.edge.repository.get(MODEL).engine
+    assert engine is not None
+    await wait_for(lambda: engine.stats().running == 0 and engine.stats().waiting == 0, what="slots freed")
+    await wait_for(lambda: lm_edge.edge.plane.inflight == 0, what="in-flight places freed")
+
+
 async def test_metrics_carry_vllm_names(http: httpx.AsyncClient) -> None:
     await http.post("/v1/completions", json={"model": MODEL, "prompt": "x = 1", "max_tokens": 4})
     text = (await http.get("/metrics")).text
