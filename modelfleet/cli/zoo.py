@@ -201,7 +201,7 @@ def llm(
         about = "random weights"
     size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     say(f"wrote {name} (decoder, {size:,} bytes, {about}) to {out}")
-    push = f"modelfleet push {name}.tar.gz --name {name}"
+    push = f"modelfleet push {out} --name {name}"
     if shape is LlmShape.trained:
         eval_path = eval_out or out.with_name(f"{out.name}.eval.txt")
         eval_path.write_text(eval_text(), encoding="utf-8")
@@ -209,4 +209,4 @@ def llm(
         push += f" --eval {eval_path}"
     else:
         push += " --fp32"
-    say(f"push with\n  tar -czf {name}.tar.gz -C {out} .\n  {push}")
+    say(f"push with\n  {push}")

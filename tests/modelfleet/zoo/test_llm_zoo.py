@@ -123,7 +123,7 @@ def test_the_cli_writes_a_folder_to_push_and_says_how(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["zoo", "llm", "--out", str(tmp_path / "llm"), "--shape", "tiny"])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (tmp_path / "llm").iterdir()} == GENAI_FILES
-    assert "modelfleet push llm-tiny.tar.gz --name llm-tiny" in result.output
+    assert f"modelfleet push {tmp_path / 'llm'} --name llm-tiny --fp32" in result.output
     result = CliRunner().invoke(app, ["zoo", "llm", "--out", str(tmp_path / "trained")])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (tmp_path / "trained").iterdir()} == GENAI_FILES
