@@ -116,6 +116,43 @@ class DecoderRunner:
         logits = self._run(kv, slice(slot, slot + 1), input_ids, mask)
         return logits[0, -1]
 
+    def prefill_fresh(self, kv: BatchKV, slots: Sequence[int], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+        """Run the first chunk of several prompts together (positions 0…), whatever rows
+        ``slots`` they sit in; their KV lands in the buffer. Returns the logits of each chunk's
+        last token, [rows, vocab].
+
+        GroupQueryAttention batches chunks of several tokens only with no past (its "first
+        prompt" mode; with a past it wants batch 1). So the past is empty, the chunks are
+        right-padded to the longest with the mask covering the real tokens only, and
+        ``present`` comes back as new tensors whose rows are copied into the buffer (a few
+        MB; the run itself costs far more)."""
+        rows, width = len(chunks), max(len(c) for c in chunks)
+        lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=rows)
+        input_ids = np.zeros((rows, width), dtype=np.int64)
+        for i, chunk in enumerate(chunks):
+            input_ids[i, : len(chunk)] = chunk
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        s = self.spec
+        binding = self.session.io_binding()
+        binding.bind_cpu_input(s.input_ids, input_ids)
+        binding.bind_cpu_input(s.attention_mask, mask)
+        empty = np.zeros((rows, s.kv_heads, 0, s.head_size), self.kv_dtype)
+        for layer in range(s.layers):
+            for name in (s.past_key, s.past_value):
+                binding.bind_cpu_input(name % layer, empty)
+        names = [s.logits] + [n % layer for layer in range(s.layers) for n in (s.present_key, s.present_value)]
+        for name in names:
+            binding.bind_output(name)
+        self.session.run_with_iobinding(binding)
+        logits, *present = (v.numpy() for v in binding.get_outputs())
+        for layer in range(s.layers):
+            keys, values = present[2 * layer], present[2 * layer + 1]
+            for i, (slot, n) in enumerate(zip(slots, lengths, strict=True)):
+                kv.keys[layer][slot, :, :n] = keys[i, :, :n]
+                kv.values[layer][slot, :, :n] = values[i, :, :n]
+        out: np.ndarray = logits[np.arange(rows), lengths - 1]
+        return out
+
     def decode(self, kv: BatchKV, rows: int, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """One step for rows 0…rows-1: ``tokens`` [rows] fed at positions ``lengths`` [rows].
         Returns logits [rows, vocab]."""
