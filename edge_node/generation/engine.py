@@ -16,6 +16,7 @@ from edge_node.generation.detok import TextStream
 from edge_node.generation.kv import BlockBudget
 from edge_node.generation.model import DecoderRunner, DecoderSpec
 from edge_node.generation.prefix_cache import PrefixCache
+from edge_node.generation.runners import open_runner
 from edge_node.generation.sampling import TokenSampler
 from edge_node.generation.scheduler import Scheduler
 from edge_node.generation.sequence import Delivery
@@ -60,7 +61,7 @@ class GenerationEngine:
         ``TokenizerLoadError``) naming the file when the folder is unusable."""
         spec = DecoderSpec.from_folder(folder)
         tokenizer = Tokenizer.from_folder(folder)
-        runner = DecoderRunner(folder, spec, settings)
+        runner = open_runner(folder, spec, settings)
         return cls(spec, runner, tokenizer, settings)
 
     @property

@@ -11,12 +11,13 @@ from edge_node.generation import EngineSettings, GenerationEngine, SamplingParam
 from edge_node.generation.batch import plan_chunks
 from edge_node.generation.kv import BatchKV
 from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.runners import open_runner
 from support.generation import collect, prompt_of, tokens_of
 
 
 def _runner(folder: Path) -> tuple[DecoderRunner, BatchKV]:
     spec = DecoderSpec.from_folder(folder)
-    runner = DecoderRunner(folder, spec, EngineSettings(intra_op_threads=1))
+    runner = open_runner(folder, spec, EngineSettings(intra_op_threads=1))
     kv = BatchKV(spec.layers, 4, spec.kv_heads, spec.head_size, runner.kv_dtype, 32, spec.context_length)
     kv.ensure(128, 0)
     return runner, kv
