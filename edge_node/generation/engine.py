@@ -7,6 +7,7 @@ reach it through a thread-safe inbox and their steps come back to the event loop
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from edge_node import errors
 from edge_node.generation.batch import RunningBatch
 from edge_node.generation.detok import TextStream
 from edge_node.generation.kv import BlockBudget
-from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.model import DecoderRunner, DecoderSpec, spare_cores
 from edge_node.generation.prefix_cache import PrefixCache
 from edge_node.generation.runners import open_runner
 from edge_node.generation.sampling import TokenSampler
@@ -72,8 +73,17 @@ class GenerationEngine:
     async def start(self) -> None:
         """Start the engine thread; ``generate`` works from now until ``stop``."""
         if not self._started:
+            if self.settings.pin_threads:
+                self._keep_loop_off_pinned_cores()
             self._scheduler.start(asyncio.get_running_loop(), self._dispatch)
             self._started = True
+
+    def _keep_loop_off_pinned_cores(self) -> None:
+        """Move the event loop's thread (this one) to the cores the pinned intra-op threads
+        leave free, so that neither preempts the other; with none free it stays where it is."""
+        spare = spare_cores(self.settings.intra_op_threads)
+        if spare and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, spare)
 
     async def stop(self) -> None:
         """End every stream (each gets ``ModelUnavailable``, 503) and join the engine thread."""

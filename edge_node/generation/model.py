@@ -16,7 +16,7 @@ import onnxruntime as ort
 from edge_node.generation.kv import BatchKV
 from edge_node.generation.settings import EngineSettings
 
-__all__ = ["DecoderRunner", "DecoderSpec", "ModelLoadError"]
+__all__ = ["DecoderRunner", "DecoderSpec", "ModelLoadError", "spare_cores", "usable_cores"]
 
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -132,6 +132,8 @@ def _session_options(settings: EngineSettings) -> ort.SessionOptions:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    if not settings.spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if settings.pin_threads:
         affinities = _worker_affinities(settings.intra_op_threads)
         if affinities:
@@ -142,6 +144,17 @@ def _session_options(settings: EngineSettings) -> ort.SessionOptions:
 def _worker_affinities(threads: int) -> str:
     """ORT's affinity string for the intra-op workers (the caller is thread 0, pinned by the
     engine to the first core): one logical processor each, 1-based, after the first core."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = usable_cores()
     count = threads or len(cores)
     return ";".join(str(c + 1) for c in cores[1:count])
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def spare_cores(threads: int) -> set[int]:
+    """The cores that pinned intra-op threads (``threads``; 0: one per core) leave free."""
+    cores = usable_cores()
+    return set(cores[threads:]) if threads else set()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from edge_node import errors
 from edge_node.generation.batch import RunningBatch
+from edge_node.generation.model import usable_cores
 from edge_node.generation.sequence import Delivery, Sequence
 from edge_node.generation.settings import EngineSettings
 from edge_node.generation.types import Overloaded
@@ -78,8 +79,7 @@ class Scheduler:
 
     def _run(self) -> None:
         if self.settings.pin_threads and hasattr(os, "sched_setaffinity"):
-            cores = sorted(os.sched_getaffinity(0))
-            os.sched_setaffinity(0, {cores[0]})  # this thread only (Linux affinity is per thread)
+            os.sched_setaffinity(0, {usable_cores()[0]})  # this thread only (Linux affinity is per thread)
         try:
             while self._take_inbox(block=self._idle()):
                 try:
