@@ -54,6 +54,7 @@ class GenerationEngine:
         self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
         self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}
         self._started = False
+        self._loop_cores: set[int] = set()
 
     @classmethod
     def load(cls, folder: Path, settings: EngineSettings) -> GenerationEngine:
@@ -80,9 +81,11 @@ class GenerationEngine:
 
     def _keep_loop_off_pinned_cores(self) -> None:
         """Move the event loop's thread (this one) to the cores the pinned intra-op threads
-        leave free, so that neither preempts the other; with none free it stays where it is."""
+        leave free, so that neither preempts the other (``stop`` moves it back); with none
+        free it stays where it is."""
         spare = spare_cores(self.settings.intra_op_threads)
         if spare and hasattr(os, "sched_setaffinity"):
+            self._loop_cores = os.sched_getaffinity(0)
             os.sched_setaffinity(0, spare)
 
     async def stop(self) -> None:
@@ -90,6 +93,9 @@ class GenerationEngine:
         if self._started:
             self._started = False
             await asyncio.to_thread(self._scheduler.stop)
+            if self._loop_cores:
+                os.sched_setaffinity(0, self._loop_cores)
+                self._loop_cores = set()
             await asyncio.sleep(0)  # let the last dispatch run
 
     def check(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
