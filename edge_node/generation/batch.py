@@ -1,5 +1,5 @@
-"""The running batch: which sequence sits in which KV row, prefill chunks, decode steps,
-and the KV budget shared with the prefix cache. Used by the engine thread alone."""
+"""The running batch: which sequence sits in which KV row, batched prefill chunks, decode
+steps, and the KV budget shared with the prefix cache. Used by the engine thread alone."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from edge_node.generation.model import DecoderRunner
 from edge_node.generation.prefix_cache import PrefixCache
 from edge_node.generation.sequence import Sequence
 
-__all__ = ["RunningBatch"]
+__all__ = ["RunningBatch", "plan_chunks"]
 
 
 class RunningBatch:
-    """Decoding sequences in rows 0…n-1, the one being prefilled in row n."""
+    """Decoding sequences in rows 0…n-1, those being prefilled in rows n…n+k-1 (in order)."""
 
     def __init__(self, runner: DecoderRunner, rows: int, budget: BlockBudget, cache: PrefixCache | None) -> None:
         spec = runner.spec
@@ -26,26 +26,36 @@ class RunningBatch:
             spec.layers, rows, spec.kv_heads, spec.head_size, runner.kv_dtype, budget.block_tokens, spec.context_length
         )
         self.decoding: list[Sequence] = []
-        self.prefilling: Sequence | None = None
+        self.prefilling: list[Sequence] = []
         self.prefilled_tokens = 0
 
     @property
     def size(self) -> int:
         """Sequences holding a row."""
-        return len(self.decoding) + (self.prefilling is not None)
+        return len(self.decoding) + len(self.prefilling)
+
+    @property
+    def running(self) -> list[Sequence]:
+        """Every sequence holding a row, in row order."""
+        return [*self.decoding, *self.prefilling]
 
     @property
     def used_blocks(self) -> int:
         """Blocks reserved by sequences plus blocks kept by the prefix cache."""
         return self.budget.reserved + (len(self.cache) if self.cache is not None else 0)
 
+    @property
+    def prompt_backlog(self) -> int:
+        """Prompt tokens admitted but not prefilled yet."""
+        return sum(len(s.prompt) - s.length for s in self.prefilling)
+
     def can_admit(self) -> bool:
-        """A row is free and no prefill is under way."""
-        return self.prefilling is None and len(self.decoding) < self.rows
+        """A row is free."""
+        return self.size < self.rows
 
     def admit(self, seq: Sequence) -> bool:
-        """Give ``seq`` the prefill row if its KV fits the budget (evicting cached prefixes
-        as needed); False leaves it waiting."""
+        """Give ``seq`` the next row for prefill if its KV fits the budget (evicting cached
+        prefixes as needed); False leaves it waiting."""
         need = self.budget.blocks_for(seq.limit)
         hits = self._cached_prefix(seq)
         while self.used_blocks + need > self.budget.total and self.cache is not None and self.cache.evict():
@@ -54,12 +64,12 @@ class RunningBatch:
             return False
         self.budget.reserved += need
         seq.reserved_blocks = need
-        seq.slot = len(self.decoding)
+        seq.slot = self.size
         self.kv.ensure(seq.limit, self._longest())
         for i, block in enumerate(hits):
             self.kv.write(seq.slot, i * self.budget.block_tokens, block)
         seq.length = seq.cached = len(hits) * self.budget.block_tokens
-        self.prefilling = seq
+        self.prefilling.append(seq)
         return True
 
     def _cached_prefix(self, seq: Sequence) -> list[np.ndarray]:
@@ -69,27 +79,45 @@ class RunningBatch:
         return self.cache.lookup(seq.prompt, (len(seq.prompt) - 1) // self.budget.block_tokens)
 
     def _longest(self) -> int:
-        rows = [*self.decoding, *([self.prefilling] if self.prefilling else [])]
-        return max((s.length for s in rows), default=0)
+        return max((s.length for s in self.running), default=0)
 
-    def prefill_step(self, budget_tokens: int) -> tuple[Sequence, np.ndarray | None, int]:
-        """Run up to ``budget_tokens`` of the prefilling sequence's prompt. Returns it, the
-        logits of its last prompt token once the prompt is done (else None), and tokens run."""
-        seq = self.prefilling
-        assert seq is not None
-        chunk = seq.prompt[seq.length : seq.length + budget_tokens]
-        logits = self.runner.prefill(self.kv, seq.slot, chunk, seq.length)
-        seq.length += len(chunk)
-        self.prefilled_tokens += len(chunk)
-        if seq.length < len(seq.prompt):
-            return seq, None, len(chunk)
-        self.prefilling = None
-        self._store_prefix(seq, len(seq.prompt))
-        return seq, logits, len(chunk)
+    def prefill_step(self, budget_tokens: int) -> tuple[list[tuple[Sequence, np.ndarray]], int]:
+        """Run the next prompt work: the first chunks of the fresh prompts (nothing cached,
+        nothing run yet) together in one session run (see :func:`plan_chunks`), else the next
+        chunk of the first prompt under way. Returns the sequences whose prompt is now done
+        with the logits of their last prompt token, and the prompt tokens run."""
+        fresh = [s for s in self.prefilling if s.length == 0]
+        if fresh:
+            lengths = plan_chunks([len(s.prompt) for s in fresh], budget_tokens)
+            group = fresh[: len(lengths)]
+            chunks = [s.prompt[:n] for s, n in zip(group, lengths, strict=True)]
+            logits = self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks)
+        else:
+            seq = self.prefilling[0]
+            lengths = [min(len(seq.prompt) - seq.length, budget_tokens)]
+            group = [seq]
+            logits = self.runner.prefill(
+                self.kv, seq.slot, seq.prompt[seq.length : seq.length + lengths[0]], seq.length
+            )[None]
+        done: list[tuple[Sequence, np.ndarray]] = []
+        for seq, n, row in zip(group, lengths, logits, strict=True):
+            seq.length += n
+            if seq.length == len(seq.prompt):
+                self._store_prefix(seq, len(seq.prompt))
+                done.append((seq, row))
+        self.prefilled_tokens += sum(lengths)
+        return done, sum(lengths)
 
     def join(self, seq: Sequence) -> None:
-        """The sequence just prefilled (still in row n) starts decoding."""
-        assert seq.slot == len(self.decoding)
+        """A sequence whose prompt is done starts decoding: it swaps rows with the first
+        prefilling row, so decoding rows stay 0…n-1."""
+        first = self.prefilling[0]
+        if first is not seq:
+            self.kv.swap_rows(first.slot, seq.slot, max(first.length, seq.length))
+            index = self.prefilling.index(seq)
+            first.slot, seq.slot = seq.slot, first.slot
+            self.prefilling[index] = first
+        self.prefilling.pop(0)
         self.decoding.append(seq)
 
     def decode_step(self) -> np.ndarray:
@@ -103,25 +131,35 @@ class RunningBatch:
 
     def remove(self, seq: Sequence, *, keep_prefix: bool = True) -> None:
         """Take ``seq`` out of the batch (finished or cancelled), free its row and reservation;
-        its full blocks go to the prefix cache when ``keep_prefix``."""
+        its full blocks go to the prefix cache when ``keep_prefix``. Rows stay contiguous:
+        the last decoding row fills a decoding hole, the last prefilling row any hole left."""
         if keep_prefix:
             self._store_prefix(seq, seq.length)
-        if seq is self.prefilling:
-            self.prefilling = None
-        elif seq in self.decoding:
-            last = self.decoding.pop()
-            if last is not seq:
-                index = self.decoding.index(seq)
-                self.kv.move_row(last.slot, seq.slot, last.length)
-                last.slot = seq.slot
-                self.decoding[index] = last
-            if self.prefilling is not None:
-                self.kv.move_row(self.prefilling.slot, len(self.decoding), self.prefilling.length)
-                self.prefilling.slot = len(self.decoding)
+        if seq in self.decoding:
+            self._fill(self.decoding, seq)
+            if self.prefilling:  # the decoding rows shrank by one: the last prefilling row moves down
+                last = self.prefilling.pop()
+                self._move(last, len(self.decoding))
+                self.prefilling.insert(0, last)
+        elif seq in self.prefilling:
+            self._fill(self.prefilling, seq)
         self.budget.reserved -= seq.reserved_blocks
         seq.reserved_blocks, seq.slot = 0, -1
         if self.size == 0:
             self.kv.release()
+
+    def _fill(self, rows: list[Sequence], seq: Sequence) -> None:
+        """Drop ``seq`` from ``rows``, moving the last of them into its row."""
+        last = rows.pop()
+        if last is not seq:
+            index = rows.index(seq)
+            self._move(last, seq.slot)
+            rows[index] = last
+
+    def _move(self, seq: Sequence, slot: int) -> None:
+        if seq.slot != slot:
+            self.kv.move_row(seq.slot, slot, seq.length)
+            seq.slot = slot
 
     def _store_prefix(self, seq: Sequence, tokens_with_kv: int) -> None:
         """Copy the sequence's full blocks that the cache lacks into it, as far as the budget allows."""
@@ -138,3 +176,20 @@ class RunningBatch:
                 break
             blocks[index] = self.kv.read(seq.slot, index * size, (index + 1) * size)
         self.cache.store(tokens, blocks)
+
+
+def plan_chunks(remaining: list[int], budget: int) -> list[int]:
+    """Chunk lengths for the first k prompts (``remaining`` tokens each, in row order) to run
+    together in one right-padded run of k × width tokens, at most ``budget``.
+
+    The width is the one that runs the most real prompt tokens (ties: the narrower, which
+    finishes more short prompts); a longer prompt gets a chunk of the width and continues next
+    step. One prompt alone always gets ``min(remaining, budget)``."""
+    best: tuple[int, int] = (0, 0)  # (real tokens, -width)
+    for width in sorted({min(r, budget) for r in remaining}):
+        rows = min(len(remaining), budget // width)
+        real = sum(min(r, width) for r in remaining[:rows])
+        best = max(best, (real, -width))
+    width = -best[1]
+    rows = min(len(remaining), budget // width)
+    return [min(r, width) for r in remaining[:rows]]

@@ -7,6 +7,7 @@ reach it through a thread-safe inbox and their steps come back to the event loop
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from edge_node import errors
 from edge_node.generation.batch import RunningBatch
 from edge_node.generation.detok import TextStream
 from edge_node.generation.kv import BlockBudget
-from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.model import DecoderRunner, DecoderSpec, spare_cores
 from edge_node.generation.prefix_cache import PrefixCache
+from edge_node.generation.runners import open_runner
 from edge_node.generation.sampling import TokenSampler
 from edge_node.generation.scheduler import Scheduler
 from edge_node.generation.sequence import Delivery
@@ -52,6 +54,7 @@ class GenerationEngine:
         self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
         self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}
         self._started = False
+        self._loop_cores: set[int] = set()
 
     @classmethod
     def load(cls, folder: Path, settings: EngineSettings) -> GenerationEngine:
@@ -60,7 +63,7 @@ class GenerationEngine:
         ``TokenizerLoadError``) naming the file when the folder is unusable."""
         spec = DecoderSpec.from_folder(folder)
         tokenizer = Tokenizer.from_folder(folder)
-        runner = DecoderRunner(folder, spec, settings)
+        runner = open_runner(folder, spec, settings)
         return cls(spec, runner, tokenizer, settings)
 
     @property
@@ -71,14 +74,28 @@ class GenerationEngine:
     async def start(self) -> None:
         """Start the engine thread; ``generate`` works from now until ``stop``."""
         if not self._started:
+            if self.settings.pin_threads:
+                self._keep_loop_off_pinned_cores()
             self._scheduler.start(asyncio.get_running_loop(), self._dispatch)
             self._started = True
+
+    def _keep_loop_off_pinned_cores(self) -> None:
+        """Move the event loop's thread (this one) to the cores the pinned intra-op threads
+        leave free, so that neither preempts the other (``stop`` moves it back); with none
+        free it stays where it is."""
+        spare = spare_cores(self.settings.intra_op_threads)
+        if spare and hasattr(os, "sched_setaffinity"):
+            self._loop_cores = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, spare)
 
     async def stop(self) -> None:
         """End every stream (each gets ``ModelUnavailable``, 503) and join the engine thread."""
         if self._started:
             self._started = False
             await asyncio.to_thread(self._scheduler.stop)
+            if self._loop_cores:
+                os.sched_setaffinity(0, self._loop_cores)
+                self._loop_cores = set()
             await asyncio.sleep(0)  # let the last dispatch run
 
     def check(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:

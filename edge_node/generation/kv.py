@@ -2,9 +2,10 @@
 block accounting that keeps every sequence within the budget.
 
 ``BatchKV`` holds keys and values as ``[rows, kv_heads, capacity, head_size]`` per layer.
-Running sequences occupy rows 0…n-1 (the one being prefilled sits at row n), so a decode
-step binds the contiguous view ``[:n]``; when a sequence leaves, the last row moves into its
-place (a copy of that row's used length, once, instead of a copy of the batch every step)."""
+Decoding sequences occupy rows 0…n-1 and those being prefilled the rows after them, so a
+decode step binds the contiguous view ``[:n]``; when a sequence leaves, the last row moves
+into its place (a copy of that row's used length, once, instead of a copy of the batch
+every step)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,12 @@ class BatchKV:
         for arrays in (self.keys, self.values):
             for a in arrays:
                 a[target, :, :length] = a[source, :, :length]
+
+    def swap_rows(self, a: int, b: int, length: int) -> None:
+        """Exchange the first ``length`` positions of rows ``a`` and ``b``."""
+        for arrays in (self.keys, self.values):
+            for arr in arrays:
+                arr[[a, b], :, :length] = arr[[b, a], :, :length]
 
     def read(self, row: int, start: int, stop: int) -> np.ndarray:
         """A copy of positions start…stop-1 of ``row``: ``[layers, 2, kv_heads, stop-start, head]``."""

@@ -1,12 +1,6 @@
-"""The decoder graph of a GenAI-builder folder: what ``genai_config.json`` says, and one ONNX
-Runtime session that runs prefill chunks and batched decode steps in place on a KV buffer.
-
-The builder's CPU graph (GroupQueryAttention with ``do_rotary``) derives each row's length
-and rotary positions from ``attention_mask`` (its row sum), and writes a step's keys and
-values into ``present`` at each row's own length. Binding ``past`` and ``present`` to the
-same buffer (ONNX Runtime's IOBinding; GenAI calls it ``past_present_share_buffer``) makes
-that write happen in place: rows of different lengths share one right-padded buffer, and a
-step copies no KV at all."""
+"""The decoder graph of a GenAI-layout folder: what ``genai_config.json`` says, and the
+interface of the ONNX Runtime session that runs prefill chunks and batched decode steps on
+the batch's KV buffer (its two layouts are in :mod:`edge_node.generation.runners`)."""
 
 from __future__ import annotations
 
@@ -22,7 +16,8 @@ import onnxruntime as ort
 from edge_node.generation.kv import BatchKV
 from edge_node.generation.settings import EngineSettings
 
-__all__ = ["DecoderRunner", "DecoderSpec", "ModelLoadError"]
+__all__ = ["DecoderRunner", "DecoderSpec", "ModelLoadError", "spare_cores", "usable_cores"]
+
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
@@ -49,6 +44,8 @@ class DecoderSpec:
     logits: str
     present_key: str
     present_value: str
+    position_ids: str
+    """Fed only to graphs that take it (plain attention, :class:`~edge_node.generation.runners.ConcatRunner`)."""
 
     @classmethod
     def from_folder(cls, folder: Path) -> DecoderSpec:
@@ -75,6 +72,7 @@ class DecoderSpec:
                 logits=outputs.get("logits", "logits"),
                 present_key=outputs.get("present_key_names", "present.%d.key"),
                 present_value=outputs.get("present_value_names", "present.%d.value"),
+                position_ids=inputs.get("position_ids", "position_ids"),
             )
         except FileNotFoundError as exc:
             raise ModelLoadError(f"{path.name} is missing: not a GenAI-layout language model") from exc
@@ -83,64 +81,48 @@ class DecoderSpec:
 
 
 class DecoderRunner:
-    """One ONNX Runtime session of the decoder, run only from the engine thread."""
+    """One ONNX Runtime session of the decoder, run only from the engine thread; the layouts
+    (:mod:`edge_node.generation.runners`) differ in how the KV buffer meets the graph."""
 
-    def __init__(self, folder: Path, spec: DecoderSpec, settings: EngineSettings) -> None:
+    def __init__(self, folder: Path, spec: DecoderSpec, settings: EngineSettings, *, positions: bool) -> None:
         self.spec = spec
         self.session = ort.InferenceSession(
             str(folder / spec.filename), _session_options(settings), providers=["CPUExecutionProvider"]
         )
-        self._check_graph()
+        self._check_graph(positions)
         past = {i.name: i for i in self.session.get_inputs()}[spec.past_key % 0]
         self.kv_dtype = np.dtype(_DTYPES.get(past.type, np.float32))
         self.bytes_per_token = spec.layers * 2 * spec.kv_heads * spec.head_size * self.kv_dtype.itemsize
 
-    def _check_graph(self) -> None:
+    def _check_graph(self, positions: bool) -> None:
         names = {i.name for i in self.session.get_inputs()}
         outputs = {o.name for o in self.session.get_outputs()}
         s = self.spec
         need = [s.input_ids, s.attention_mask] + [n % i for i in range(s.layers) for n in (s.past_key, s.past_value)]
+        need += [s.position_ids] if positions else []
         missing = [n for n in need if n not in names]
         missing += [n for n in [s.logits, s.present_key % 0] if n not in outputs]
         if missing:
             raise ModelLoadError(f"the graph lacks {', '.join(missing)} that genai_config.json names")
         extra = sorted(names - set(need))
-        if extra:  # position_ids and friends: graphs this engine does not drive
+        if extra:  # inputs such as token_type_ids: graphs this engine does not drive
             raise ModelLoadError(f"the graph has inputs this engine does not feed: {', '.join(extra)}")
 
     def prefill(self, kv: BatchKV, slot: int, ids: Sequence[int], start: int) -> np.ndarray:
         """Run ``ids`` (positions ``start``…) of the sequence in ``slot``; its KV lands in the
         buffer. Returns the logits of the last position, shape [vocab]."""
-        input_ids = np.asarray([ids], dtype=np.int64)
-        mask = np.ones((1, start + len(ids)), dtype=np.int64)
-        logits = self._run(kv, slice(slot, slot + 1), input_ids, mask)
-        return logits[0, -1]
+        raise NotImplementedError
+
+    def prefill_fresh(self, kv: BatchKV, slots: Sequence[int], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+        """Run the first chunk of several prompts together (positions 0…), whatever rows
+        ``slots`` they sit in; their KV lands in the buffer. Returns the logits of each chunk's
+        last token, [rows, vocab]."""
+        raise NotImplementedError
 
     def decode(self, kv: BatchKV, rows: int, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """One step for rows 0…rows-1: ``tokens`` [rows] fed at positions ``lengths`` [rows].
         Returns logits [rows, vocab]."""
-        width = int(lengths.max()) + 1
-        mask = (np.arange(width)[None, :] <= lengths[:, None]).astype(np.int64)
-        logits = self._run(kv, slice(0, rows), tokens.reshape(rows, 1).astype(np.int64), mask)
-        return logits[:, -1]
-
-    def _run(self, kv: BatchKV, rows: slice, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        s = self.spec
-        binding = self.session.io_binding()
-        binding.bind_cpu_input(s.input_ids, input_ids)
-        binding.bind_cpu_input(s.attention_mask, mask)
-        binding.bind_output(s.logits)
-        for layer in range(s.layers):
-            for past, present, buf in (
-                (s.past_key, s.present_key, kv.keys[layer]),
-                (s.past_value, s.present_value, kv.values[layer]),
-            ):
-                value = ort.OrtValue.ortvalue_from_numpy(buf[rows])
-                binding.bind_ortvalue_input(past % layer, value)
-                binding.bind_ortvalue_output(present % layer, value)
-        self.session.run_with_iobinding(binding)
-        out: np.ndarray = binding.get_outputs()[0].numpy()
-        return out
+        raise NotImplementedError
 
 
 def _session_options(settings: EngineSettings) -> ort.SessionOptions:
@@ -150,6 +132,8 @@ def _session_options(settings: EngineSettings) -> ort.SessionOptions:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    if not settings.spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if settings.pin_threads:
         affinities = _worker_affinities(settings.intra_op_threads)
         if affinities:
@@ -160,6 +144,17 @@ def _session_options(settings: EngineSettings) -> ort.SessionOptions:
 def _worker_affinities(threads: int) -> str:
     """ORT's affinity string for the intra-op workers (the caller is thread 0, pinned by the
     engine to the first core): one logical processor each, 1-based, after the first core."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = usable_cores()
     count = threads or len(cores)
     return ";".join(str(c + 1) for c in cores[1:count])
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def spare_cores(threads: int) -> set[int]:
+    """The cores that pinned intra-op threads (``threads``; 0: one per core) leave free."""
+    cores = usable_cores()
+    return set(cores[threads:]) if threads else set()

@@ -1,10 +1,11 @@
 """The engine thread: takes requests from a thread-safe inbox, admits them within the KV
 budget, and alternates prefill chunks with decode steps of the whole running batch.
 
-Every iteration first applies what arrived (new requests, cancellations), then spends at
-most ``prefill_chunk_tokens`` on prompts (admitting the next waiting request whenever the
-previous prompt is done), then runs one decode step for every decoding row. A long prompt
-thus costs the running streams one chunk per step, never a stall for the whole prompt."""
+Every iteration first applies what arrived (new requests, cancellations), then runs one
+prefill of at most ``prefill_chunk_tokens`` (padding included) for the prompts admitted,
+several prompts' chunks together in one session run, then one decode step for every
+decoding row. A long prompt thus costs the running streams one chunk per step, never a
+stall for the whole prompt."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 from edge_node import errors
 from edge_node.generation.batch import RunningBatch
+from edge_node.generation.model import usable_cores
 from edge_node.generation.sequence import Delivery, Sequence
 from edge_node.generation.settings import EngineSettings
 from edge_node.generation.types import Overloaded
@@ -77,8 +79,7 @@ class Scheduler:
 
     def _run(self) -> None:
         if self.settings.pin_threads and hasattr(os, "sched_setaffinity"):
-            cores = sorted(os.sched_getaffinity(0))
-            os.sched_setaffinity(0, {cores[0]})  # this thread only (Linux affinity is per thread)
+            os.sched_setaffinity(0, {usable_cores()[0]})  # this thread only (Linux affinity is per thread)
         try:
             while self._take_inbox(block=self._idle()):
                 try:
@@ -95,7 +96,7 @@ class Scheduler:
         self._flush()
 
     def _idle(self) -> bool:
-        return not self.batch.decoding and self.batch.prefilling is None and not self.waiting
+        return not self.batch.size and not self.waiting
 
     def _take_inbox(self, *, block: bool) -> bool:
         """Apply everything in the inbox (waiting for the first item when idle); False on stop."""
@@ -134,29 +135,23 @@ class Scheduler:
 
     def _iterate(self) -> None:
         budget = self.settings.prefill_chunk_tokens
-        while budget > 0 and self._prefill_ready():
-            seq, logits, used = self.batch.prefill_step(budget)
-            budget -= used
-            if logits is not None:
-                self._first_token(seq, logits)
+        self._admit_waiting(budget)
+        if self.batch.prefilling:
+            done, _ = self.batch.prefill_step(budget)
+            for seq, logits in done:
+                self.batch.join(seq)
+                self._accept(seq, seq.sampler.next_token(logits))
         if self.batch.decoding:
             self._decode()
 
-    def _prefill_ready(self) -> bool:
-        """A prompt is being prefilled, or the next waiting request could be admitted now."""
-        if self.batch.prefilling is not None:
-            return True
-        if not self.waiting or not self.batch.can_admit():
-            return False
-        if not self.batch.admit(self.waiting[0]):
-            return False
-        seq = self.waiting.popleft()
-        self.prompt_tokens += len(seq.prompt)
-        return True
-
-    def _first_token(self, seq: Sequence, logits: object) -> None:
-        self.batch.join(seq)
-        self._accept(seq, seq.sampler.next_token(logits))  # type: ignore[arg-type]
+    def _admit_waiting(self, budget: int) -> None:
+        """Admit waiting requests while a row and KV room are free and the prompts admitted
+        but not prefilled fall short of one step's ``budget``."""
+        while self.waiting and self.batch.can_admit() and self.batch.prompt_backlog < budget:
+            if not self.batch.admit(self.waiting[0]):
+                return
+            seq = self.waiting.popleft()
+            self.prompt_tokens += len(seq.prompt)
 
     def _decode(self) -> None:
         logits = self.batch.decode_step()
@@ -171,8 +166,7 @@ class Scheduler:
             self.batch.remove(seq)
 
     def _fail_running(self, error: BaseException) -> None:
-        running = [*self.batch.decoding, *([self.batch.prefilling] if self.batch.prefilling else [])]
-        for seq in running:
+        for seq in self.batch.running:
             if not seq.finished:
                 seq.finished = True
                 self.deliver(seq, error)

@@ -38,8 +38,12 @@ class EngineSettings(BaseModel):
     intra_op_threads: int = Field(0, ge=0)
     """ONNX Runtime intra-op threads (0: one per core)."""
     pin_threads: bool = False
-    """Pin ONNX Runtime's intra-op threads one per core (``intra_op_thread_affinities``) and
-    the engine thread to the first core, leaving the event loop unpinned."""
+    """Pin the engine thread (ONNX Runtime's intra-op thread 0) to the first core and each
+    further intra-op thread to a core of its own (``session.intra_op_thread_affinities``); the
+    event loop's thread moves to the cores left over, if any."""
+    spinning: bool = True
+    """Let idle intra-op threads spin for work (``session.intra_op.allow_spinning``); off, they
+    sleep, which leaves the cores to other processes between steps."""
 
     @model_validator(mode="after")
     def _a_budget(self) -> EngineSettings:

@@ -72,3 +72,10 @@ async def test_pinned_threads_give_the_same_tokens(make_engine: EngineFactory) -
     pinned = await make_engine(pin_threads=True, intra_op_threads=2)
     prompt = prompt_of(plain, 20)
     assert tokens_of(await collect(pinned, prompt, GREEDY)) == tokens_of(await collect(plain, prompt, GREEDY))
+
+
+async def test_pinned_threads_without_spinning_stream_the_same_tokens(make_engine: EngineFactory) -> None:
+    plain = await make_engine()
+    pinned = await make_engine(pin_threads=True, spinning=False)
+    prompt = prompt_of(plain, 20)
+    assert tokens_of(await collect(pinned, prompt, GREEDY)) == tokens_of(await collect(plain, prompt, GREEDY))
