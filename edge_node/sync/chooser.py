@@ -5,7 +5,8 @@ version with one artifact serves it; a choice this node made before for the same
 and hardware class stands (kept in ``choices.json`` across restarts); then central's
 verdict for this node's class (another node timed the artifacts: this one fetches only
 the chosen one); else, with timing on, every artifact is fetched and timed here
-(``edge_node.inference.artifact_timer``), and the losers' chunks are unpinned afterwards.
+(``edge_node.inference.artifact_timer``; a language model by decode tokens/s), and the
+losers' chunks are unpinned afterwards.
 
 The served artifact goes through assembly and loading as a manifest whose top-level fields
 describe it (``served_as``): the store and the session cache key on those. That copy keeps
@@ -172,6 +173,8 @@ class ArtifactChooser:
             return self._choice(manifest.artifact, "default", "central's default (timing is off on this node)")
         keys = {a.artifact: a.sha256 for a in manifest.artifacts()}
         try:
+            if manifest.is_language_model:
+                return self._timer.choose_decoder(paths)
             return self._timer.choose({a: (p, keys[a]) for a, p in paths.items()})
         except Exception as exc:
             log.warning("%s:%s: timing failed (%s); serving the default artifact", manifest.name, manifest.version, exc)
