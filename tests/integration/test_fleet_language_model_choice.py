@@ -76,7 +76,7 @@ async def test_a_language_models_decode_verdict_serves_the_next_node_of_the_clas
     assert timed.source == "measured" and "tokens/s b1/b8" in timed.reason
     verdicts = mqtt_central.central.verdicts
     klass = edge_a.edge.hardware_class
-    await wait_for(lambda: verdicts.get(("zoo-llm", "1"), klass) is not None, 20, "central hears the verdict")
+    await wait_for(lambda: verdicts.get(("zoo-llm", "1"), klass) is not None, 10, "central hears the verdict")
 
     edge_b = await make_edge("edge-b", mqtt_central, **_options(mosquitto))
     reused = await _choice(edge_b)
