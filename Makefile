@@ -24,6 +24,9 @@ $(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$*]'
+	# The benchmarks' baseline for language models, onnxruntime-genai, without its dependencies:
+	# it asks for the CPU onnxruntime wheel, whose module would overwrite onnxruntime-gpu's.
+	if [ "$*" = dev ]; then $(PY) -m pip install -q --no-deps 'onnxruntime-genai>=0.18,<1'; fi
 	touch $@
 
 install: $(STAMP)  ## create .venv and install modelfleet with its dev extras

@@ -483,6 +483,26 @@ class Fleet:
         doc = r.json()
         return Pushed(name, version, doc["manifest"], doc.get("report", {}), digest, size, started, acked)
 
+    def push_folder(self, name: str, version: str, folder: Path, *, eval_text: Path | None = None) -> Pushed:
+        """Push a folder as multipart: its ``model.onnx`` as ``file``, every other file (external
+        data, a language model's tokenizer and config) as ``data``; returns on the 201."""
+        graph = folder / "model.onnx"
+        with contextlib.ExitStack() as stack:
+            files: list[tuple[str, Any]] = [("file", ("model.onnx", stack.enter_context(graph.open("rb"))))]
+            files += [("data", (p.name, stack.enter_context(p.open("rb"))))
+                      for p in sorted(folder.iterdir()) if p.is_file() and p.name != "model.onnx"]  # fmt: skip
+            if eval_text is not None:
+                files.append(("eval", ("eval.txt", stack.enter_context(eval_text.open("rb")))))
+            started = time.time()
+            url = self._central_url(f"/api/v1/models/{name}/versions")
+            r = self.client.post(url, params={"version": version}, files=files)
+            acked = time.time()
+        if r.status_code != 201:
+            raise self.fail(f"push of {name}:{version} answered {r.status_code}: {r.text[:500]}", [])
+        doc = r.json()
+        return Pushed(name, version, doc["manifest"], doc.get("report", {}), sha256_of(graph), graph.stat().st_size,
+                      started, acked)  # fmt: skip
+
     def manifest(self, name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
         """``GET /api/v1/models/{name}/versions/{version}`` of central (the served artifact by default)."""
         params = {"artifact": artifact} if artifact else None

@@ -11,6 +11,7 @@ from edge_node.auth import NodeCredential
 from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
+from edge_node.generation.service import LanguageModels
 from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
 from edge_node.inference import (
     DataPlane,
@@ -75,6 +76,7 @@ class Edge:
             batching=inference.batching,
             retire_grace_s=inference.retire_grace_s,
             shadows=ShadowFactory(inference.shadow_sample, inference.shadow_queue, inference.shadow_cpu_share),
+            generation=settings.generation,
         )
         caps = settings.limits
         #: The inference service every transport (REST, KServe v2 gRPC) serves.
@@ -88,6 +90,8 @@ class Edge:
                 max_inflight_requests=caps.max_inflight_infer_requests,
             ),
         )
+        #: Generation on the plane's language models, for the text APIs (OpenAI-compatible, OIP generate).
+        self.language = LanguageModels(self.plane)
         #: ISA flags, cores and provider: nodes of one class share which artifact runs fastest.
         self.hardware_class = str(detect_hardware(factory.providers, inference.cpu_flags, inference.intra_op_threads))
         self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)

@@ -152,7 +152,9 @@ class EdgeServer:
         from edge_node.rest.app import create_app
 
         edge, tls, limits = self.edge, self.settings.tls, self.settings.limits
-        app = create_app(edge.plane, edge.status, bench_endpoints=self.settings.inference.bench_endpoints)
+        app = create_app(
+            edge.plane, edge.status, language=edge.language, bench_endpoints=self.settings.inference.bench_endpoints
+        )
         config = uvicorn.Config(
             BodyDeadline(app, limits.body_timeout_s),  # a body not in within it: 408, connection closed
             timeout_keep_alive=limits.http_idle_timeout_s,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from edge_node.auth import CredentialError, NodeCredential
+from edge_node.generation.settings import EngineSettings
 from fleetwire.deprecated import adopt_moved, refuse_moved
 from fleetwire.exposure import TLS_FIX, Listener
 from fleetwire.mqtt.broker import MOVED_CONNECTION_FIELDS, BrokerSettings
@@ -394,6 +395,13 @@ class EdgeSettings(BaseSettings):
     )
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    generation: EngineSettings = Field(
+        default_factory=EngineSettings,
+        description=(
+            "How a language-model version (manifest kind decoder) is served: continuous batch size, KV budget,"
+            " prefix cache, prefill chunks, waiting queue and threads of its generation engine."
+        ),
+    )
     broker: BrokerSettings = Field(
         default_factory=BrokerSettings, description="The MQTT broker: where it is, the login, TLS, reconnects."
     )

@@ -167,6 +167,7 @@ def models_section(
             "name": name,
             "latest": latest[name].latest if name in latest else None,
             "version_count": latest[name].versions if name in latest else len(records),
+            "kind": records[-1].manifest.kind if records else None,
             "versions": [
                 {
                     "version": r.version,

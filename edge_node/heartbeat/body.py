@@ -13,7 +13,7 @@ from typing import Protocol
 
 from edge_node.cache import CacheStats
 from edge_node.inference.load import LoadTracker
-from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, LoadInfo, ModelInfo, ShadowInfo
+from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, GenerationInfo, LoadInfo, ModelInfo, ShadowInfo
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_MODELS", "HeartbeatBody", "HeartbeatSources", "ModelReport"]
 
@@ -65,6 +65,8 @@ class ModelReport(Protocol):
     def errors(self) -> int: ...
     @property
     def shadow_info(self) -> ShadowInfo | None: ...
+    @property
+    def generation_info(self) -> GenerationInfo | None: ...
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class HeartbeatSources:
                 errors=m.errors,
                 choice=choices.get((m.name, m.version)),
                 shadow=m.shadow_info if m.state == "ready" else None,
+                generation=m.generation_info,
             )
             for m in self.models()
             if not (m.state == "retired" and (m.name, m.version) in again)

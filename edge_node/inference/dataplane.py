@@ -24,7 +24,7 @@ from edge_node.inference.load import LoadTracker
 from edge_node.inference.repository import LoadedModel, ModelRepository
 from edge_node.inference.request import InferRequest
 from edge_node.inference.triton_config import triton_config
-from fleetwire.manifest import TensorSpec
+from fleetwire.manifest import KIND_DECODER, SERVED_BY, TensorSpec
 from fleetwire.names import InvalidName, check_name
 
 __all__ = ["DataPlane", "InferLimits", "InferResult"]
@@ -124,6 +124,10 @@ class DataPlane:
         """The OIP model metadata document: versions ready here, platform, tensors."""
         model = self.model(name, version)
         versions = sorted({m.version for m in self.repository.models() if m.name == name and m.state == "ready"})
+        if model.engine is not None:  # a language model: no tensors; the text APIs serve it
+            served_by = [path.format(name=model.name) for path in SERVED_BY[KIND_DECODER]]
+            return {"name": model.name, "versions": versions, "platform": PLATFORM, "inputs": [], "outputs": [],
+                    "parameters": {"kind": KIND_DECODER, "served_by": served_by}}  # fmt: skip
         return {
             "name": model.name,
             "versions": versions,

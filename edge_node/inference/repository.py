@@ -28,7 +28,8 @@ import numpy as np
 import onnxruntime as ort
 from prometheus_client import CollectorRegistry
 
-from edge_node.errors import ModelNotFound, ModelNotReady, ModelUnavailable
+from edge_node.errors import InvalidRequest, ModelNotFound, ModelNotReady, ModelUnavailable
+from edge_node.generation import EngineSettings, GenerationEngine
 from edge_node.inference.batcher import DynamicBatcher, Tensors
 from edge_node.inference.inputs import check_inputs
 from edge_node.inference.metrics import ModelMetrics, render
@@ -36,7 +37,7 @@ from edge_node.inference.session import SessionFactory, batchable, dummy_inputs,
 from edge_node.inference.shadow import ShadowSampler
 from edge_node.settings import BatchSettings
 from fleetwire.manifest import ArtifactRef, Manifest
-from fleetwire.mqtt.payloads import ShadowInfo
+from fleetwire.mqtt.payloads import GenerationInfo, ShadowInfo
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ class LoadedModel:
         self._metrics: ModelMetrics | None = None
         self._output_names: list[str] = []
         self._active = 0
+        #: The generation engine of a language model (``manifest.kind`` decoder), else None.
+        self.engine: GenerationEngine | None = None
+        #: (tokens generated, when) at the last ``generation_info``: its rate is since then.
+        self._token_mark: tuple[int, float] = (0, 0.0)
         #: The instant (this node's clock) a ``staged`` version becomes the default.
         self.switch_at: float | None = None
         #: When it did (this node's clock); None before.
@@ -96,6 +101,18 @@ class LoadedModel:
         return self.shadow.info() if self.shadow is not None else None
 
     @property
+    def generation_info(self) -> GenerationInfo | None:
+        """A language model's engine now, tokens/s since the last call (the heartbeat's); None otherwise."""
+        if self.engine is None or self.state != "ready":
+            return None
+        stats, now = self.engine.stats(), time.monotonic()
+        tokens, since = self._token_mark
+        rate = (stats.generation_tokens - tokens) / (now - since) if now > since and since else 0.0
+        self._token_mark = (stats.generation_tokens, now)
+        return GenerationInfo(tokens_per_s=round(max(0.0, rate), 3), running=stats.running, waiting=stats.waiting,
+                              kv_usage=round(min(1.0, stats.kv_usage), 4))  # fmt: skip
+
+    @property
     def active_requests(self) -> int:
         """Requests inside ``infer`` right now (queued or running)."""
         return self._active
@@ -105,6 +122,11 @@ class LoadedModel:
 
         Raises ModelUnavailable once retired, ModelNotReady while loading or failed,
         InvalidInputs for tensors that do not fit, QueueFull when overloaded."""
+        if self.state == "ready" and self.engine is not None:
+            raise InvalidRequest(
+                f"{self.name} is a language model: use POST /v1/completions, /v1/chat/completions"
+                f" or /v2/models/{self.name}/generate"
+            )
         if self.state != "ready" or self._batcher is None:
             raise self._not_serving()
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
@@ -145,6 +167,8 @@ class LoadedModel:
         if self._batcher is not None:
             await self._batcher.close()
         self._session = None
+        if self.engine is not None:
+            await self.engine.stop()  # every open stream ends with 503
         if self.shadow is not None:
             await asyncio.to_thread(self.shadow.close)  # waits out the sample running, if any
         if self._metrics is not None:
@@ -178,8 +202,11 @@ class ModelRepository:
         metrics_registry: CollectorRegistry | None = None,
         retire_grace_s: float = 5.0,
         shadows: ShadowMaker | None = None,
+        generation: EngineSettings | None = None,
     ) -> None:
         self._factory = factory
+        #: How a language-model version's generation engine is set up.
+        self.generation = generation or EngineSettings()
         self._shadows = shadows
         self.batching = batching or BatchSettings()
         self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
@@ -247,13 +274,9 @@ class ModelRepository:
         the new version serves (or is recorded as failed); the previous default is retired in
         the background (see ``wait_retirements``).
 
-        A language model (``manifest.kind`` decoder) gets no tensor session here: its files are
-        complete on disk (``versions/<name>/<version>/<artifact>/``: graph, tokenizer, config)
-        and the generation engine serves it; it is neither loaded nor failed in this repository."""
-        if manifest.is_language_model:
-            log.info("%s version %s is a language model: its files are ready; no tensor session is made for it",
-                     manifest.name, manifest.version)  # fmt: skip
-            return
+        A language model (``manifest.kind`` decoder) gets a :class:`GenerationEngine` on its
+        assembled folder (``path``'s directory: graph, tokenizer, config) instead of a tensor
+        session; it is swapped, retired and reported like any other version."""
         existing = self._versions.get(manifest.name, {}).get(manifest.version)
         if existing is not None and existing.state in ("staged", "loading") and existing.artifact == manifest.artifact:
             existing.switch_at = switch_at  # the load under way reads it once the session is up
@@ -321,7 +344,13 @@ class ModelRepository:
 
     async def _bring_up(self, model: LoadedModel, path: Path) -> None:
         """Create the session (in a thread), reconcile its signature, warm it up, attach.
-        ORT reads the graph's external-data files from ``path``'s directory."""
+        ORT reads the graph's external-data files from ``path``'s directory. A language model
+        gets its generation engine instead, started here."""
+        if model.manifest.is_language_model:
+            engine = await asyncio.to_thread(GenerationEngine.load, path.parent, self.generation)
+            await engine.start()
+            model.engine = engine
+            return
         artifact = loaded_artifact(model.manifest, path)
         create = self._factory.create_with_info
         created = await asyncio.to_thread(create, path, session_key(artifact), artifact.total_size)

@@ -25,6 +25,7 @@ from fleetwire.mqtt.payloads import (
     MAX_WIRE_INT,
     ArtifactChoiceInfo,
     CacheInfo,
+    GenerationInfo,
     Heartbeat,
     LoadInfo,
     ModelInfo,
@@ -38,6 +39,7 @@ __all__ = [
     "DecodeError",
     "FastCache",
     "FastChoice",
+    "FastGeneration",
     "FastHeartbeat",
     "FastLoad",
     "FastModel",
@@ -94,6 +96,15 @@ class FastShadow(msgspec.Struct, frozen=True):
     dropped: _NonNegInt = 0
 
 
+class FastGeneration(msgspec.Struct, frozen=True):
+    """``GenerationInfo``."""
+
+    tokens_per_s: _NonNegFloat = 0.0
+    running: _NonNegInt = 0
+    waiting: _NonNegInt = 0
+    kv_usage: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+
+
 class FastModel(msgspec.Struct, frozen=True):
     """``ModelInfo``."""
 
@@ -105,6 +116,7 @@ class FastModel(msgspec.Struct, frozen=True):
     errors: _NonNegInt = 0
     choice: FastChoice | None = None
     shadow: FastShadow | None = None
+    generation: FastGeneration | None = None
 
 
 class FastCache(msgspec.Struct, frozen=True):
@@ -212,10 +224,14 @@ def model_info(model: FastModel | ModelInfo) -> ModelInfo:
     fields = msgspec.structs.asdict(model)
     choice = fields.pop("choice")
     shadow = fields.pop("shadow")
+    generation = fields.pop("generation")
     return ModelInfo.model_construct(
         **fields,
         choice=choice_info(choice) if choice is not None else None,
         shadow=shadow_info(shadow) if shadow is not None else None,
+        generation=GenerationInfo.model_construct(**msgspec.structs.asdict(generation))
+        if generation is not None
+        else None,
     )
 
 

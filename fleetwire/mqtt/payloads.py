@@ -119,6 +119,16 @@ class ShadowInfo(_Payload):
     )
 
 
+class GenerationInfo(_Payload):
+    """A language model's generation engine now: what central and the dashboard show per node
+    and model, and what routing by load (issue 27) reads."""
+
+    tokens_per_s: float = Field(0.0, ge=0, description="Tokens generated per second since the last heartbeat.")
+    running: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Sequences in the running batch.")
+    waiting: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Requests waiting for KV room or a batch slot.")
+    kv_usage: float = Field(0.0, ge=0, le=1, description="Share of the KV cache budget in use.")
+
+
 class ModelInfo(_Payload):
     """One model version on the node and its state (loading, ready, failed, ...).
 
@@ -140,6 +150,7 @@ class ModelInfo(_Payload):
     )
     choice: ArtifactChoiceInfo | None = Field(None, description="The artifact served, and why; absent before load.")
     shadow: ShadowInfo | None = Field(None, description="INT8 against FP32 on live samples; absent when not sampled.")
+    generation: GenerationInfo | None = Field(None, description="A language model's engine; absent for tensor models.")
 
     @model_serializer(mode="wrap")
     def _omit_zero_errors(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -153,6 +164,8 @@ class ModelInfo(_Payload):
             data.pop("reason", None)
         if data.get("shadow") is None:
             data.pop("shadow", None)
+        if data.get("generation") is None:
+            data.pop("generation", None)
         return data
 
 

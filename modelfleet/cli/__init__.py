@@ -21,7 +21,9 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 __all__ = ["COMMANDS", "FAMILIES", "app", "build_app", "main"]
 
 #: The subcommand families, in the order ``--help`` lists them.
-FAMILIES = ("services", "up", "push", "operator", "rollout", "doctor", "zoo", "token", "node_token", "keys", "pki")
+FAMILIES = (
+    "services", "up", "push", "operator", "rollout", "generate", "doctor", "zoo", "token", "node_token", "keys", "pki",
+)  # fmt: skip
 
 #: Each top-level command and the family (module of this package) that adds it;
 #: ``tests/modelfleet/test_cli_commands.py`` checks it against what the families register.
@@ -29,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "central": "services", "edge": "services", "up": "up", "push": "push",
     "models": "operator", "nodes": "operator", "events": "operator",
     "rollout": "rollout", "rollouts": "rollout", "promote": "rollout", "rollback": "rollout",
-    "flip": "rollout", "retry": "rollout",
+    "flip": "rollout", "retry": "rollout", "generate": "generate", "chat": "generate",
     "doctor": "doctor", "zoo": "zoo", "token": "token", "node-token": "node_token", "keys": "keys", "pki": "pki",
 }  # fmt: skip
 

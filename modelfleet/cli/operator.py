@@ -42,11 +42,16 @@ def models(
         output.print_json(found)
         return
     rows = [
-        (m["name"], m.get("latest") or "-", str(m["versions"]), _serves(m), output.when(m.get("created_at")))
+        (m["name"], _kind(m), m.get("latest") or "-", str(m["versions"]), _serves(m), output.when(m.get("created_at")))
         for m in found
     ]
-    headers = ("MODEL", "NEWEST", "VERSIONS", "SERVES", "CREATED")
+    headers = ("MODEL", "KIND", "NEWEST", "VERSIONS", "SERVES", "CREATED")
     output.console().print(output.table(headers, rows) if rows else "no models yet")
+
+
+def _kind(model: JsonObject) -> str:
+    """``language model`` (served by the OpenAI API and OIP generate) or ``tensor``."""
+    return "language model" if model.get("kind") == "decoder" else "tensor"
 
 
 def _serves(model: JsonObject) -> str:
@@ -98,7 +103,11 @@ def show(
         return
     columns = ("VERSION", "ARTIFACT", "SIZE", "CHUNKS", "AGREEMENT", "LABELS", "CREATED")
     out = output.console()
-    out.print(output.table(columns, [_version_row(v) for v in versions], title=f"model {name}"))
+    title = f"model {name}" + (" (language model)" if versions and versions[-1].get("kind") == "decoder" else "")
+    out.print(output.table(columns, [_version_row(v) for v in versions], title=title))
+    served_by = versions[-1].get("served_by") if versions else None
+    if served_by:
+        out.print(f"served by {', '.join(served_by)}")
     if rollout is not None:
         out.print(describe(rollout))
 

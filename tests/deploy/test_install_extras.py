@@ -25,8 +25,9 @@ from support.brokers import MosquittoBroker
 
 pytestmark = pytest.mark.fleet  # virtualenvs per image, central and edges run from them
 
-#: Only ``modelfleet up``, the zoo's digits model, tests and benchmarks use these.
-DEMO_AND_DEV = {"scikit-learn", "scipy", "skl2onnx", "amqtt", "pyyaml", "pytest", "hypothesis", "playwright"}
+#: Only ``modelfleet up``, the zoo's digits model, tests and benchmarks use these. (PyYAML is no
+#: longer one: ``tokenizers``, which language models need, brings huggingface-hub, which needs it.)
+DEMO_AND_DEV = {"scikit-learn", "scipy", "skl2onnx", "amqtt", "pytest", "hypothesis", "playwright"}
 _PIP_INSTALL = re.compile(r"^RUN \S*pip install '?\.(?:\[(?P<extras>[\w,-]+)\])?'?$", re.M)
 _READY_S = 90.0
 
@@ -61,8 +62,9 @@ def test_the_images_install_no_demo_or_dev_packages_and_only_central_gets_sympy_
     central = set(distributions(image_extras("central.Dockerfile")))
     assert edge & DEMO_AND_DEV == set()
     assert central & DEMO_AND_DEV == set()
-    # obstore: chunks on S3 (blobs.bucket); psycopg: metadata on PostgreSQL (store.url), as replicas run
-    assert central - edge == {"sympy", "mpmath", "obstore", "psycopg", "psycopg-binary", "psycopg-pool"}
+    # obstore: chunks on S3 (blobs.bucket); psycopg: metadata on PostgreSQL (store.url), as replicas run;
+    # onnx-ir: ORT's weight-only quantizer (a language model's INT4/INT8 candidates)
+    assert central - edge == {"sympy", "mpmath", "obstore", "psycopg", "psycopg-binary", "psycopg-pool", "onnx-ir"}
     assert {"scikit-learn", "skl2onnx", "amqtt", "sympy"} <= set(distributions(["demo"]))
 
 

@@ -186,6 +186,8 @@ function renderModels(s) {
     return el("div", { class: "model", "data-model": m.name },
       el("div", { class: "model-head" },
         el("span", { class: "model-name" }, m.name),
+        m.kind === "decoder" ? el("span", { class: "tag model-kind", "data-kind": "decoder",
+          title: "served by /v1/completions, /v1/chat/completions and OIP generate" }, "language model") : null,
         el("span", { class: "muted" }, `latest ${m.latest ?? "—"} · ${m.version_count} version(s)`)),
       el("div", { class: "versions" }, m.versions.map((v) =>
         el("span", { class: "tag" + (v.placed ? " version-active" : ""), "data-version": v.version,

@@ -1,0 +1,185 @@
+"""The OpenAI-compatible API of an edge: ``GET /v1/models``, ``POST /v1/completions`` and
+``POST /v1/chat/completions``, streamed as server-sent events with ``stream: true``.
+
+A thin transport over :class:`~edge_node.generation.service.LanguageModels`: it turns the
+request into prompt token ids and sampling parameters, and steps into OpenAI's objects.
+Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from edge_node.errors import EdgeError
+from edge_node.generation import StepOutput
+from edge_node.generation.service import LanguageModel, LanguageModels
+from edge_node.rest.textgen import FieldError, Started, get_typed, param_of, read_json, sampling, sse, start_stream
+
+__all__ = ["create_openai_routes", "openai_error"]
+
+log = logging.getLogger(__name__)
+
+_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
+          422: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}  # fmt: skip
+_CODES = {404: "model_not_found", 429: "rate_limit_exceeded", 503: "overloaded"}
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def openai_error(exc: EdgeError) -> dict[str, Any]:
+    """``exc`` in OpenAI's error shape."""
+    status = exc.status
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": str(exc), "type": kind, "param": param_of(exc), "code": _CODES.get(status)}}
+
+
+def error_response(exc: EdgeError) -> Response:
+    """OpenAI's error shape with the error's status (and Retry-After when it has one)."""
+    return Response(orjson.dumps(openai_error(exc)), exc.status, exc.retry_after_header, "application/json")
+
+
+def completion_prompt(model: LanguageModel, doc: dict[str, Any]) -> list[int]:
+    """``prompt``: a string, a list of one string, or a list of token ids."""
+    prompt = doc.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return model.engine.tokenizer.encode(prompt)
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return list(prompt)
+    raise FieldError("prompt must be a string, a list of one string, or a list of token ids", param="prompt")
+
+
+def chat_prompt(model: LanguageModel, doc: dict[str, Any]) -> list[int]:
+    """``messages`` rendered by the model's chat template, then encoded."""
+    messages = doc.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise FieldError("messages must be a non-empty list", param="messages")
+    plain = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            role = message.get("role") if isinstance(message, dict) else None
+            raise FieldError(f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}", param="messages")
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: only text ones
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                raise FieldError(f"messages[{i}].content: only text parts are supported", param="messages")
+            content = "".join(str(p.get("text", "")) for p in content)
+        if content is not None and not isinstance(content, str):
+            raise FieldError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+        plain.append({"role": message["role"], "content": content or ""})
+    tokenizer = model.engine.tokenizer
+    return tokenizer.encode(tokenizer.render_chat(plain), add_special_tokens=False)
+
+
+def usage(step: StepOutput) -> dict[str, Any]:
+    """OpenAI's ``usage`` from the last step."""
+    total = step.prompt_tokens + step.completion_tokens
+    details = {"cached_tokens": step.cached_tokens}
+    return {"prompt_tokens": step.prompt_tokens, "completion_tokens": step.completion_tokens,
+            "total_tokens": total, "prompt_tokens_details": details}  # fmt: skip
+
+
+class _Call:
+    """One request's identity and the shape of its objects (completion or chat)."""
+
+    def __init__(self, model: LanguageModel, chat: bool) -> None:
+        self.model, self.chat = model, chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def wrap(self, choices: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
+        kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if self.chat and stream else "")
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model.name, "choices": choices}
+
+    def choice(self, text: str | None, finish: str | None, stream: bool, first: bool = False) -> dict[str, Any]:
+        if not self.chat:
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        if not stream:
+            return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                    "logprobs": None}  # fmt: skip
+        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+
+    async def chunks(self, started: Started, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
+        """The stream's chunks: text deltas, a last one with finish_reason, then usage."""
+        if self.chat:
+            yield self.wrap([self.choice("", None, True, first=True)], True)
+        last: StepOutput | None = None
+        try:
+            async for step in started.steps():
+                last = step
+                if step.text:
+                    yield self.wrap([self.choice(step.text, None, True)], True)
+        except EdgeError as exc:  # the engine stopped mid-stream (a version swap or shutdown)
+            yield openai_error(exc)
+            return
+        if last is None:
+            return
+        yield self.wrap([self.choice(None if self.chat else "", last.finish_reason, True)], True)
+        if include_usage:
+            yield {**self.wrap([], True), "usage": usage(last)}
+
+
+def create_openai_routes(service: LanguageModels) -> APIRouter:
+    """The ``/v1`` routes over ``service``."""
+    router = APIRouter(tags=["openai"])
+    limit = service.plane.limits.max_body_bytes
+
+    @router.get("/v1/models")
+    async def models() -> Response:
+        data = [{"id": m.name, "object": "model", "created": m.created, "owned_by": "modelfleet"}
+                for m in service.served()]  # fmt: skip
+        return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+    async def complete(request: Request, chat: bool) -> Response:
+        try:
+            doc = await read_json(request, limit)
+            name = get_typed(doc, "model", str)
+            if not name:
+                raise FieldError("model is required", param="model")
+            model = service.get(name)
+            prompt = (chat_prompt if chat else completion_prompt)(model, doc)
+            params = sampling(doc, len(prompt), model.engine.context_length)
+            stream = bool(doc.get("stream"))
+            options = get_typed(doc, "stream_options", dict, {})
+            started = await start_stream(service, model, prompt, params)
+        except EdgeError as exc:
+            return error_response(exc)
+        call = _Call(model, chat)
+        if stream:
+            events = sse(call.chunks(started, bool(options.get("include_usage"))), done=True)
+            return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(started.close),
+                                     headers={"Cache-Control": "no-cache"})  # fmt: skip
+        return await _whole(call, started)
+
+    async def _whole(call: _Call, started: Started) -> Response:
+        parts: list[str] = []
+        last = started.first
+        try:
+            async for step in started.steps():
+                parts.append(step.text)
+                last = step
+        except EdgeError as exc:
+            return error_response(exc)
+        body = call.wrap([call.choice("".join(parts), last.finish_reason, False)], False)
+        return Response(orjson.dumps({**body, "usage": usage(last)}), media_type="application/json")
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await complete(request, chat=False)
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, chat=True)
+
+    return router
