@@ -55,11 +55,6 @@ async def _choice(edge: EdgeServer) -> ArtifactChoice:
     return ArtifactChoice.from_json(status["artifacts"]["zoo-llm:1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="central harvests verdicts from heartbeat models that are ready; a language model is not in the"
-    " repository (hence not in the heartbeat) until the generation engine serves it there",
-)
 async def test_a_language_models_decode_verdict_serves_the_next_node_of_the_class(
     mqtt_central: CentralServer, mosquitto: MosquittoBroker, make_edge: EdgeFactory
 ) -> None:
