@@ -169,9 +169,14 @@ class Edge:
 
     def _artifact_chooser(self, settings: EdgeSettings, factory: SessionFactory) -> ArtifactChooser:
         """Which artifact of each version this node serves: timed here with the sessions'
-        own factory (unless timing is off), remembered in data_dir across restarts."""
+        own factory, a language model's with the generation engine's settings (unless timing
+        is off), remembered in data_dir across restarts."""
         choice = settings.inference.choice
-        timer = ArtifactTimer(factory, self.hardware_class, self.node_id, choice) if choice.enabled else None
+        timer = (
+            ArtifactTimer(factory, self.hardware_class, self.node_id, choice, engine=settings.generation)
+            if choice.enabled
+            else None
+        )
         saved = SavedChoices(settings.data_dir / "choices.json")
         return ArtifactChooser(
             self.hardware_class, self.node_id, timer, saved, shadow_sample=settings.inference.shadow_sample

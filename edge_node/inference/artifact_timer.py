@@ -16,27 +16,30 @@ each candidate's median run counts. Rounds stop at ``max_rounds`` or once ``budg
 is spent (after ``min_rounds``), so a slow candidate bounds the time, not the result.
 All candidates' sessions are open at once for that (INT8 ones are a quarter of FP32's
 size): a node short of memory can turn timing off (``choice.enabled``) and serve
-central's default."""
+central's default.
+
+A language model (``Manifest.kind`` decoder) is timed by what its weight-only artifacts
+change, decode tokens/s (``decode_timer``), under the same rules (``choice.pick``)."""
 
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
 
+from edge_node.generation.settings import EngineSettings
+from edge_node.inference.choice import FP32, PIN_LABEL, ArtifactChoice, ChoiceSource, Timing, pick
+from edge_node.inference.decode_timer import DecodeTimer, tokens_per_s
 from edge_node.inference.session import SessionFactory, session_specs
 from edge_node.settings import ChoiceSettings
 from fleetwire.manifest import TensorSpec
-from fleetwire.mqtt.payloads import MAX_CHOICE_REASON, ArtifactChoiceInfo
 
 log = logging.getLogger(__name__)
 
@@ -51,86 +54,8 @@ __all__ = [
     "timing_inputs",
 ]
 
-#: The manifest label an operator pins an artifact with (``--label modelfleet.artifact=fp32``):
-#: every node serves it, timed or not, even when slower than FP32. Signed with the manifest.
-PIN_LABEL = "modelfleet.artifact"
-FP32 = "fp32"
 #: The batch sizes timed: single requests, and what the dynamic batcher makes under load.
 BATCHES = (1, 8)
-
-#: Where a served artifact's choice came from.
-ChoiceSource = Literal["measured", "verdict", "pinned", "only", "default", "central"]
-
-
-@dataclass(frozen=True)
-class ArtifactChoice:
-    """Which artifact a node serves for one version, and why."""
-
-    artifact: str
-    hardware_class: str
-    source: ChoiceSource
-    reason: str
-    speedup_b1: float | None = None
-    """FP32's time over the chosen artifact's at batch 1 (None: not timed)."""
-    speedup_b8: float | None = None
-    """The same at batch 8 (None: not timed, or the model's batch axis is fixed)."""
-    from_node: str | None = None
-    """The node whose timing this is (a verdict shared through central: another node)."""
-
-    def info(self) -> ArtifactChoiceInfo:
-        """The heartbeat's form (the reason cut to the payload's limit)."""
-        return ArtifactChoiceInfo(**{**self.as_json(), "reason": self.reason[:MAX_CHOICE_REASON]})
-
-    def as_json(self) -> dict[str, Any]:
-        """The form kept on disk and sent in heartbeats."""
-        return {k: v for k, v in vars(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ArtifactChoice:
-        """The inverse of ``as_json``; ``KeyError``/``TypeError`` on a malformed record."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Median seconds per run of one artifact at batch 1 and batch 8 (None: not timed)."""
-
-    artifact: str
-    b1_s: float
-    b8_s: float | None
-
-
-def _speedup(base: float | None, other: float | None) -> float | None:
-    if base is None or other is None or other <= 0:
-        return None
-    return round(base / other, 3)
-
-
-def pick(timings: Mapping[str, Timing], hardware_class: str, node_id: str, min_speedup: float) -> ArtifactChoice:
-    """The fastest artifact of ``timings``, never one slower than FP32 (which must be timed).
-
-    An INT8 artifact qualifies when it is at least ``min_speedup`` times as fast as FP32 at
-    every batch size timed; among those (and FP32, at 1.0) the best geometric mean of the
-    speed-ups wins."""
-    base = timings[FP32]
-    speedups = {a: (_speedup(base.b1_s, t.b1_s), _speedup(base.b8_s, t.b8_s)) for a, t in timings.items()}
-
-    def score(artifact: str) -> float:
-        found = [s for s in speedups[artifact] if s is not None]
-        return math.prod(found) ** (1 / len(found)) if found else 0.0
-
-    qualified = [a for a, s in speedups.items() if a == FP32 or all(x >= min_speedup for x in s if x is not None)]
-    best = max(qualified, key=lambda a: (score(a), a == FP32))
-    b1, b8 = speedups[best]
-    return ArtifactChoice(
-        artifact=best,
-        hardware_class=hardware_class,
-        source="measured",
-        reason=f"fastest of {len(timings)} on this node",
-        speedup_b1=b1,
-        speedup_b8=b8,
-        from_node=node_id,
-    )
 
 
 def timing_inputs(specs: list[TensorSpec], batch: int, free_dim: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -189,12 +114,15 @@ class ArtifactTimer:
         node_id: str,
         settings: ChoiceSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        engine: EngineSettings | None = None,
     ) -> None:
         self._factory = factory
         self.hardware_class = hardware_class
         self.node_id = node_id
         self.settings = settings or ChoiceSettings()
         self._clock = clock
+        #: Language models are timed by decode speed, in sessions made as ``engine`` makes them.
+        self._decode = DecodeTimer(engine or EngineSettings(), self.settings, clock)
         #: One timing at a time: two versions timed at once would each measure the other too.
         self._lock = threading.Lock()
 
@@ -213,6 +141,20 @@ class ArtifactTimer:
         summary = ", ".join(f"{t.artifact} {t.b1_s * 1e3:.2f}/{(t.b8_s or 0) * 1e3:.2f} ms" for t in timings.values())
         log.info("chose %s (%s); b1/b8 medians: %s", choice.artifact, choice.reason, summary)
         return choice
+
+    def choose_decoder(self, candidates: Mapping[str, Path]) -> ArtifactChoice:
+        """The artifact to serve among a language model's ``candidates`` (artifact → its
+        ``model.onnx``, the GenAI folder's files beside it), by decode tokens/s; the reason
+        carries each artifact's tokens/s at batch 1 and 8. FP32 must load."""
+        with self._lock:
+            timings = self._decode.time(candidates)
+        choice = pick(timings, self.hardware_class, self.node_id, self.settings.min_speedup)
+        speeds = ", ".join(
+            f"{t.artifact} {b1:.0f}/{b8 or 0:.0f}" for t in timings.values() for b1, b8 in [tokens_per_s(t)]
+        )
+        reason = f"fastest decode of {len(timings)} on this node (tokens/s b1/b8: {speeds})"
+        log.info("chose %s (%s)", choice.artifact, reason)
+        return replace(choice, reason=reason)
 
     def _open(self, candidates: Mapping[str, tuple[Path, str]]) -> dict[str, _Candidate]:
         opened: dict[str, _Candidate] = {}

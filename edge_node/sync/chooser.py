@@ -5,7 +5,8 @@ version with one artifact serves it; a choice this node made before for the same
 and hardware class stands (kept in ``choices.json`` across restarts); then central's
 verdict for this node's class (another node timed the artifacts: this one fetches only
 the chosen one); else, with timing on, every artifact is fetched and timed here
-(``edge_node.inference.artifact_timer``), and the losers' chunks are unpinned afterwards.
+(``edge_node.inference.artifact_timer``; a language model by decode tokens/s), and the
+losers' chunks are unpinned afterwards.
 
 The served artifact goes through assembly and loading as a manifest whose top-level fields
 describe it (``served_as``): the store and the session cache key on those. That copy keeps
@@ -150,8 +151,10 @@ class ArtifactChooser:
 
     def companion(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
         """The artifact assembled beside ``served`` for the live shadow (``edge_node.inference.shadow``):
-        FP32 to check a served INT8 against, or a pending INT8 candidate beside a served FP32; or None."""
-        if version.manifest.key in self.unchecked:
+        FP32 to check a served INT8 against, or a pending INT8 candidate beside a served FP32; or None.
+        A language model has none: its engine checks no request against another artifact, so a
+        reference fetched for it would only take room (an FP32 decoder is several times the 4-bit one)."""
+        if version.manifest.key in self.unchecked or version.manifest.is_language_model:
             return None
         return shadow_companion(version.manifest, served, self.shadow_sample)
 
@@ -172,6 +175,8 @@ class ArtifactChooser:
             return self._choice(manifest.artifact, "default", "central's default (timing is off on this node)")
         keys = {a.artifact: a.sha256 for a in manifest.artifacts()}
         try:
+            if manifest.is_language_model:
+                return self._timer.choose_decoder(paths)
             return self._timer.choose({a: (p, keys[a]) for a, p in paths.items()})
         except Exception as exc:
             log.warning("%s:%s: timing failed (%s); serving the default artifact", manifest.name, manifest.version, exc)

@@ -239,7 +239,8 @@ class Materializer:
         progress.error, progress.reason, progress.completed_at = None, None, time.time()
         if disk_error is not None:
             log.info("%s:%s complete after a write error (%s)", m.name, m.version, disk_error)
-        log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, choice.artifact, m.size)
+        served = m.artifact_named(choice.artifact) or m.served()
+        log.info("%s:%s complete (%s, %d bytes)", m.name, m.version, served.artifact, served.total_size)
         await self._hold(m, progress, choice)
 
     async def _hold(self, m: Manifest, progress: VersionProgress, choice: ArtifactChoice) -> None:

@@ -151,6 +151,13 @@ def test_an_int8_artifact_checked_on_live_traffic_has_fp32_fetched_beside_it() -
     assert [a.artifact for a in _timing_chooser().plan(_version(_manifest(), verdict))] == ["int8-a"]
 
 
+def test_a_language_model_served_in_4_bits_has_no_fp32_fetched_beside_it() -> None:
+    """Its engine shadows nothing: an FP32 decoder beside it would only take room."""
+    decoder = sign_manifest(_manifest().model_copy(update={"kind": "decoder", "signature": ""}), KEY)
+    shadowing = ArtifactChooser(CLASS, "edge-b", timer=object(), shadow_sample=0.01)  # type: ignore[arg-type]
+    assert [a.artifact for a in shadowing.plan(_version(decoder, SharedVerdict("int8-a", CLASS, "e")))] == ["int8-a"]
+
+
 def test_the_desired_state_carries_central_s_fallback_order() -> None:
     pb = registry_pb2.DesiredState(generation=3)
     pb.versions.add(serve=True, force_artifact="fp32").manifest.CopyFrom(manifest_to_pb(_manifest()))
