@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_node.generation.kv import BatchKV
-from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.model import DecoderSpec
+from edge_node.generation.runners import open_runner
 from edge_node.generation.settings import EngineSettings
 from edge_node.inference.choice import FP32, Timing
 from edge_node.settings import ChoiceSettings
@@ -56,7 +57,7 @@ class _Decoder:
         self.artifact = artifact
         # The store names every artifact's graph ``model.onnx``; the config next to it says the rest.
         spec = dataclasses.replace(DecoderSpec.from_folder(model.parent), filename=model.name)
-        self.runner = DecoderRunner(model.parent, spec, engine)
+        self.runner = open_runner(model.parent, spec, engine)
         rows = max(BATCHES)
         tokens = PROMPT_TOKENS + DECODE_STEPS
         self.kv = BatchKV(spec.layers, rows, spec.kv_heads, spec.head_size, self.runner.kv_dtype, tokens, tokens)
