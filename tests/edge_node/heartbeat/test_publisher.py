@@ -529,8 +529,18 @@ def test_the_first_reconnect_wait_is_drawn_in_the_upper_half_of_reconnect_min_s(
 
 def test_heartbeat_sources_snapshot_reports_what_the_sources_read() -> None:
     models = [
-        SimpleNamespace(name="m", version="1", state="failed", error="x" * 5000, errors=0, shadow_info=None),
-        SimpleNamespace(name="m", version="2", state="ready", error=None, errors=3, shadow_info=ShadowInfo(samples=4)),
+        SimpleNamespace(
+            name="m", version="1", state="failed", error="x" * 5000, errors=0, shadow_info=None, generation_info=None
+        ),
+        SimpleNamespace(
+            name="m",
+            version="2",
+            state="ready",
+            error=None,
+            errors=3,
+            shadow_info=ShadowInfo(samples=4),
+            generation_info=None,
+        ),
     ]
     refusals = {("m", "1"): "already listed", ("big", "7"): "needs 9 GB, the cache holds 1 GB"}
     stats = CacheStats(
