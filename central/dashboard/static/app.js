@@ -242,7 +242,10 @@ function renderLanguageModels(s) {
     rows.push(el("tr", { class: "empty" }, el("td", { colspan: 10, "data-role": "lm-empty" }, text)));
   }
   body.replaceChildren(...rows);
-  $("lm-total").textContent = lm.rows.length ? `${fmtNum(lm.tokens_per_s, 1)} tokens/s in all` : "";
+  // Summed here, not taken from the snapshot: a membership message may have turned a node dead since.
+  const live = lm.rows.filter((r) => nodeState({ node_id: r.node_id, state: r.node_state }) !== "dead");
+  const total = live.reduce((a, r) => a + r.tokens_per_s, 0);
+  $("lm-total").textContent = lm.rows.length ? `${fmtNum(total, 1)} tokens/s in all` : "";
 }
 
 function recordLanguageModels(s) {

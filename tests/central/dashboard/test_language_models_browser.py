@@ -3,7 +3,8 @@ Mosquitto, central and one edge as processes (``bench._fleet.Fleet``) with 0.3 s
 Before anything is pushed the panel says no language model is served; once a small decoder is
 pushed and generation requests reach the edge's ``/v1/completions``, the open page shows, by
 itself, the node and the model tagged "language model", tokens/s above zero and the TTFT p50/p99
-filled in. A screenshot is written to ``test-results/dashboard-language-models.png``."""
+filled in; the edge SIGKILLed, its row turns dead with its figures dashed. A screenshot (taken
+while serving) is written to ``test-results/dashboard-language-models.png``."""
 
 from __future__ import annotations
 
@@ -114,4 +115,8 @@ def test_the_panel_shows_a_served_language_models_tokens_per_second_and_ttft(
     assert page.inner_text(f"{ROW} td.node-id").strip() == "e0"
     assert float(figure(page, "kv")) >= 0 and int(figure(page, "running")) >= 0
     assert "tokens/s in all" in page.inner_text("#lm-total")
+
+    fleet.edges["e0"].popen.kill()  # SIGKILL: its last figures must not pass for live ones
+    page.wait_for_selector(f'{ROW}[data-state="dead"] td[data-role="tokens-per-s"][data-value=""]', timeout=WAIT_MS)
+    assert page.inner_text("#lm-total") == "0.0 tokens/s in all"
     assert page.evaluate("window.__sameDocument") is True  # it all arrived over the live stream
