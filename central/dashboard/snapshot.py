@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from central.dashboard.language_models import language_models_section
 from central.distribution import DesiredStateService
 from central.fleet_mode.protocol import SharedLiveness
 from central.gateway import GatewayProxy
@@ -242,6 +243,7 @@ def build_snapshot(sources: DashboardSources, loop_now: float, rollouts: list[di
         "central": central_section(sources),
         "nodes": nodes,
         "models": models_section(sources.registry, versions, placed, nodes),
+        "language_models": language_models_section(versions, nodes),
         "placement": placement_section(placed),
         "rollouts": rollouts,
         "events": [e.model_dump() for e in reversed(sources.liveness.events(MAX_EVENTS))],

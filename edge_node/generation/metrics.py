@@ -5,10 +5,15 @@ labelled ``model_name``.
 Latencies are histograms the service observes per stream; token counts, queue sizes, KV
 usage and prefix-cache counters are read from each engine's :meth:`stats` when scraped (a
 collector), so they cost nothing on the decode path. The counters restart with a new
-version's engine, which Prometheus' ``rate`` treats as a counter reset."""
+version's engine, which Prometheus' ``rate`` treats as a counter reset.
+
+A histogram cannot say what the p99 is *now*; each version also keeps its last TTFTs in a
+:class:`RecentLatencies` ring, whose p50/p99 the heartbeat carries (central's dashboard)."""
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -19,12 +24,40 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from edge_node.generation.service import LanguageModel
 
-__all__ = ["GenerationMetrics"]
+__all__ = ["RECENT_TTFTS", "GenerationMetrics", "RecentLatencies"]
 
 _LABEL = "model_name"
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 _ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
+#: Times to first token a version keeps for its heartbeat's p50/p99 (the newest win).
+RECENT_TTFTS = 256
+
+
+class RecentLatencies:
+    """The last ``size`` latencies of one served version, and their percentiles (nearest rank).
+
+    Appending is O(1) on the stream's path; sorting 256 floats happens once per heartbeat."""
+
+    def __init__(self, size: int = RECENT_TTFTS) -> None:
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self._seconds: deque[float] = deque(maxlen=size)
+
+    def __len__(self) -> int:
+        return len(self._seconds)
+
+    def observe(self, seconds: float) -> None:
+        """One more latency; the oldest drops out once ``size`` are kept."""
+        self._seconds.append(max(0.0, seconds))
+
+    def percentiles_ms(self, *quantiles: float) -> tuple[float, ...] | None:
+        """The kept latencies' ``quantiles`` (each in (0, 1]) in milliseconds; None when none was kept."""
+        if not self._seconds:
+            return None
+        ordered = sorted(self._seconds)
+        last = len(ordered) - 1
+        return tuple(round(1000 * ordered[min(last, max(0, math.ceil(q * len(ordered)) - 1))], 3) for q in quantiles)
 
 
 class GenerationMetrics:

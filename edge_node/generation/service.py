@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from edge_node import errors
 from edge_node.errors import InvalidRequest
 from edge_node.generation.engine import GenerationEngine
-from edge_node.generation.metrics import GenerationMetrics
+from edge_node.generation.metrics import GenerationMetrics, RecentLatencies
 from edge_node.generation.types import Overloaded, SamplingParams, StepOutput
 from edge_node.inference.dataplane import DataPlane, check_names
 from edge_node.inference.repository import LoadedModel
@@ -35,6 +35,8 @@ class LanguageModel:
     engine: GenerationEngine
     created: int
     """Unix time the version was loaded (OpenAI's ``created`` of a model)."""
+    recent_ttfts: RecentLatencies
+    """The version's last times to first token (its heartbeat's p50/p99)."""
 
 
 class LanguageModels:
@@ -87,7 +89,10 @@ class LanguageModels:
         try:
             async for step in steps:
                 now = time.perf_counter()
-                self.metrics.step(model.name, now - (last if last is not None else started), first=last is None)
+                first, seconds = last is None, now - (last if last is not None else started)
+                self.metrics.step(model.name, seconds, first=first)
+                if first:
+                    model.recent_ttfts.observe(seconds)
                 last = now
                 if step.finish_reason is not None:
                     self.metrics.finished(model.name, now - started, step.finish_reason)
@@ -99,4 +104,4 @@ class LanguageModels:
 def _language_model(model: LoadedModel) -> LanguageModel:
     assert model.engine is not None
     created = int(model.switched_at or time.time())
-    return LanguageModel(model.name, model.version, model.engine, created)
+    return LanguageModel(model.name, model.version, model.engine, created, model.recent_ttfts)

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from edge_node.errors import InvalidRequest, ModelNotFound, ModelNotReady, ModelUnavailable
 from edge_node.generation import EngineSettings, GenerationEngine
+from edge_node.generation.metrics import RecentLatencies
 from edge_node.inference.batcher import DynamicBatcher, Tensors
 from edge_node.inference.inputs import check_inputs
 from edge_node.inference.metrics import ModelMetrics, render
@@ -77,6 +78,8 @@ class LoadedModel:
         self.engine: GenerationEngine | None = None
         #: (tokens generated, when) at the last ``generation_info``: its rate is since then.
         self._token_mark: tuple[int, float] = (0, 0.0)
+        #: A language model's last times to first token (observed by the generation service).
+        self.recent_ttfts = RecentLatencies()
         #: The instant (this node's clock) a ``staged`` version becomes the default.
         self.switch_at: float | None = None
         #: When it did (this node's clock); None before.
@@ -109,8 +112,10 @@ class LoadedModel:
         tokens, since = self._token_mark
         rate = (stats.generation_tokens - tokens) / (now - since) if now > since and since else 0.0
         self._token_mark = (stats.generation_tokens, now)
+        p50, p99 = self.recent_ttfts.percentiles_ms(0.5, 0.99) or (None, None)
         return GenerationInfo(tokens_per_s=round(max(0.0, rate), 3), running=stats.running, waiting=stats.waiting,
-                              kv_usage=round(min(1.0, stats.kv_usage), 4))  # fmt: skip
+                              kv_usage=round(min(1.0, stats.kv_usage), 4),
+                              ttft_p50_ms=p50, ttft_p99_ms=p99)  # fmt: skip
 
     @property
     def active_requests(self) -> int:

@@ -103,6 +103,8 @@ class FastGeneration(msgspec.Struct, frozen=True):
     running: _NonNegInt = 0
     waiting: _NonNegInt = 0
     kv_usage: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    ttft_p50_ms: _NonNegFloat | None = None
+    ttft_p99_ms: _NonNegFloat | None = None
 
 
 class FastModel(msgspec.Struct, frozen=True):

@@ -127,6 +127,12 @@ class GenerationInfo(_Payload):
     running: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Sequences in the running batch.")
     waiting: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Requests waiting for KV room or a batch slot.")
     kv_usage: float = Field(0.0, ge=0, le=1, description="Share of the KV cache budget in use.")
+    ttft_p50_ms: float | None = Field(
+        None, ge=0, description="Median time to first token of the version's recent streams, ms; None before any."
+    )
+    ttft_p99_ms: float | None = Field(
+        None, ge=0, description="99th percentile time to first token of the version's recent streams, ms."
+    )
 
 
 class ModelInfo(_Payload):

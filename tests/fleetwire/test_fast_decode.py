@@ -16,13 +16,22 @@ from fleetwire.mqtt.fast import (
     DecodeError,
     FastCache,
     FastChoice,
+    FastGeneration,
     FastHeartbeat,
     FastLoad,
     FastModel,
     decode_heartbeat,
     decode_status,
 )
-from fleetwire.mqtt.payloads import ArtifactChoiceInfo, CacheInfo, Heartbeat, LoadInfo, ModelInfo, NodeStatus
+from fleetwire.mqtt.payloads import (
+    ArtifactChoiceInfo,
+    CacheInfo,
+    GenerationInfo,
+    Heartbeat,
+    LoadInfo,
+    ModelInfo,
+    NodeStatus,
+)
 
 PAIRS: list[tuple[type[BaseModel], type[msgspec.Struct]]] = [
     (Heartbeat, FastHeartbeat),
@@ -30,6 +39,7 @@ PAIRS: list[tuple[type[BaseModel], type[msgspec.Struct]]] = [
     (ModelInfo, FastModel),
     (CacheInfo, FastCache),
     (ArtifactChoiceInfo, FastChoice),
+    (GenerationInfo, FastGeneration),
 ]
 #: JSON Schema keywords that carry a limit; both sides must state the same ones.
 LIMITS = ("type", "minimum", "exclusiveMinimum", "maximum", "minLength", "maxLength", "maxItems", "enum", "const")
@@ -76,6 +86,9 @@ def _good() -> dict[str, Any]:
                         "reason": "fastest of 3 on this node", "speedup_b1": 1.9, "speedup_b8": 1.7,
                         "from_node": "edge-a"}},
             {"name": "m", "version": "2", "state": "failed", "error": "x", "reason": "network", "errors": 2},
+            {"name": "chat", "version": "1", "state": "ready",
+             "generation": {"tokens_per_s": 41.5, "running": 2, "waiting": 1, "kv_usage": 0.25,
+                            "ttft_p50_ms": 12.0, "ttft_p99_ms": 80.5}},
         ],
         "cache": {"bytes": 10, "capacity": 100, "hits": 1, "misses": 0},
         "grpc_address": "10.0.0.1:50051",
@@ -99,7 +112,9 @@ _PATHS = [
     ("load", "inflight"), ("models",), ("models", 0), ("models", 0, "name"), ("models", 1, "errors"),
     ("cache",), ("cache", "bytes"), ("grpc_address",), ("hardware_class",), ("models", 0, "choice"),
     ("models", 0, "choice", "artifact"), ("models", 0, "choice", "speedup_b8"), ("models", 0, "choice", "reason"),
-    ("models", 0, "choice", "from_node"), ("models", 1, "reason"),
+    ("models", 0, "choice", "from_node"), ("models", 1, "reason"), ("models", 2, "generation"),
+    ("models", 2, "generation", "kv_usage"), ("models", 2, "generation", "ttft_p50_ms"),
+    ("models", 2, "generation", "ttft_p99_ms"),
 ]  # fmt: skip
 
 

@@ -10,6 +10,7 @@ const store = {
   receivedAt: 0,     // performance.now() when it arrived (ages tick from there)
   overrides: {},     // node_id -> {state, at}: membership events newer than the snapshot
   nodeHistory: [],   // [{t, rps, p99}] from heartbeats, one per snapshot
+  lmHistory: {},     // "node/model:version" -> [tokens/s], one per snapshot (the trend cell)
 };
 
 // ----------------------------------------------------------------- helpers
@@ -172,6 +173,91 @@ function renderNodes(s, flashIds) {
   $("nodes-note").textContent = c.mqtt_enabled
     ? `suspect after ${c.suspect_after}× and dead after ${c.dead_after}× the heartbeat interval`
     : "MQTT liveness is off: states unknown";
+}
+
+// ----------------------------------------------------------------- language models
+
+const lmKey = (r) => `${r.node_id}/${r.model}:${r.version}`;
+
+function sparkline(values) {
+  const w = 80, h = 18;
+  if (values.length < 2) return el("span", { class: "muted" }, "—");
+  const max = Math.max(1, ...values);
+  const step = w / (HISTORY - 1);
+  const x0 = w - (values.length - 1) * step;
+  const pts = values.map((v, i) => `${(x0 + i * step).toFixed(1)},${(h - 1 - (v / max) * (h - 2)).toFixed(1)}`);
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", pts.join(" "));
+  svg.append(line);
+  return svg;
+}
+
+function kvCell(usage) {
+  const pct = Math.max(0, Math.min(100, 100 * usage));
+  const level = pct >= 90 ? " bar-bad" : pct >= 70 ? " bar-warn" : " bar-ok";
+  return [el("span", { class: "bar" + level }, el("i", { style: `width:${pct}%` })),
+    el("span", { class: "bar-text" }, `${pct.toFixed(pct < 10 ? 1 : 0)}%`)];
+}
+
+// One figure cell: data-role names it and data-value holds the number (empty when unknown).
+function figure(role, value, text) {
+  return el("td", { class: "num", "data-role": role, "data-value": value ?? "" }, value === null || value === undefined ? "—" : text);
+}
+
+function lmRow(r) {
+  const state = nodeState({ node_id: r.node_id, state: r.node_state });
+  const dead = state === "dead";
+  const history = store.lmHistory[lmKey(r)] || [];
+  return el("tr", { class: `row-${state}`, "data-node-id": r.node_id, "data-model": r.model, "data-version": r.version,
+    "data-state": state },
+    el("td", { class: "mono node-id" }, el("span", { class: `state state-${state}`, title: state }, ""), " ", r.node_id),
+    el("td", {}, el("span", { class: "model-name-sm" }, `${r.model}:${r.version}`), " ",
+      el("span", { class: "tag model-kind", "data-kind": r.kind,
+        title: "served by /v1/completions, /v1/chat/completions and OIP generate" },
+        r.kind === "decoder" ? "language model" : r.kind)),
+    el("td", { class: "mono muted" }, r.artifact || "—"),
+    dead ? el("td", { class: "num", "data-role": "tokens-per-s", "data-value": "" }, "—")
+      : figure("tokens-per-s", r.tokens_per_s, fmtNum(r.tokens_per_s, 1)),
+    el("td", { class: "trend" }, dead ? null : sparkline(history)),
+    figure("running", dead ? null : r.running, r.running),
+    figure("waiting", dead ? null : r.waiting, r.waiting),
+    el("td", { "data-role": "kv", "data-value": dead ? "" : r.kv_usage }, dead ? "—" : kvCell(r.kv_usage)),
+    figure("ttft-p50", r.ttft_p50_ms, fmtNum(r.ttft_p50_ms, 1)),
+    figure("ttft-p99", r.ttft_p99_ms, fmtNum(r.ttft_p99_ms, 1)));
+}
+
+function renderLanguageModels(s) {
+  const lm = s.language_models || { rows: [], tokens_per_s: 0, declared: [] };
+  const body = $("lm-body");
+  const rows = lm.rows.map(lmRow);
+  if (!rows.length) {
+    const text = lm.declared.length
+      ? `${lm.declared.join(", ")}: pushed, not served by any node yet.`
+      : "No language model served.";
+    rows.push(el("tr", { class: "empty" }, el("td", { colspan: 10, "data-role": "lm-empty" }, text)));
+  }
+  body.replaceChildren(...rows);
+  // Summed here, not taken from the snapshot: a membership message may have turned a node dead since.
+  const live = lm.rows.filter((r) => nodeState({ node_id: r.node_id, state: r.node_state }) !== "dead");
+  const total = live.reduce((a, r) => a + r.tokens_per_s, 0);
+  $("lm-total").textContent = lm.rows.length ? `${fmtNum(total, 1)} tokens/s in all` : "";
+}
+
+function recordLanguageModels(s) {
+  const seen = new Set();
+  for (const r of (s.language_models || { rows: [] }).rows) {
+    const key = lmKey(r);
+    seen.add(key);
+    const h = store.lmHistory[key] || (store.lmHistory[key] = []);
+    h.push(r.tokens_per_s);
+    if (h.length > HISTORY) h.shift();
+  }
+  for (const key of Object.keys(store.lmHistory)) if (!seen.has(key)) delete store.lmHistory[key];
 }
 
 // ----------------------------------------------------------------- models and rollouts
@@ -368,6 +454,7 @@ function applySnapshot(s) {
     p99: alive.reduce((a, n) => Math.max(a, n.load.p99_ms), 0),
   });
   if (store.nodeHistory.length > HISTORY + 5) store.nodeHistory.shift();
+  recordLanguageModels(s);
   render(flash);
 }
 
@@ -390,6 +477,7 @@ function render(flash) {
   const s = store.snap;
   renderHeader(s);
   renderNodes(s, flash);
+  renderLanguageModels(s);
   renderModels(s);
   renderRollouts(s);
   renderPlacement(s);

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from bench._fleet import Fleet
 from bench.failover import CHUNKING_ENV, wait_membership_ready
@@ -22,29 +22,10 @@ from support.brokers import MosquittoBroker
 
 pytestmark = [pytest.mark.browser, pytest.mark.fleet]  # Chromium against a fleet of processes
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RESULTS = Path(__file__).resolve().parents[3] / "test-results"
 EDGES = ("e0", "e1", "e2")
 WIDTH = 96  # a ~75 KB model: a few dozen 2 KiB chunks to spread over the owners
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

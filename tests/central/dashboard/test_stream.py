@@ -17,7 +17,8 @@ import httpx
 import numpy as np
 
 from central.server import CentralServer
-from fleetwire.mqtt.payloads import CacheInfo, Heartbeat, LoadInfo, ModelInfo
+from fleetwire.mqtt.payloads import CacheInfo, GenerationInfo, Heartbeat, LoadInfo, ModelInfo
+from support.decoder_models import build_decoder
 from support.fleet import EdgeFactory, central_settings, push, version_state, wait_serving
 from support.wait import wait_for
 
@@ -98,6 +99,33 @@ async def test_stream_sends_the_fleet_then_each_state_change_as_it_happens(
         name, snap = await anext(events)
         assert name == "snapshot" and snap["nodes"][0]["state"] == "dead"
         assert [e["type"] for e in snap["events"][:2]] == ["node_dead", "node_suspect"]
+
+
+async def test_a_pushed_language_model_is_listed_unserved_then_with_its_engines_figures(
+    central: CentralServer, api: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """The Language models panel's data: a decoder pushed but served nowhere is named (the page
+    says so), and a node's heartbeat with the engine's figures makes its row."""
+    folder = build_decoder(tmp_path / "tiny")
+    files = [("file", ("model.onnx", (folder / "model.onnx").read_bytes()))]
+    files += [("data", (p.name, p.read_bytes())) for p in sorted(folder.iterdir()) if p.name != "model.onnx"]
+    assert (await api.post("/api/v1/models/chat/versions", files=files)).status_code == 201
+    panel = (await api.get("/api/v1/dashboard")).json()["language_models"]
+    assert panel == {"rows": [], "tokens_per_s": 0, "declared": ["chat"]}
+
+    figures = GenerationInfo(tokens_per_s=55.0, running=2, waiting=0, kv_usage=0.125, ttft_p50_ms=8.0, ttft_p99_ms=31.0)
+    beat = heartbeat("edge-a", "127.0.0.1:9", 0, SETUP_INTERVAL_S).model_copy(
+        update={"models": [ModelInfo(name="chat", version="1", state="ready", generation=figures)]}
+    )
+    central.central.liveness.on_heartbeat("edge-a", beat)
+    snap = (await api.get("/api/v1/dashboard")).json()
+    (row,) = snap["language_models"]["rows"]
+    assert (row["node_id"], row["node_state"], row["model"], row["version"], row["kind"]) == (
+        "edge-a", "alive", "chat", "1", "decoder",
+    )  # fmt: skip
+    assert (row["tokens_per_s"], row["running"], row["waiting"], row["kv_usage"]) == (55.0, 2, 0, 0.125)
+    assert (row["ttft_p50_ms"], row["ttft_p99_ms"]) == (8.0, 31.0)
+    assert snap["language_models"]["tokens_per_s"] == 55.0 and snap["models"][0]["kind"] == "decoder"
 
 
 async def test_page_and_assets_are_served_from_the_package(api: httpx.AsyncClient) -> None:

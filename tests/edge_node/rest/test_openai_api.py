@@ -242,8 +242,11 @@ async def test_the_heartbeat_carries_the_engines_tokens_per_second_and_queue(
         decoded = decode_heartbeat(hb.model_dump_json().encode())
         return model_info(next(m for m in decoded.models if m.name == MODEL))
 
-    assert beat().generation is not None  # marks the start of the rate
+    before = beat().generation  # marks the start of the rate
+    assert before is not None and before.ttft_p50_ms is None and before.ttft_p99_ms is None  # no stream yet
     await client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=16, temperature=0)
     info = beat().generation
     assert info is not None and info.tokens_per_s > 0 and info.running == 0 and info.waiting == 0
     assert 0 <= info.kv_usage <= 1
+    # the TTFT percentiles of the version's recent streams: one stream, so both are its TTFT
+    assert info.ttft_p50_ms is not None and info.ttft_p50_ms > 0 and info.ttft_p99_ms == info.ttft_p50_ms
