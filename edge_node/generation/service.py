@@ -19,6 +19,7 @@ from edge_node import errors
 from edge_node.errors import InvalidRequest
 from edge_node.generation.engine import GenerationEngine
 from edge_node.generation.metrics import GenerationMetrics
+from edge_node.generation.shadow import GenerationShadow
 from edge_node.generation.types import Overloaded, SamplingParams, StepOutput
 from edge_node.inference.dataplane import DataPlane, check_names
 from edge_node.inference.repository import LoadedModel
@@ -35,6 +36,9 @@ class LanguageModel:
     engine: GenerationEngine
     created: int
     """Unix time the version was loaded (OpenAI's ``created`` of a model)."""
+    shadow: GenerationShadow | None = None
+    """Scores a sample of its completed generations with the FP32 reference (a quantized
+    artifact served), or None."""
 
 
 class LanguageModels:
@@ -79,24 +83,36 @@ class LanguageModels:
         self, model: LanguageModel, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncGenerator[StepOutput]:
         """The steps of one completion, timed into the metrics. Errors (400, 429, 503) come
-        from the first ``__anext__``; closing the iterator cancels the sequence in the engine."""
+        from the first ``__anext__``; closing the iterator cancels the sequence in the engine.
+        A completed stream is offered to the version's live shadow (a random draw; a sampled
+        one is queued for the FP32 reference, never awaited)."""
         rid = request_id or uuid.uuid4().hex
         started = time.perf_counter()
         last: float | None = None
+        served: list[int] = []
         steps = model.engine.generate(prompt_ids, params, rid)
         try:
             async for step in steps:
                 now = time.perf_counter()
                 self.metrics.step(model.name, now - (last if last is not None else started), first=last is None)
                 last = now
+                served += step.token_ids
                 if step.finish_reason is not None:
                     self.metrics.finished(model.name, now - started, step.finish_reason)
+                    if model.shadow is not None:
+                        model.shadow.offer(prompt_ids, served, greedy=_argmax_decoding(params))
                 yield step
         finally:
             await steps.aclose()  # type: ignore[attr-defined]  # the engine returns an async generator
 
 
+def _argmax_decoding(params: SamplingParams) -> bool:
+    """Whether every token of the stream is the model's argmax (what greedy agreement compares)."""
+    return params.greedy and params.repetition_penalty == 1.0
+
+
 def _language_model(model: LoadedModel) -> LanguageModel:
     assert model.engine is not None
     created = int(model.switched_at or time.time())
-    return LanguageModel(model.name, model.version, model.engine, created)
+    shadow = model.shadow if isinstance(model.shadow, GenerationShadow) else None
+    return LanguageModel(model.name, model.version, model.engine, created, shadow)
