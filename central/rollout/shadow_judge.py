@@ -265,11 +265,16 @@ def _pair(block: Any) -> tuple[float, float] | None:
     return None
 
 
-def _text_pair(block: Any) -> tuple[float, float] | None:
-    """A language model's candidate report (``text_guard``): greedy agreement's minimum."""
-    if not isinstance(block, dict) or not isinstance(block.get("greedy_agreement"), dict):
-        return None
-    return _pair({"threshold": block["greedy_agreement"].get("min"), "confidence": block.get("confidence")})
+def _text_pair(report: dict[str, Any]) -> tuple[float, float] | None:
+    """A language model's guard: greedy agreement's minimum, from a candidate's report
+    (``text_guard``) or the push's (``thresholds``, ``confidence``: the default artifact's)."""
+    guard = report.get("text_guard")
+    if isinstance(guard, dict) and isinstance(guard.get("greedy_agreement"), dict):
+        return _pair({"threshold": guard["greedy_agreement"].get("min"), "confidence": guard.get("confidence")})
+    thresholds = report.get("thresholds")
+    if report.get("family") == "decoder" and isinstance(thresholds, dict):
+        return _pair({"threshold": thresholds.get("min_greedy_agreement"), "confidence": report.get("confidence")})
+    return None
 
 
 def guard_threshold(quantization: dict[str, Any] | None) -> tuple[float, float] | None:
@@ -277,11 +282,12 @@ def guard_threshold(quantization: dict[str, Any] | None) -> tuple[float, float] 
 
     Reads an INT8 artifact's report (``ArtifactRef.quantization``: ``guard.threshold`` and
     ``guard.confidence``), a push's report (``Manifest.quantization``: both at the top), or a
-    language model's weight-only artifact's (``text_guard``: ``greedy_agreement.min`` and
-    ``confidence``); ``z_score(confidence)`` is the z to judge live samples with."""
+    language model's (``text_guard.greedy_agreement.min``, or the push's
+    ``thresholds.min_greedy_agreement``, and the confidence); ``z_score(confidence)`` is the z
+    to judge live samples with."""
     if not quantization:
         return None
-    return _pair(quantization.get("guard")) or _text_pair(quantization.get("text_guard")) or _pair(quantization)
+    return _pair(quantization.get("guard")) or _text_pair(quantization) or _pair(quantization)
 
 
 def token_logprob(info: ShadowInfo, z: float) -> dict[str, Any] | None:

@@ -154,6 +154,9 @@ def test_a_language_model_is_judged_on_greedy_agreement_against_its_text_guard()
     int4 = {"recipe": "int4-b32", "family": "decoder",
             "text_guard": {"greedy_agreement": {"min": 0.9, "lower_bound": 0.95}, "confidence": 0.95}}  # fmt: skip
     assert guard_threshold(int4) == (0.9, 0.95)
+    push = {"family": "decoder", "thresholds": {"max_perplexity_ratio": 1.1, "min_greedy_agreement": 0.8},
+            "confidence": 0.95, "served": "int4-b32"}  # fmt: skip
+    assert guard_threshold(push) == (0.8, 0.95)  # the default artifact's report is the push's
     threshold, z = judging_terms(ShadowPolicy(), int4) or (0.0, 0.0)
     bad = judge_node(decoder(40, 60, [2.0] * 80), threshold, z)
     assert bad.flagged and bad.measure == "top1" and bad.samples == 60
