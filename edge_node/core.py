@@ -12,6 +12,7 @@ from edge_node.cache import ChunkStore
 from edge_node.fetch import ChunkFetcher, PlacementView
 from edge_node.fetch.sources import ChannelPool, OriginClient, PeerClient
 from edge_node.generation.service import LanguageModels
+from edge_node.generation.shadow import GenerationShadow
 from edge_node.heartbeat import HeartbeatPublisher, HeartbeatSources
 from edge_node.inference import (
     DataPlane,
@@ -75,7 +76,9 @@ class Edge:
             factory,
             batching=inference.batching,
             retire_grace_s=inference.retire_grace_s,
-            shadows=ShadowFactory(inference.shadow_sample, inference.shadow_queue, inference.shadow_cpu_share),
+            shadows=ShadowFactory(
+                inference.shadow_sample, inference.shadow_queue, inference.shadow_cpu_share, text=GenerationShadow.open
+            ),
             generation=settings.generation,
         )
         caps = settings.limits

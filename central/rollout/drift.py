@@ -10,6 +10,11 @@ guard's threshold), and acts per the version's policy, the manifest label
 * ``rollback``: the version's rollout is rolled back (a version no rollout brought: fallback);
 * ``report``: only the ``int8_drift`` event and the API say so; ``off``: edges do not sample.
 
+A language model's INT4/INT8 artifact is watched the same way: its edges score sampled
+generations with FP32 (``edge_node.generation.shadow``), greedy agreement per served token is
+judged against the text guard's threshold, a flag falls back to FP32 (the same events), and the
+served tokens' mean log-probability under FP32 is in the report (``token_logprob``).
+
 Pooling is what makes a fleet-wide drift quick to see: at a 1 % sample, 8 edges with their own
 counts would each need ten samples (8,000 requests); pooled, the version is flagged after about
 twenty samples in all. A pooled flag falls back every node serving that INT8 artifact (some of
@@ -34,7 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from central.rollout.shadow_judge import ShadowPolicy, ShadowVerdict, judge_fleet, judge_node, judging_terms
+from central.quantize.verdict import z_score
+from central.rollout.shadow_judge import (
+    LIVE_CONFIDENCE,
+    ShadowPolicy,
+    ShadowVerdict,
+    judge_fleet,
+    judge_node,
+    judging_terms,
+    pool,
+    token_logprob,
+)
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
 from fleetwire.mqtt.payloads import Event, ShadowInfo
@@ -249,6 +264,7 @@ class DriftWatch:
         manifest = self._manifest_of(model, version)
         counts = self._counts.get(key, {})
         verdicts = self._nodes.get(key, {})
+        z = _z_of(manifest)
         nodes = {}
         for node_id, c in sorted(counts.items()):
             v = verdicts.get(node_id)
@@ -258,8 +274,9 @@ class DriftWatch:
                 "verdict": v.as_dict() if v is not None else None,
                 "serves": self._forced.get(node_id, {}).get(key, c.artifact),
                 "reported_at": c.at,
+                "token_logprob": token_logprob(c.info, z),
             }
-        return {
+        report: dict[str, Any] = {
             "model": model,
             "version": version,
             "policy": policy_of(manifest) if manifest is not None else None,
@@ -267,6 +284,18 @@ class DriftWatch:
             "nodes": nodes,
             "fallback_nodes": sorted(n for n, f in self._forced.items() if key in f),
         }
+        if manifest is not None and manifest.is_language_model:  # served tokens' log-probability, pooled
+            report["token_logprob"] = {
+                a: token_logprob(pool(c.info for c in counts.values() if c.artifact == a), z)
+                for a in sorted({c.artifact for c in counts.values()})
+            }
+        return report
+
+
+def _z_of(manifest: Manifest | None) -> float:
+    """The z live counts of ``manifest``'s served artifact are judged at (for report figures)."""
+    terms = judging_terms(ShadowPolicy(), manifest.quantization) if manifest is not None else None
+    return terms[1] if terms is not None else z_score(LIVE_CONFIDENCE)
 
 
 def _since(info: ShadowInfo, baseline: ShadowInfo | None) -> ShadowInfo:

@@ -12,6 +12,15 @@ we are confident agreement is below it; a handful of unlucky samples flags nothi
 * the continuous measure (cosine, or 1 − relative L2): mean + z·sd/√n from the sum and
   the sum of squares.
 
+A language model's counts (``edge_node.generation.shadow``) are per served token: ``top1_*``
+is **greedy agreement** (the reference's argmax is the token served, on greedy requests),
+judged exactly as top-1 against the text guard's ``min_greedy_agreement`` (0.90, or the push's
+``--threshold``) at its confidence (:func:`guard_threshold` reads the artifact's
+``text_guard``); the served tokens' mean log-probability under FP32 (``token_nll``) is
+reported (:func:`token_logprob`), not judged: a sampled token's probability has no threshold
+the guard set (its perplexity ratio compares two models on the same text, and live text has
+only the served artifact's). Like the guard, it counts tokens as independent samples.
+
 Every look at a growing count is another chance of a false alarm, so nothing is judged
 before :data:`MIN_LIVE_SAMPLES` samples; with agreement near 0.5 against a 0.99
 threshold that many already flag it (the aim: a large drop found within about 20
@@ -44,10 +53,13 @@ __all__ = [
     "mean_upper_bound",
     "pool",
     "samples_to_flag",
+    "token_logprob",
     "wilson_upper_bound",
 ]
 
 MeasureName = Literal["top1", "cosine", "relative_error"]
+#: ``ShadowInfo.measure`` of a language model (``edge_node.generation.shadow``).
+TOKEN_NLL = "token_nll"
 #: No verdict on fewer live samples than this (per measure), however bad they look.
 MIN_LIVE_SAMPLES = 10
 #: The least confidence live samples are judged at by default. The guard looks once; a
@@ -169,9 +181,10 @@ def judge_node(info: ShadowInfo, threshold: float, z: float, min_samples: int = 
     d = min(bounds, key=lambda b: b.bound - threshold)
     flagged = d.bound < threshold
     confidence = f"{NormalDist().cdf(z) * 100:.4g} %"
-    figures = (
-        f"{LABELS[d.name]} {_num(d.value)} (upper bound {_num(d.bound)} at {confidence}) on {d.samples} live samples"
-    )
+    text = info.measure == TOKEN_NLL
+    label = "greedy agreement" if text and d.name == "top1" else LABELS[d.name]
+    unit = "served greedy tokens" if text else "live samples"
+    figures = f"{label} {_num(d.value)} (upper bound {_num(d.bound)} at {confidence}) on {d.samples} {unit}"
     reason = (
         f"{figures} < threshold {_num(threshold)}" if flagged else f"{figures}; not below threshold {_num(threshold)}"
     )
@@ -252,15 +265,43 @@ def _pair(block: Any) -> tuple[float, float] | None:
     return None
 
 
+def _text_pair(report: dict[str, Any]) -> tuple[float, float] | None:
+    """A language model's guard: greedy agreement's minimum, from a candidate's report
+    (``text_guard``) or the push's (``thresholds``, ``confidence``: the default artifact's)."""
+    guard = report.get("text_guard")
+    if isinstance(guard, dict) and isinstance(guard.get("greedy_agreement"), dict):
+        return _pair({"threshold": guard["greedy_agreement"].get("min"), "confidence": guard.get("confidence")})
+    thresholds = report.get("thresholds")
+    if report.get("family") == "decoder" and isinstance(thresholds, dict):
+        return _pair({"threshold": thresholds.get("min_greedy_agreement"), "confidence": report.get("confidence")})
+    return None
+
+
 def guard_threshold(quantization: dict[str, Any] | None) -> tuple[float, float] | None:
     """``(threshold, confidence)`` the guard judged an INT8 artifact with, or None.
 
     Reads an INT8 artifact's report (``ArtifactRef.quantization``: ``guard.threshold`` and
-    ``guard.confidence``) or a push's report (``Manifest.quantization``: both at the top);
-    ``z_score(confidence)`` is the z to judge live samples with."""
+    ``guard.confidence``), a push's report (``Manifest.quantization``: both at the top), or a
+    language model's (``text_guard.greedy_agreement.min``, or the push's
+    ``thresholds.min_greedy_agreement``, and the confidence); ``z_score(confidence)`` is the z
+    to judge live samples with."""
     if not quantization:
         return None
-    return _pair(quantization.get("guard")) or _pair(quantization)
+    return _pair(quantization.get("guard")) or _text_pair(quantization) or _pair(quantization)
+
+
+def token_logprob(info: ShadowInfo, z: float) -> dict[str, Any] | None:
+    """A language model's served tokens under the reference: their mean log-probability, its
+    lower bound at ``z`` (mean − z·sd/√n over tokens) and the tokens; None for other counts."""
+    if info.measure != TOKEN_NLL or info.samples < 1:
+        return None
+    upper = mean_upper_bound(info.measure_sum, info.measure_sumsq, info.samples, z)
+    return {
+        "mean": round(-info.measure_sum / info.samples, 6),
+        "lower_bound": round(-upper, 6) if math.isfinite(upper) else None,
+        "perplexity": round(math.exp(min(info.measure_sum / info.samples, 700.0)), 4),
+        "tokens": info.samples,
+    }
 
 
 def guard_z(quantization: dict[str, Any] | None) -> tuple[float, float] | None:

@@ -19,6 +19,7 @@ from edge_node import errors
 from edge_node.errors import InvalidRequest
 from edge_node.generation.engine import GenerationEngine
 from edge_node.generation.metrics import GenerationMetrics, RecentLatencies
+from edge_node.generation.shadow import GenerationShadow
 from edge_node.generation.types import Overloaded, SamplingParams, StepOutput
 from edge_node.inference.dataplane import DataPlane, check_names
 from edge_node.inference.repository import LoadedModel
@@ -37,6 +38,9 @@ class LanguageModel:
     """Unix time the version was loaded (OpenAI's ``created`` of a model)."""
     recent_ttfts: RecentLatencies
     """The version's last times to first token (its heartbeat's p50/p99)."""
+    shadow: GenerationShadow | None = None
+    """Scores a sample of its completed generations with the FP32 reference (a quantized
+    artifact served), or None."""
 
 
 class LanguageModels:
@@ -81,10 +85,13 @@ class LanguageModels:
         self, model: LanguageModel, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncGenerator[StepOutput]:
         """The steps of one completion, timed into the metrics. Errors (400, 429, 503) come
-        from the first ``__anext__``; closing the iterator cancels the sequence in the engine."""
+        from the first ``__anext__``; closing the iterator cancels the sequence in the engine.
+        A completed stream is offered to the version's live shadow (a random draw; a sampled
+        one is queued for the FP32 reference, never awaited)."""
         rid = request_id or uuid.uuid4().hex
         started = time.perf_counter()
         last: float | None = None
+        served: list[int] = []
         steps = model.engine.generate(prompt_ids, params, rid)
         try:
             async for step in steps:
@@ -94,14 +101,23 @@ class LanguageModels:
                 if first:
                     model.recent_ttfts.observe(seconds)
                 last = now
+                served += step.token_ids
                 if step.finish_reason is not None:
                     self.metrics.finished(model.name, now - started, step.finish_reason)
+                    if model.shadow is not None:
+                        model.shadow.offer(prompt_ids, served, greedy=_argmax_decoding(params))
                 yield step
         finally:
             await steps.aclose()  # type: ignore[attr-defined]  # the engine returns an async generator
 
 
+def _argmax_decoding(params: SamplingParams) -> bool:
+    """Whether every token of the stream is the model's argmax (what greedy agreement compares)."""
+    return params.greedy and params.repetition_penalty == 1.0
+
+
 def _language_model(model: LoadedModel) -> LanguageModel:
     assert model.engine is not None
     created = int(model.switched_at or time.time())
-    return LanguageModel(model.name, model.version, model.engine, created, model.recent_ttfts)
+    shadow = model.shadow if isinstance(model.shadow, GenerationShadow) else None
+    return LanguageModel(model.name, model.version, model.engine, created, model.recent_ttfts, shadow)

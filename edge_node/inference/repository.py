@@ -35,7 +35,7 @@ from edge_node.inference.batcher import DynamicBatcher, Tensors
 from edge_node.inference.inputs import check_inputs
 from edge_node.inference.metrics import ModelMetrics, render
 from edge_node.inference.session import SessionFactory, batchable, dummy_inputs, reconcile_manifest
-from edge_node.inference.shadow import ShadowSampler
+from edge_node.inference.shadow import LiveShadow, ShadowSampler
 from edge_node.settings import BatchSettings
 from fleetwire.manifest import ArtifactRef, Manifest
 from fleetwire.mqtt.payloads import GenerationInfo, ShadowInfo
@@ -48,7 +48,7 @@ ModelState = Literal["loading", "staged", "ready", "failed", "retired"]
 #: instant after each, so a flip moved earlier is not missed).
 _SWITCH_POLL_S = 0.5
 #: Makes the live-traffic sampler of a version as it loads (blocking), or None: not sampled.
-ShadowMaker = Callable[[Manifest, Path], ShadowSampler | None]
+ShadowMaker = Callable[[Manifest, Path], LiveShadow | None]
 
 
 class LoadedModel:
@@ -63,8 +63,9 @@ class LoadedModel:
         self.manifest = manifest
         #: The artifact this session serves (a version may switch artifacts: central's fallback).
         self.artifact = manifest.artifact
-        #: Checks a sample of the requests against the FP32 artifact (INT8 only), or None.
-        self.shadow: ShadowSampler | None = None
+        #: Checks a sample of the requests (a language model's: generations) against the FP32
+        #: artifact (a quantized one served only), or None.
+        self.shadow: LiveShadow | None = None
         self.state: ModelState = "loading"
         self.error: str | None = None
         self.cache_hit: bool | None = None
@@ -143,7 +144,7 @@ class LoadedModel:
             outputs = await self._batcher.submit(arrays, priority)
         finally:
             self._active -= 1
-        if self.shadow is not None:
+        if isinstance(self.shadow, ShadowSampler):
             self.shadow.offer(arrays, outputs)  # a random draw; a sampled copy is queued, never awaited
         return outputs
 
@@ -355,6 +356,7 @@ class ModelRepository:
             engine = await asyncio.to_thread(GenerationEngine.load, path.parent, self.generation)
             await engine.start()
             model.engine = engine
+            model.shadow = await self._shadow_for(model, path)
             return
         artifact = loaded_artifact(model.manifest, path)
         create = self._factory.create_with_info
@@ -376,7 +378,7 @@ class ModelRepository:
         )
         model.shadow = await self._shadow_for(model, path)
 
-    async def _shadow_for(self, model: LoadedModel, path: Path) -> ShadowSampler | None:
+    async def _shadow_for(self, model: LoadedModel, path: Path) -> LiveShadow | None:
         """The version's live-traffic sampler; a failure to make one never fails the load."""
         if self._shadows is None:
             return None

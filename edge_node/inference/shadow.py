@@ -32,9 +32,10 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DRIFT_POLICY_LABEL",
     "REFERENCE_ARTIFACT",
+    "LiveShadow",
     "ShadowFactory",
     "ShadowSampler",
     "reference_session",
@@ -70,6 +72,24 @@ CPU_SHARE = 0.01
 _Sample = tuple[dict[str, np.ndarray], list[np.ndarray]]
 
 Tensors = Mapping[str, np.ndarray]
+
+
+class LiveShadow(Protocol):
+    """What the repository and the heartbeat need of a version's live shadow: a tensor model's
+    :class:`ShadowSampler`, or a language model's ``GenerationShadow``
+    (``edge_node.generation.shadow``)."""
+
+    def info(self) -> ShadowInfo:
+        """The counts so far."""
+        ...
+
+    def close(self) -> None:
+        """Stop the worker and release the reference."""
+        ...
+
+
+#: Makes a language model's shadow from its FP32 reference's folder (``GenerationShadow.open``).
+TextShadowMaker = Callable[..., LiveShadow]
 
 
 def shadow_reference(manifest: Manifest, served: str, sample: float) -> ArtifactRef | None:
@@ -290,14 +310,18 @@ def _rows(sample: _Sample) -> int:
 class ShadowFactory:
     """Makes the sampler of a version as it loads, when it is shadowed: its served artifact
     is INT8 and the FP32 reference was assembled beside it (``<version>/<artifact>/model.onnx``),
-    or it serves FP32 and a pending INT8 candidate was assembled beside it."""
+    or it serves FP32 and a pending INT8 candidate was assembled beside it. A language model's
+    quantized artifact gets ``text``'s shadow (``GenerationShadow.open``) on its FP32 folder."""
 
-    def __init__(self, sample: float, queue_size: int, cpu_share: float = CPU_SHARE) -> None:
+    def __init__(
+        self, sample: float, queue_size: int, cpu_share: float = CPU_SHARE, text: TextShadowMaker | None = None
+    ) -> None:
         self.sample = sample
         self.queue_size = queue_size
         self.cpu_share = cpu_share
+        self.text = text
 
-    def __call__(self, manifest: Manifest, path: Path) -> ShadowSampler | None:
+    def __call__(self, manifest: Manifest, path: Path) -> LiveShadow | None:
         """The sampler of ``manifest`` (as it is served) loaded from ``path``, or None (blocking)."""
         companion = shadow_companion(manifest, manifest.artifact, self.sample)
         if companion is None:
@@ -306,7 +330,15 @@ class ShadowFactory:
         if not companion_path.is_file():
             log.info("%s:%s: no %s on disk, not sampled", manifest.name, manifest.version, companion.artifact)
             return None
+        name = f"shadow {manifest.name}:{manifest.version}"
         pending = companion.artifact if manifest.artifact == REFERENCE_ARTIFACT else ""
+        if manifest.is_language_model:  # a pending candidate beside a served FP32 is not run for text
+            if self.text is None or pending:
+                return None
+            return self.text(
+                companion_path.parent, sample=self.sample, queue_size=self.queue_size, cpu_share=self.cpu_share,
+                name=name,
+            )  # fmt: skip
         return ShadowSampler(
             reference_session(companion_path),
             manifest.outputs,
@@ -314,6 +346,6 @@ class ShadowFactory:
             queue_size=self.queue_size,
             reference_name=REFERENCE_ARTIFACT,
             cpu_share=self.cpu_share,
-            name=f"shadow {manifest.name}:{manifest.version}",
+            name=name,
             candidate=pending,
         )

@@ -151,10 +151,10 @@ class ArtifactChooser:
 
     def companion(self, version: DesiredVersion, served: str) -> ArtifactRef | None:
         """The artifact assembled beside ``served`` for the live shadow (``edge_node.inference.shadow``):
-        FP32 to check a served INT8 against, or a pending INT8 candidate beside a served FP32; or None.
-        A language model has none: its engine checks no request against another artifact, so a
-        reference fetched for it would only take room (an FP32 decoder is several times the 4-bit one)."""
-        if version.manifest.key in self.unchecked or version.manifest.is_language_model:
+        FP32 to check a served INT8 (or a language model's INT4/INT8 weights, scored teacher-forced
+        by ``edge_node.generation.shadow``) against, or a pending INT8 candidate beside a served FP32;
+        or None. A cache too small for it serves unchecked (``Admission``)."""
+        if version.manifest.key in self.unchecked:
             return None
         return shadow_companion(version.manifest, served, self.shadow_sample)
 

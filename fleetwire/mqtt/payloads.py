@@ -95,7 +95,12 @@ class ShadowInfo(_Payload):
     ``top1_*`` counts samples whose decision (label or argmax) both artifacts made, for
     classifiers; ``measure`` is the guard's continuous measure (``cosine`` for classifiers,
     ``relative_error`` as ``max(0, 1 - error)`` otherwise) with its per-sample sum and sum of
-    squares."""
+    squares.
+
+    A language model's counts are per served token of the sampled generations: ``top1_*`` is
+    greedy agreement (the reference's argmax is the served token; greedy requests only),
+    ``measure`` is ``token_nll`` (the served token's negative log-probability under the
+    reference), ``samples`` the tokens scored and ``dropped`` the generations not scored."""
 
     reference: str = Field(
         "fp32", max_length=MAX_CHOICE_NAME, description="The artifact the served one is checked against."
@@ -106,12 +111,28 @@ class ShadowInfo(_Payload):
         description="A pending INT8 artifact run beside the served reference (the counts are the candidate's); "
         "empty: the served artifact is the one checked.",
     )
-    samples: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Live samples run on both artifacts.")
-    top1_agree: int = Field(0, ge=0, le=MAX_WIRE_INT, description="Samples whose top-1 decision matched (classifiers).")
-    top1_samples: int = Field(
-        0, ge=0, le=MAX_WIRE_INT, description="Samples with a top-1 decision (0 for non-classifiers)."
+    samples: int = Field(
+        0,
+        ge=0,
+        le=MAX_WIRE_INT,
+        description="Live samples run on both artifacts (a language model: served tokens scored).",
     )
-    measure: str = Field("", max_length=MAX_REASON_CODE, description="cosine or relative_error.")
+    top1_agree: int = Field(
+        0,
+        ge=0,
+        le=MAX_WIRE_INT,
+        description="Samples whose top-1 decision matched (classifiers; a language model: greedy tokens the"
+        " reference agrees with).",
+    )
+    top1_samples: int = Field(
+        0,
+        ge=0,
+        le=MAX_WIRE_INT,
+        description="Samples with a top-1 decision (0 for non-classifiers; a language model: greedy tokens).",
+    )
+    measure: str = Field(
+        "", max_length=MAX_REASON_CODE, description="cosine, relative_error, or token_nll (a language model)."
+    )
     measure_sum: float = Field(0.0, ge=0, description="Sum of the per-sample measure.")
     measure_sumsq: float = Field(0.0, ge=0, description="Sum of its squares.")
     dropped: int = Field(

@@ -148,3 +148,29 @@ def test_counts_only_for_an_assigned_version_and_an_int8_artifact_of_it() -> Non
     w.watch.judge()
     assert w.events == [] and set(w.watch.report("m", "2")["nodes"]) <= {"e1"}  # FP32: kept, not judged
     assert w.watch.report("m", "2")["fleet"] == {}
+
+
+def test_a_language_model_drifting_on_greedy_agreement_falls_back_to_fp32() -> None:
+    int4 = ArtifactRef(
+        artifact="int4-b32", sha256="b" * 64, size=1, chunks=[ChunkRef(digest="b" * 64, size=1)],
+        quantization={"family": "decoder",
+                      "text_guard": {"greedy_agreement": {"min": 0.9}, "confidence": 0.95}},
+    )  # fmt: skip
+    manifest = _manifest().model_copy(update={"kind": "decoder", "alternatives": [int4]})
+    events: list[Event] = []
+    watch = DriftWatch(lambda n, v: manifest, emit=events.append, on_change=lambda: None, roll_back=lambda *a: False)
+    for node, agree in (("e0", 30), ("e1", 59)):  # per served greedy token; NLL of each 2.0
+        shadow = ShadowInfo(samples=60, top1_agree=agree, top1_samples=60, measure="token_nll",
+                            measure_sum=120.0, measure_sumsq=240.0)  # fmt: skip
+        model = ModelInfo(name="m", version="2", state="ready", shadow=shadow,
+                          choice=ArtifactChoiceInfo(artifact="int4-b32", source="default"))  # fmt: skip
+        hb = Heartbeat(node_id=node, bdseq=0, seq=next(_seq), ts=int(time.time() * 1000), interval_s=1.0,
+                       models=[model])  # fmt: skip
+        watch.harvest(node, decode_heartbeat(hb.model_dump_json().encode()))
+    watch.judge()
+    assert [e.type for e in events] == ["int8_drift", "int8_fallback"]
+    assert events[0].detail["nodes"] == ["e0"] and "greedy agreement 0.5" in events[0].detail["reason"]
+    assert watch.forced("e0") == {("m", "2"): "fp32"} and watch.forced("e1") == {}
+    report = watch.report("m", "2")
+    assert report["nodes"]["e0"]["token_logprob"]["mean"] == -2.0
+    assert report["token_logprob"]["int4-b32"]["tokens"] == 120

@@ -20,6 +20,7 @@ from central.rollout.shadow_judge import (
     judging_terms,
     mean_upper_bound,
     samples_to_flag,
+    token_logprob,
     wilson_upper_bound,
 )
 from fleetwire.mqtt.payloads import ShadowInfo
@@ -138,3 +139,33 @@ def test_guard_threshold_from_artifact_and_push_reports() -> None:
     assert judging_terms(ShadowPolicy(confidence=0.9), artifact) == (0.97, pytest.approx(z_score(0.9)))
     assert judging_terms(ShadowPolicy(), None) is None
     assert judging_terms(ShadowPolicy(threshold=0.95), None) == (0.95, pytest.approx(z_score(LIVE_CONFIDENCE)))
+
+
+def decoder(agree: int, greedy: int, nll: list[float]) -> ShadowInfo:
+    """A language model's report: greedy agreement per served token, and the served tokens' NLL."""
+    v = np.asarray(nll)
+    return ShadowInfo(
+        samples=v.size, top1_agree=agree, top1_samples=greedy, measure="token_nll",
+        measure_sum=float(v.sum()), measure_sumsq=float((v**2).sum()),
+    )  # fmt: skip
+
+
+def test_a_language_model_is_judged_on_greedy_agreement_against_its_text_guard() -> None:
+    int4 = {"recipe": "int4-b32", "family": "decoder",
+            "text_guard": {"greedy_agreement": {"min": 0.9, "lower_bound": 0.95}, "confidence": 0.95}}  # fmt: skip
+    assert guard_threshold(int4) == (0.9, 0.95)
+    push = {"family": "decoder", "thresholds": {"max_perplexity_ratio": 1.1, "min_greedy_agreement": 0.8},
+            "confidence": 0.95, "served": "int4-b32"}  # fmt: skip
+    assert guard_threshold(push) == (0.8, 0.95)  # the default artifact's report is the push's
+    threshold, z = judging_terms(ShadowPolicy(), int4) or (0.0, 0.0)
+    bad = judge_node(decoder(40, 60, [2.0] * 80), threshold, z)
+    assert bad.flagged and bad.measure == "top1" and bad.samples == 60
+    assert bad.reason.startswith("greedy agreement 0.6667 (upper bound") and "60 served greedy tokens" in bad.reason
+    good = judge_node(decoder(59, 60, [0.5] * 60), threshold, z)
+    assert not good.flagged
+    # The served tokens' log-probability is reported, never judged: sampled traffic alone flags nothing.
+    assert not judge_node(decoder(0, 0, [9.0] * 500), threshold, z).flagged
+    figures = token_logprob(decoder(0, 0, [1.0, 3.0]), Z95)
+    assert figures is not None and figures["mean"] == -2.0 and figures["tokens"] == 2
+    assert figures["lower_bound"] < -2.0 and figures["perplexity"] == pytest.approx(math.exp(2.0), rel=1e-4)
+    assert token_logprob(classifier(5, 5), Z95) is None

@@ -151,11 +151,15 @@ def test_an_int8_artifact_checked_on_live_traffic_has_fp32_fetched_beside_it() -
     assert [a.artifact for a in _timing_chooser().plan(_version(_manifest(), verdict))] == ["int8-a"]
 
 
-def test_a_language_model_served_in_4_bits_has_no_fp32_fetched_beside_it() -> None:
-    """Its engine shadows nothing: an FP32 decoder beside it would only take room."""
+def test_a_language_model_served_in_4_bits_has_fp32_fetched_beside_it_only_when_sampled() -> None:
+    """The generative shadow scores a sample of its generations with FP32 (teacher-forced), so the
+    reference comes along as for a tensor model's INT8; with sampling off it stays away."""
     decoder = sign_manifest(_manifest().model_copy(update={"kind": "decoder", "signature": ""}), KEY)
+    version = _version(decoder, SharedVerdict("int8-a", CLASS, "e"))
     shadowing = ArtifactChooser(CLASS, "edge-b", timer=object(), shadow_sample=0.01)  # type: ignore[arg-type]
-    assert [a.artifact for a in shadowing.plan(_version(decoder, SharedVerdict("int8-a", CLASS, "e")))] == ["int8-a"]
+    assert [a.artifact for a in shadowing.plan(version)] == ["int8-a", "fp32"]
+    quiet = ArtifactChooser(CLASS, "edge-b", timer=object(), shadow_sample=0.0)  # type: ignore[arg-type]
+    assert [a.artifact for a in quiet.plan(version)] == ["int8-a"]
 
 
 def test_the_desired_state_carries_central_s_fallback_order() -> None:
