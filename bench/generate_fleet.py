@@ -292,6 +292,8 @@ def met(result: dict[str, Any]) -> dict[str, bool]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every chosen section, in order; the models are written once, removed after unless cached."""
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
     owned_cache = args.model_cache is None
     if owned_cache:
         args.model_cache = Path(tempfile.mkdtemp(prefix="bench-generate-fleet-", dir=args.work_dir))

@@ -243,8 +243,8 @@ def write_decoder_graph(
     may be left out for tied embeddings); ``None`` draws them from ``seed``: normal with
     standard deviation ``INIT_STD``, norms at one, the layers ``layer_seeds`` names from
     their own seeds."""
+    source = WeightSource(shape, seed, weights, layer_seeds)  # checks them before anything is written
     directory.mkdir(parents=True, exist_ok=True)
-    source = WeightSource(shape, seed, weights, layer_seeds)
     data = ExternalDataWriter(directory / DATA_FILE)
     g = _GraphWriter(shape, data)
     try:

@@ -143,7 +143,6 @@ def write_decoder(
     ``weights``: a ``LlamaForCausalLM`` state dict as numpy arrays; ``None``: random from ``seed``
     (the layers ``layer_seeds`` names, layer index → seed, from their own)."""
     shape = resolve_vocab(shape, tokenizer_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_decoder_graph(out_dir, shape, seed=seed, weights=weights, layer_seeds=layer_seeds)
     bos, eos, pad = special_token_ids(tokenizer_dir)
     config = genai_config(shape, bos, eos, pad)
