@@ -281,6 +281,11 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
 # -- the run -------------------------------------------------------------------------------
 
 
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def met(result: dict[str, Any]) -> dict[str, bool]:
     """Each measured headline key against its target."""
     return {
@@ -297,7 +302,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     owned_cache = args.model_cache is None
     if owned_cache:
         args.model_cache = Path(tempfile.mkdtemp(prefix="bench-generate-fleet-", dir=args.work_dir))
-    result: dict[str, Any] = {"bench": "generate_fleet", "sections": list(args.sections)}
+    # the machine may be shared: its load beside the figures says how much the timings are worth
+    result: dict[str, Any] = {"bench": "generate_fleet", "sections": list(args.sections), "load_avg_start": _load()}
     try:
         for name in args.sections:
             print(f"section {name} ...", flush=True)
@@ -317,6 +323,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "shape": args.shape,
         "layers": bench_shape(args).layers,
         "chunk_avg_kb": args.chunk_avg_kb,
+        "load_avg_end": _load(),
         "cpu_flags": cpu_flags(),
         "machine": machine(),
         "cores": len(os.sched_getaffinity(0)),

@@ -163,3 +163,16 @@ def test_the_cli_writes_a_folder_to_push_and_says_how(tmp_path: Path) -> None:
     assert {p.name for p in (tmp_path / "trained").iterdir()} == GENAI_FILES
     assert (tmp_path / "trained.eval.txt").read_text(encoding="utf-8") == eval_text()
     assert f"--eval {tmp_path / 'trained.eval.txt'}" in result.output
+
+
+def test_the_cli_writes_a_fine_tune_of_some_layers(tmp_path: Path) -> None:
+    args = ["zoo", "llm", "--out", str(tmp_path / "tuned"), "--shape", "tiny", "--seed", "3", "--tune", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "layers 1 from seed 4" in result.output
+    assert (tmp_path / "tuned" / "model.onnx.data").read_bytes() == (
+        write_random_llm(tmp_path / "api", "tiny", seed=3, layer_seeds={1: 4}) / "model.onnx.data"
+    ).read_bytes()
+    result = CliRunner().invoke(app, [*args[:3], str(tmp_path / "bad"), *args[4:-1], "2"])
+    assert result.exit_code == 2 and "layers 0 to 1" in result.output
+    assert not (tmp_path / "bad").exists()
