@@ -68,6 +68,7 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.central_ha --nodes 10000 --json bench/out/central_ha.json
 	$(PY) -m bench.autonomy --json bench/out/autonomy.json
 	$(PY) -m bench.rollout --edges 8 --json bench/out/rollout.json
+	$(PY) -m bench.generate_fleet --json bench/out/generate_fleet.json
 	bash scripts/ensure_apt.sh iproute2:tc
 	# Needs root and network namespaces: without them it writes its reason to the JSON and fails.
 	-$(PY) -m bench.sites --json bench/out/sites.json

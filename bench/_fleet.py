@@ -483,9 +483,12 @@ class Fleet:
         doc = r.json()
         return Pushed(name, version, doc["manifest"], doc.get("report", {}), digest, size, started, acked)
 
-    def push_folder(self, name: str, version: str, folder: Path, *, eval_text: Path | None = None) -> Pushed:
+    def push_folder(
+        self, name: str, version: str, folder: Path, *, eval_text: Path | None = None, activate: bool = True
+    ) -> Pushed:
         """Push a folder as multipart: its ``model.onnx`` as ``file``, every other file (external
-        data, a language model's tokenizer and config) as ``data``; returns on the 201."""
+        data, a language model's tokenizer and config) as ``data``; returns on the 201.
+        ``activate=False`` stores the version without serving it (for a rollout to start)."""
         graph = folder / "model.onnx"
         with contextlib.ExitStack() as stack:
             files: list[tuple[str, Any]] = [("file", ("model.onnx", stack.enter_context(graph.open("rb"))))]
@@ -495,7 +498,8 @@ class Fleet:
                 files.append(("eval", ("eval.txt", stack.enter_context(eval_text.open("rb")))))
             started = time.time()
             url = self._central_url(f"/api/v1/models/{name}/versions")
-            r = self.client.post(url, params={"version": version}, files=files)
+            params = {"version": version, **({} if activate else {"activate": "false"})}
+            r = self.client.post(url, params=params, files=files)
             acked = time.time()
         if r.status_code != 201:
             raise self.fail(f"push of {name}:{version} answered {r.status_code}: {r.text[:500]}", [])

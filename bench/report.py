@@ -27,7 +27,7 @@ __all__ = ["BENCHES", "FIGURES", "Figure", "machine", "main", "render", "rows"]
 #: The benchmarks in report order: each writes ``bench/out/<name>.json``.
 BENCHES = (
     "placement", "distribution", "delta", "quantization", "zoo", "serving", "warm_start", "failover", "heartbeat_scale",
-    "central_ha", "placement_sites", "sites", "autonomy", "rollout",
+    "central_ha", "placement_sites", "sites", "autonomy", "rollout", "generate_fleet",
 )  # fmt: skip
 
 
@@ -195,6 +195,16 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ),
     ("rollout", "fallback_s"): Figure(
         "fallback_s", "<=", "int8_drift to every edge serving FP32 (s)", "{edges} edges",
+    ),
+    ("generate_fleet", "llm_origin_ratio"): Figure(
+        "llm_origin_ratio", "<=", "bytes out of central / language model size (graph, data, tokenizer, config)",
+        "{distribution[model_bytes]} B staged on {distribution[edges]} edges; files byte-identical:"
+        " {distribution[all_files_verified]}",
+    ),
+    ("generate_fleet", "finetune_delta_ratio"): Figure(
+        "finetune_delta_ratio", "<=", "bytes the worst edge fetched for 2 of 16 layers changed / model size",
+        "changed tensors alone {finetune[changed_tensor_ratio]:.4f}; fixed 1 MiB blocks"
+        " {finetune[fixed_block_new_bytes_ratio]:.4f}; mean edge {finetune[finetune_delta_ratio_mean]:.4f}",
     ),
 }  # fmt: skip
 

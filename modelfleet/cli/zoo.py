@@ -161,12 +161,21 @@ def external(
     )
 
 
+def _layer_list(text: str) -> list[int]:
+    """``--tune``'s layer indexes; a clear error on anything else."""
+    try:
+        return sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise typer.BadParameter(f"expected layer indexes like 3,9, got {text!r}", param_hint="--tune") from None
+
+
 class LlmShape(StrEnum):
     """``zoo llm --shape``."""
 
     trained = "trained"
     tiny = "tiny"
     large = "200m"
+    fleet = "500m"
 
 
 @zoo_app.command("llm")
@@ -175,16 +184,26 @@ def llm(
     out: Annotated[Path, typer.Option(help="Directory to write the GenAI folder into (only the files a push takes).")],
     shape: Annotated[
         LlmShape,
-        typer.Option(help="trained: a small Llama trained on Python's source; tiny, 200m: random weights, for speed."),
+        typer.Option(
+            help="trained: a small Llama trained on Python's source; tiny, 200m: random weights, for speed;"
+            " 500m: random weights, 2 GB, for distribution."
+        ),
     ] = LlmShape.trained,
     eval_out: Annotated[
         Path | None, typer.Option(help="Where the trained model's held-out text goes (default: OUT.eval.txt).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Weights seed of a random shape: another seed, another version.")] = 0,
+    tune: Annotated[
+        str,
+        typer.Option(
+            help="Layers (e.g. 3,9) drawn from seed + 1, the rest as --seed draws them: a fine-tune of that"
+            " version whose push moves only those layers' chunks."
+        ),
+    ] = "",
 ) -> None:
     """A Llama-architecture language model in ONNX Runtime GenAI's layout (model.onnx, model.onnx.data,
     genai_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja)."""
-    from modelfleet.zoo.llm import eval_text, trained_llm, trained_meta, write_random_llm
+    from modelfleet.zoo.llm import SHAPES, eval_text, trained_llm, trained_meta, write_random_llm
 
     console = output.console()
 
@@ -192,13 +211,19 @@ def llm(
         console.print(line, markup=False, soft_wrap=True)
 
     name = f"llm-{shape.value}"
+    if shape is LlmShape.trained and tune:
+        raise typer.BadParameter("redraws layers of a random shape, not of the trained model", param_hint="--tune")
     if shape is LlmShape.trained:
         shutil.copytree(trained_llm(), out, dirs_exist_ok=True)
         meta = trained_meta()
         about = f"trained, held-out perplexity {meta['heldout_perplexity']} (unigram {meta['unigram_perplexity']})"
     else:
-        write_random_llm(out, shape.value, seed=seed)
-        about = "random weights"
+        layers = _layer_list(tune)
+        depth = SHAPES[shape.value].layers
+        if any(i >= depth for i in layers):
+            raise typer.BadParameter(f"{shape.value} has layers 0 to {depth - 1}, got {tune}", param_hint="--tune")
+        write_random_llm(out, shape.value, seed=seed, layer_seeds={i: seed + 1 for i in layers})
+        about = "random weights" + (f", layers {tune} from seed {seed + 1}" if layers else "")
     size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     say(f"wrote {name} (decoder, {size:,} bytes, {about}) to {out}")
     push = f"modelfleet push {out} --name {name}"

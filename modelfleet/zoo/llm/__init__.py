@@ -9,6 +9,7 @@ Neither needs torch: ``write_decoder`` writes the builder's graph from numpy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from modelfleet.zoo.llm.decoder_shape import DecoderShape, Weights
@@ -30,11 +31,16 @@ __all__ = [
 ]
 
 
-def write_random_llm(out: Path, shape: DecoderShape | str, seed: int = 0) -> Path:
+def write_random_llm(
+    out: Path, shape: DecoderShape | str, seed: int = 0, layer_seeds: Mapping[int, int] | None = None
+) -> Path:
     """A GenAI folder at ``shape`` (a ``DecoderShape`` or a name in ``SHAPES``) with random weights
-    drawn from ``seed`` and the trained model's tokenizer, written into ``out``; returns ``out``."""
+    drawn from ``seed`` and the trained model's tokenizer, written into ``out``; returns ``out``.
+
+    ``layer_seeds`` (layer index → seed) redraws those layers only: ``{3: 1, 9: 1}`` is a
+    "fine-tune" of the ``seed`` model that changed layers 3 and 9 and no other byte range."""
     if isinstance(shape, str):
         if shape not in SHAPES:
             raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
         shape = SHAPES[shape]
-    return write_decoder(out, shape, trained_llm(), seed=seed)
+    return write_decoder(out, shape, trained_llm(), seed=seed, layer_seeds=layer_seeds)

@@ -14,7 +14,7 @@ pick MatMuls by name) takes ours, without torch. Weights stream tensor by tensor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -229,14 +229,22 @@ def _io(shape: DecoderShape) -> tuple[list[onnx.ValueInfoProto], list[onnx.Value
     return inputs, outputs
 
 
-def write_decoder_graph(directory: Path, shape: DecoderShape, *, seed: int = 0, weights: Weights | None = None) -> Path:
+def write_decoder_graph(
+    directory: Path,
+    shape: DecoderShape,
+    *,
+    seed: int = 0,
+    weights: Weights | None = None,
+    layer_seeds: Mapping[int, int] | None = None,
+) -> Path:
     """Write ``model.onnx`` + ``model.onnx.data`` for ``shape`` (``vocab`` resolved) into ``directory``.
 
     ``weights`` are a ``LlamaForCausalLM`` state dict as numpy arrays (``lm_head.weight``
     may be left out for tied embeddings); ``None`` draws them from ``seed``: normal with
-    standard deviation ``INIT_STD``, norms at one."""
+    standard deviation ``INIT_STD``, norms at one, the layers ``layer_seeds`` names from
+    their own seeds."""
+    source = WeightSource(shape, seed, weights, layer_seeds)  # checks them before anything is written
     directory.mkdir(parents=True, exist_ok=True)
-    source = WeightSource(shape, seed, weights)
     data = ExternalDataWriter(directory / DATA_FILE)
     g = _GraphWriter(shape, data)
     try:

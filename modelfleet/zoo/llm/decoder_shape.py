@@ -6,6 +6,8 @@ from a ``LlamaForCausalLM`` state dict or drawn from a seed, one tensor at a tim
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +57,8 @@ class DecoderShape:
 #: Weights by Hugging Face name, in Hugging Face's layout (``[out, in]`` for projections).
 Weights = dict[str, np.ndarray]
 
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
 
 def hf_weight_shapes(shape: DecoderShape) -> dict[str, tuple[int, ...]]:
     """The tensors of ``LlamaForCausalLM``'s state dict for ``shape`` (``vocab`` resolved)."""
@@ -89,11 +93,21 @@ def rotary_caches(shape: DecoderShape) -> tuple[np.ndarray, np.ndarray]:
 
 
 class WeightSource:
-    """Each graph initializer, in the builder's layout, from given weights or seeded random ones."""
+    """Each graph initializer, in the builder's layout, from given weights or seeded random ones.
 
-    def __init__(self, shape: DecoderShape, seed: int, weights: Weights | None) -> None:
+    ``layer_seeds`` (layer index → seed) draws those layers' random weights from another seed,
+    the rest from ``seed``: a "fine-tune" of the model ``seed`` alone makes, with every other
+    tensor byte for byte the same (and, the data file being laid out tensor by tensor, every
+    byte outside the changed layers' ranges)."""
+
+    def __init__(
+        self, shape: DecoderShape, seed: int, weights: Weights | None, layer_seeds: Mapping[int, int] | None = None
+    ) -> None:
         self.shapes = hf_weight_shapes(shape)
         self.seed, self.weights = seed, weights
+        self.layer_seeds = dict(layer_seeds or {})
+        if outside := sorted(i for i in self.layer_seeds if not 0 <= i < shape.layers):
+            raise ValueError(f"layer_seeds name layers {outside} outside the model's {shape.layers}")
         if weights is not None:
             given = weights.keys() | ({"lm_head.weight"} if "lm_head.weight" not in weights else set())
             missing = sorted(self.shapes.keys() - given)
@@ -112,8 +126,13 @@ class WeightSource:
             return array
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             return np.ones(shape, np.float32)
-        rng = np.random.default_rng([self.seed, list(self.shapes).index(name)])
+        rng = np.random.default_rng([self._seed_of(name), list(self.shapes).index(name)])
         return rng.standard_normal(shape, dtype=np.float32) * np.float32(INIT_STD)
+
+    def _seed_of(self, name: str) -> int:
+        """The seed of ``name``'s layer (``layer_seeds``), else the model's."""
+        layer = _LAYER.match(name)
+        return self.layer_seeds.get(int(layer.group(1)), self.seed) if layer else self.seed
 
     def matmul(self, *names: str) -> np.ndarray:
         """The ``[in, out]`` MatMul weight of one or more ``[out, in]`` projections, packed side by side."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,14 +131,19 @@ def resolve_vocab(shape: DecoderShape, tokenizer_dir: Path) -> DecoderShape:
 
 
 def write_decoder(
-    out_dir: Path, shape: DecoderShape, tokenizer_dir: Path, seed: int = 0, weights: Weights | None = None
+    out_dir: Path,
+    shape: DecoderShape,
+    tokenizer_dir: Path,
+    seed: int = 0,
+    weights: Weights | None = None,
+    layer_seeds: Mapping[int, int] | None = None,
 ) -> Path:
     """Write a GenAI folder for ``shape`` into ``out_dir`` and return it.
 
-    ``weights``: a ``LlamaForCausalLM`` state dict as numpy arrays; ``None``: random from ``seed``."""
+    ``weights``: a ``LlamaForCausalLM`` state dict as numpy arrays; ``None``: random from ``seed``
+    (the layers ``layer_seeds`` names, layer index → seed, from their own)."""
     shape = resolve_vocab(shape, tokenizer_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_decoder_graph(out_dir, shape, seed=seed, weights=weights)
+    write_decoder_graph(out_dir, shape, seed=seed, weights=weights, layer_seeds=layer_seeds)
     bos, eos, pad = special_token_ids(tokenizer_dir)
     config = genai_config(shape, bos, eos, pad)
     (out_dir / GENAI_CONFIG).write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")

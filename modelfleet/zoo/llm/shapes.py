@@ -14,4 +14,7 @@ SHAPES: dict[str, DecoderShape] = {
     # Benchmarks: 185M parameters with the 2,048-token vocabulary (739 MB in FP32; written in about
     # 5 s), at 2,048 tokens of context: ~28 tokens/s FP32 decode with onnxruntime-genai on 2 cores.
     "200m": DecoderShape(hidden=1024, layers=16, heads=16, kv_heads=4, intermediate=2816, context=2048),
+    # Distribution: 517M parameters, 2.07 GB in FP32 (the bytes of a 1B model in FP16), 16 layers of
+    # 127 MB; written in tens of seconds. Made to be moved around a fleet, too slow to serve on 2 cores.
+    "500m": DecoderShape(hidden=1728, layers=16, heads=12, kv_heads=4, intermediate=4608, context=2048),
 }

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
@@ -119,6 +120,39 @@ def test_random_llms_differ_by_seed_and_agree_with_their_config(tiny: Path, tmp_
     assert json.loads((tiny / "tokenizer_config.json").read_text())["model_max_length"] == config["context_length"]
 
 
+def _tensor_ranges(folder: Path) -> dict[str, range]:
+    """Initializer name → its byte range in ``model.onnx.data``."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    ranges = {}
+    for t in graph.graph.initializer:
+        info = {e.key: int(e.value) for e in t.external_data if e.key in ("offset", "length")}
+        ranges[t.name] = range(info["offset"], info["offset"] + info["length"])
+    return ranges
+
+
+def test_a_fine_tune_of_some_layers_changes_only_their_bytes(tiny: Path, tmp_path: Path) -> None:
+    tuned = write_random_llm(tmp_path / "tuned", "tiny", seed=3, layer_seeds={1: 7})
+    ranges = _tensor_ranges(tiny)
+    assert ranges == _tensor_ranges(tuned)  # same layout: a changed layer moves no other byte
+    assert (tuned / "model.onnx").read_bytes() == (tiny / "model.onnx").read_bytes()
+    before = np.fromfile(tiny / "model.onnx.data", np.uint8)
+    after = np.fromfile(tuned / "model.onnx.data", np.uint8)
+    changed = {
+        name for name, r in ranges.items() if not np.array_equal(before[r.start : r.stop], after[r.start : r.stop])
+    }
+    assert changed == {
+        f"model.layers.1.{w}.MatMul.weight"
+        for w in ("attn.qkv_proj", "attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    }
+    outside = np.ones(len(before), bool)
+    for name in changed:
+        outside[ranges[name].start : ranges[name].stop] = False
+    assert np.array_equal(before[outside], after[outside])
+    with pytest.raises(ValueError, match="outside"):
+        write_random_llm(tmp_path / "bad", "tiny", layer_seeds={2: 1})
+    assert not (tmp_path / "bad").exists()
+
+
 def test_the_cli_writes_a_folder_to_push_and_says_how(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["zoo", "llm", "--out", str(tmp_path / "llm"), "--shape", "tiny"])
     assert result.exit_code == 0, result.output
@@ -129,3 +163,16 @@ def test_the_cli_writes_a_folder_to_push_and_says_how(tmp_path: Path) -> None:
     assert {p.name for p in (tmp_path / "trained").iterdir()} == GENAI_FILES
     assert (tmp_path / "trained.eval.txt").read_text(encoding="utf-8") == eval_text()
     assert f"--eval {tmp_path / 'trained.eval.txt'}" in result.output
+
+
+def test_the_cli_writes_a_fine_tune_of_some_layers(tmp_path: Path) -> None:
+    args = ["zoo", "llm", "--out", str(tmp_path / "tuned"), "--shape", "tiny", "--seed", "3", "--tune", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "layers 1 from seed 4" in result.output
+    assert (tmp_path / "tuned" / "model.onnx.data").read_bytes() == (
+        write_random_llm(tmp_path / "api", "tiny", seed=3, layer_seeds={1: 4}) / "model.onnx.data"
+    ).read_bytes()
+    result = CliRunner().invoke(app, [*args[:3], str(tmp_path / "bad"), *args[4:-1], "2"])
+    assert result.exit_code == 2 and "layers 0 to 1" in result.output
+    assert not (tmp_path / "bad").exists()
