@@ -6,10 +6,13 @@ Per request, over the nodes the router admits (breakers closed, in least-outstan
 1. a session key (OpenAI's ``user``, or the ``X-Session-Id`` / affinity header) pins the
    conversation to one node by consistent hashing (the router's uhashring ring);
 2. else the node that was recently sent the longest run of the prompt's leading blocks
-   (``central.gateway.prefix_index``), when that run is at least half the prompt's blocks
-   (SGLang's router's ``cache_threshold``): a new conversation that shares only a system
-   prompt with earlier ones is no reason to pile onto the node that served them first;
+   (``central.gateway.prefix_index``); ties go to the least loaded;
 3. else the least loaded node (ties taken in turn).
+
+New conversations that share a long system prompt all match the node that served the
+first of them; the load bound is what spreads them (each then sticks where its own turns
+went, its own blocks being the longer match), so under light load they share one node,
+which costs nothing while it keeps up.
 
 A node's load is the larger of what its last heartbeat said (``ModelInfo.generation``:
 running + waiting) and the requests this gateway has in flight to it: the heartbeat sees
@@ -34,8 +37,6 @@ __all__ = ["GenerationLoads", "TextRouting", "load_bound"]
 SLACK_REQUESTS = 2
 #: ... or this share of the least loaded node's load, whichever is larger.
 SLACK_SHARE = 0.25
-#: Share of a prompt's blocks a node must have been sent for the prefix to choose it.
-MATCH_SHARE = 0.5
 
 
 def load_bound(least: int) -> float:
@@ -109,7 +110,7 @@ class TextRouting:
         elif hashes:
             matches = {c.node_id: self.index.match(c.node_id, hashes) for c in usable}
             best = max(by_load, key=lambda c: matches[c.node_id])  # ties: the least loaded
-            if matches[best.node_id] > 0 and matches[best.node_id] >= MATCH_SHARE * len(hashes):
+            if matches[best.node_id] > 0:
                 preferred, reason = best, "prefix"
         if preferred is None:
             return Choice(by_load, "least")
