@@ -154,6 +154,32 @@ async def test_a_stream_moves_on_when_its_edge_stops_token_for_token(
                     stopped = True
                     await first.stop()  # mid-stream: its engine ends every stream
         status = (await http.get("/api/v1/gateway")).json()["text"]
-    assert tokens == undisturbed["token_ids"] and text == undisturbed["choices"][0]["text"]
-    assert status["resumed"] == 1 and status["broken"] == 0
+    assert tokens == undisturbed["token_ids"] and text == undisturbed["choices"][0]["text"], status
+    assert status["resumed"] == 1 and status["broken"] == 0, status
     assert len(tokens) == 400
+
+
+async def test_a_client_that_goes_away_cancels_the_edges_stream(
+    text_central: CentralServer, edges: list[EdgeServer]
+) -> None:
+    body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 400, "temperature": 0.8, "ignore_eos": True,
+            "stream": True}  # fmt: skip
+    async with httpx.AsyncClient(base_url=text_central.http_url, timeout=60) as http:
+        for _ in range(6):
+            async with http.stream("POST", "/v1/chat/completions" if _ % 2 else "/v1/completions",
+                                   json=body if not _ % 2 else {**body, "prompt": None,
+                                   "messages": [{"role": "user", "content": "hi"}]}) as response:  # fmt: skip
+                assert response.status_code == 200
+                async for _chunk in response.aiter_bytes():
+                    break  # hang up after the first chunk
+
+    def idle() -> bool:
+        engines = [e.edge.repository.get(MODEL).engine for e in edges]
+        return all(e is not None and e.stats().running == 0 for e in engines) and all(
+            e.edge.plane.inflight == 0 for e in edges
+        )
+
+    await wait_for(idle, 10, "every edge's streams cancelled")
+    async with httpx.AsyncClient(base_url=text_central.http_url, timeout=60) as http:
+        status = (await http.get("/api/v1/gateway")).json()
+    assert all(n["outstanding"] == 0 for n in status["nodes"]) and status["text"]["broken"] == 0
