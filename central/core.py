@@ -16,6 +16,9 @@ from central.fleet_mode import FleetParts
 from central.fleet_mode.factory import open_fleet_mode
 from central.gateway import create_gateway
 from central.gateway.catalog import GatedCatalog
+from central.gateway.prefix_index import PrefixIndex
+from central.gateway.text_proxy import TextGateway
+from central.gateway.text_routing import GenerationLoads, TextRouting
 from central.handlers import ApiHandlers, EdgeHandlers, FleetHandlers, HealthHandlers, RegistryHandlers, RolloutHandlers
 from central.membership import NodeDirectory
 from central.membership.registered import RegisteredNodeSource
@@ -127,6 +130,8 @@ class Central:
             ssl_context=client_ssl_context(material) if material is not None and tls.edge_scheme == "https" else None,
             catalog=self.registry.describe,
         )
+        #: The text APIs over the gateway: prefix-aware routing on the heartbeats' generation load.
+        self.text_gateway = self._text_gateway(settings)
         self._rollouts = self._rollout_service(settings)
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here)
@@ -150,6 +155,7 @@ class Central:
             assigned=self._serves,
         )
         self._unsubscribe = [
+            self.liveness.watch_heartbeats(self.text_gateway.routing.loads.harvest),
             self.liveness.watch_heartbeats(self.verdicts.harvest),
             self.liveness.watch_heartbeats(self._drift.harvest),
             self.liveness.watch_heartbeats(self._promotion.harvest),
@@ -180,6 +186,18 @@ class Central:
             origin.max_concurrent_streams,
             origin.max_waiting_streams,
             entitled=self._desired.allows_chunk,
+        )
+
+    def _text_gateway(self, settings: CentralSettings) -> TextGateway:
+        """OpenAI-compatible and OIP generate requests, routed by prefix and load."""
+        g = settings.gateway
+        routing = TextRouting(self.gateway.router, GenerationLoads(), PrefixIndex(g.prefix_blocks_per_node))
+        return TextGateway(
+            self.gateway,
+            routing,
+            read_timeout_s=g.text_read_timeout_s,
+            names=lambda: [m.name for m in self.registry.list_models()],
+            catalog=self.registry.describe,
         )
 
     def _rollout_service(self, settings: CentralSettings) -> RolloutService:
@@ -228,6 +246,7 @@ class Central:
             dashboard=self.dashboard,
             operator_tokens=self._storage.operator_tokens,
             catalog=GatedCatalog(self.registry.describe, self._reader_check()),
+            text=self.text_gateway,
         )
 
     def _reader_check(self) -> Callable[[str | None], bool] | None:

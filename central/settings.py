@@ -319,6 +319,12 @@ class GatewaySettings(BaseModel):
     """How long an open breaker skips its node before one trial request probes it (half-open)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
     """Largest inference request body accepted; larger ones get 413. Bodies are held in memory."""
+    text_read_timeout_s: float = Field(60.0, gt=0)
+    """Longest a node may stay silent in a text stream (before its first chunk: queueing and prefill;
+    then between chunks); beyond it the stream is continued on another node."""
+    prefix_blocks_per_node: int = Field(65536, ge=1)
+    """Prompt block hashes the text routing remembers per node (8 bytes each, least recently sent dropped
+    first): how many recent prompts' prefixes it can match."""
     max_connections: int = Field(1024, ge=1)
     """Connections the gateway keeps open to all nodes together (HTTP/1.1 keep-alive pool)."""
     max_outstanding: int = Field(256, ge=1)

@@ -244,7 +244,7 @@ class GatewayProxy:
         finally:
             self.outstanding -= 1
 
-    def _unknown(self, model: str, version: str | None) -> GatewayResponse | None:
+    def unknown(self, model: str, version: str | None) -> GatewayResponse | None:
         """A 404 when the catalog has never heard of ``model`` (``version``); None otherwise."""
         if self._catalog is None or self._catalog(model, version) is not None:
             return None
@@ -284,7 +284,7 @@ class GatewayProxy:
             return refusal
         candidates = self.router.order(model, version, key)
         if not candidates:
-            return self._unknown(model, version) or self._unavailable(
+            return self.unknown(model, version) or self._unavailable(
                 model, version, self._no_candidates_reason(model, version), None
             )
         rows = request_rows(request_body, _header_length(lowered))

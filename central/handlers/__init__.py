@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from central.dashboard import DashboardService
 from central.gateway import GatewayProxy
 from central.gateway.catalog import GatedCatalog
+from central.gateway.text_proxy import TextGateway
 from central.handlers.edges import EdgeHandlers, Registration
 from central.handlers.fleet import FleetHandlers
 from central.handlers.health import HealthHandlers
@@ -46,3 +47,5 @@ class ApiHandlers:
     operator_tokens: Tokens | None
     #: The gateway's description of models no node serves (readers only with ``protect_reads``).
     catalog: GatedCatalog
+    #: The gateway's text APIs (OpenAI-compatible, OIP generate) over ``gateway``.
+    text: TextGateway

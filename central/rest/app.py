@@ -19,6 +19,7 @@ from central.rest.limits import JsonBodyLimit, UploadLimit, is_upload
 from central.rest.metrics_routes import create_metrics_router
 from central.rest.registry_routes import create_registry_router
 from central.rest.rollout_routes import create_rollout_router
+from central.rest.text_routes import create_text_router
 from central.settings import AuthSettings, CentralSettings
 from central.storage.protocols import Tokens
 from fleetwire.body_deadline import BodyDeadline
@@ -90,5 +91,6 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     app.include_router(create_dashboard_router(handlers.dashboard))
     app.include_router(create_rollout_router(handlers.rollouts))
     if settings.gateway.enabled:
-        app.include_router(create_gateway_router(handlers.gateway, handlers.catalog))
+        app.include_router(create_text_router(handlers.gateway, handlers.text))
+        app.include_router(create_gateway_router(handlers.gateway, handlers.catalog, handlers.text))
     return app

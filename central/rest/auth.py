@@ -1,8 +1,9 @@
 """Who may call central's REST API: one ASGI middleware in front of every route.
 
 With auth on, a write (any method but GET/HEAD/OPTIONS) needs an ``admin`` bearer token;
-reads need a token of any role only with ``protect_reads``. The OIP gateway (``/v2``) and
-``/healthz`` stay open: inference clients and probes carry no operator credential. The
+reads need a token of any role only with ``protect_reads``. The gateway (OIP ``/v2``, the
+OpenAI-compatible ``/v1``) and ``/healthz`` stay open: inference clients and probes carry no
+operator credential (an OpenAI client's ``api_key`` is no operator token). The
 check runs before the route reads the body, so a refused push stores nothing. A browser may
 show its token in a cookie instead, for reads only (``central.rest.browser_login``)."""
 
@@ -18,7 +19,7 @@ from central.storage.protocols import Tokens
 from fleetwire.credentials import parse_bearer
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
-_OPEN_PREFIXES = ("/v2/", "/healthz")
+_OPEN_PREFIXES = ("/v2/", "/v1/", "/healthz")
 _UNAUTHORIZED = "missing or invalid token"
 #: The actor of a request that showed no token (auth off, or an open route).
 ANONYMOUS = "anonymous"
@@ -53,7 +54,7 @@ def is_write(method: str) -> bool:
 
 
 def protects(method: str, path: str, protect_reads: bool) -> bool:
-    """Whether ``method path`` needs a token: nothing under ``/v2`` and ``/healthz``; elsewhere
+    """Whether ``method path`` needs a token: nothing under ``/v2``, ``/v1`` and ``/healthz``; elsewhere
     writes, and reads too with ``protect_reads`` (central's OpenAPI document declares 401/403 there)."""
     if path == "/v2" or path.startswith(_OPEN_PREFIXES):
         return False

@@ -13,7 +13,7 @@ KServe v2 / Triton health and metadata (``central.gateway.metadata``): ``/v2/hea
 ``/v2``, ``/v2/models/{m}[/versions/{v}]`` with ``/config`` and ``/ready``.
 
 ``GET /api/v1/gateway``: routing policy, per-node outstanding requests and breaker
-states, and counters."""
+states, and counters (the text APIs' under ``text``)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from central.gateway.candidates import ModelCatalog
 from central.gateway.catalog import GatedCatalog
 from central.gateway.metadata import gateway_server_metadata, json_answer, model_ready, node_document
 from central.gateway.proxy import AFFINITY_HEADER, GatewayProxy, GatewayResponse
+from central.gateway.text_proxy import TextGateway
 from central.rest.auth import caller_token
 from fleetwire.names import InvalidName, check_name
 
@@ -39,7 +40,7 @@ def _response(answer: GatewayResponse) -> Response:
     return Response(content=answer.body, status_code=answer.status, headers=answer.headers)
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
+async def read_limited_body(request: Request, limit: int) -> bytes | None:
     """The whole body, or None as soon as it is known to exceed ``limit``."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -70,9 +71,11 @@ _INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_gateway_router(proxy: GatewayProxy, catalog: GatedCatalog | None = None) -> APIRouter:
+def create_gateway_router(
+    proxy: GatewayProxy, catalog: GatedCatalog | None = None, text: TextGateway | None = None
+) -> APIRouter:
     """The gateway's routes over ``proxy``; ``catalog`` (central's registry) describes the
-    models no node serves yet."""
+    models no node serves yet; ``text``'s counters join the status."""
     router = APIRouter()
 
     async def forward(name: str, version: str | None, request: Request) -> Response:
@@ -86,7 +89,7 @@ def create_gateway_router(proxy: GatewayProxy, catalog: GatedCatalog | None = No
             return _response(refusal)
         # The body is read holding no place: a client sending it slowly holds only its
         # socket, until central's body_timeout_s (fleetwire.body_deadline) answers 408.
-        body = await _read_body(request, proxy.max_body_bytes)
+        body = await read_limited_body(request, proxy.max_body_bytes)
         if body is None:
             proxy.stats.too_large += 1
             return _error(413, f"request body exceeds the limit of {proxy.max_body_bytes} bytes")
@@ -108,7 +111,10 @@ def create_gateway_router(proxy: GatewayProxy, catalog: GatedCatalog | None = No
 
     @router.get("/api/v1/gateway")
     async def gateway_status() -> dict[str, Any]:
-        return proxy.snapshot()
+        status = proxy.snapshot()
+        if text is not None:
+            status["text"] = text.snapshot()
+        return status
 
     return router
 

@@ -19,7 +19,10 @@ _CONTEXT_TOKENS = 5
 class TextStream:
     """The text of one sequence's generated tokens, released step by step."""
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str]) -> None:
+    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str], sent: Sequence[int] = ()) -> None:
+        """``sent``: tokens of this completion generated (and their text sent) elsewhere, a
+        resumed stream's: fed first, their text dropped, so what follows is released exactly
+        as it would have been after them."""
         self._decode = decode
         self._stop = tuple(stop)
         self._ids: list[int] = []
@@ -28,6 +31,8 @@ class TextStream:
         self._held = ""  # text taken but not yet emitted (a possible stop string's start)
         self.stopped = False
         """True once a stop string was found (the text ends before it)."""
+        for token in sent:
+            self.add(token)
 
     def add(self, token: int) -> str:
         """Add a generated token; return the text that can be emitted now (nothing once stopped)."""

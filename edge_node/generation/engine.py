@@ -145,7 +145,7 @@ class GenerationEngine:
             prompt=prompt,
             params=params,
             sampler=TokenSampler(params, prompt, self.spec.vocab_size),
-            text=TextStream(self.tokenizer.decode, params.stop),
+            text=TextStream(self.tokenizer.decode, params.stop, prompt[len(prompt) - params.resume_offset :]),
             deliver=self._scheduler.deliver,
             limit=len(prompt) + params.max_tokens,
         )

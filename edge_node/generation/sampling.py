@@ -1,7 +1,9 @@
 """Choosing the next token from a row of logits, in numpy.
 
 Each request owns a ``np.random.Generator`` seeded from its ``seed`` and draws exactly one
-number per step, so its tokens do not depend on the other rows in the batch."""
+number per sampled step, so its tokens do not depend on the other rows in the batch, and a
+stream resumed after ``resume_offset`` tokens (on another node) skips that many draws and
+draws what the first node would have drawn next."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ class TokenSampler:
         self.params = params
         # no seed: fresh OS entropy, as numpy does
         self._rng = np.random.Generator(np.random.PCG64(params.seed))
+        if params.resume_offset and not params.greedy:
+            self._rng.random(params.resume_offset)  # the draws of the tokens already sent
         self._penalised = params.repetition_penalty != 1.0
         self._seen = np.zeros(vocab, dtype=bool)
         if self._penalised:

@@ -96,6 +96,11 @@ class SamplingParams:
     """Strings that end the stream; the text is cut before the stop string, which is never emitted."""
     ignore_eos: bool = False
     """Keep generating past the end-of-sequence token (benchmarks)."""
+    resume_offset: int = 0
+    """The last ``resume_offset`` prompt tokens are this completion's output so far: a stream
+    another node started, continued here (central's gateway after a node died). The random
+    generator skips the draws those tokens took and their text counts as already sent, so a
+    greedy or seeded stream goes on exactly as the first node would have."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # a single string is a common client shape
@@ -104,6 +109,7 @@ class SamplingParams:
             object.__setattr__(self, "stop", tuple(self.stop))
         _check_int("max_tokens", self.max_tokens, low=1)
         _check_int("top_k", self.top_k, low=0)
+        _check_int("resume_offset", self.resume_offset, low=0)
         _check_float("temperature", self.temperature, lambda v: v >= 0, "must be ≥ 0")
         _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "must be in (0, 1]")
         _check_float("repetition_penalty", self.repetition_penalty, lambda v: v > 0, "must be > 0")

@@ -3,7 +3,14 @@
 
 A thin transport over :class:`~edge_node.generation.service.LanguageModels`: it turns the
 request into prompt token ids and sampling parameters, and steps into OpenAI's objects.
-Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``."""
+Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
+
+Extensions for central's gateway (which continues a stream on another node when this one
+dies): ``"return_token_ids": true`` makes every streamed chunk carry ``token_ids`` (the
+tokens generated since the previous chunk, whose text it completes), the first one also
+``prompt_token_ids``, ``model_version`` and the request's effective ``max_tokens``;
+``resume_offset`` (``textgen.sampling``) continues a completion whose first tokens end the
+prompt."""
 
 from __future__ import annotations
 
@@ -110,24 +117,52 @@ class _Call:
             delta["content"] = text
         return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
 
-    async def chunks(self, started: Started, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
-        """The stream's chunks: text deltas, a last one with finish_reason, then usage."""
+    async def chunks(
+        self, started: Started, include_usage: bool, ids: _TokenIds | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The stream's chunks: text deltas, a last one with finish_reason, then usage. With
+        ``ids`` (``return_token_ids``) each chunk carries the token ids it completes."""
+        ids = ids or _TokenIds(None)
         if self.chat:
-            yield self.wrap([self.choice("", None, True, first=True)], True)
+            yield ids.attach(self.wrap([self.choice("", None, True, first=True)], True))
         last: StepOutput | None = None
         try:
             async for step in started.steps():
                 last = step
+                ids.add(step.token_ids)
                 if step.text:
-                    yield self.wrap([self.choice(step.text, None, True)], True)
+                    yield ids.attach(self.wrap([self.choice(step.text, None, True)], True))
         except EdgeError as exc:  # the engine stopped mid-stream (a version swap or shutdown)
             yield openai_error(exc)
             return
         if last is None:
             return
-        yield self.wrap([self.choice(None if self.chat else "", last.finish_reason, True)], True)
+        yield ids.attach(self.wrap([self.choice(None if self.chat else "", last.finish_reason, True)], True))
         if include_usage:
             yield {**self.wrap([], True), "usage": usage(last)}
+
+
+class _TokenIds:
+    """The token ids a chunk completes (``return_token_ids``), or nothing when not asked."""
+
+    def __init__(self, first: dict[str, Any] | None) -> None:
+        """``first``: what the first chunk carries besides (None: ids not asked for)."""
+        self._on = first is not None
+        self._first: dict[str, Any] = first or {}
+        self._pending: list[int] = []
+
+    def add(self, token_ids: tuple[int, ...]) -> None:
+        if self._on:
+            self._pending.extend(token_ids)
+
+    def attach(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        if not self._on:
+            return chunk
+        chunk["token_ids"], self._pending = self._pending, []
+        if self._first:
+            chunk.update(self._first)
+            self._first = {}
+        return chunk
 
 
 def create_openai_routes(service: LanguageModels) -> APIRouter:
@@ -157,7 +192,9 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
             return error_response(exc)
         call = _Call(model, chat)
         if stream:
-            events = sse(call.chunks(started, bool(options.get("include_usage"))), done=True)
+            first = {"prompt_token_ids": prompt, "model_version": model.version, "max_tokens": params.max_tokens}
+            ids = _TokenIds(first) if doc.get("return_token_ids") is True else None
+            events = sse(call.chunks(started, bool(options.get("include_usage")), ids), done=True)
             return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(started.close),
                                      headers={"Cache-Control": "no-cache"})  # fmt: skip
         return await _whole(call, started)

@@ -70,7 +70,9 @@ def get_typed(doc: Mapping[str, Any], name: str, kinds: type | tuple[type, ...],
 def sampling(doc: Mapping[str, Any], prompt_tokens: int, context: int) -> SamplingParams:
     """SamplingParams from OpenAI-style fields (``max_tokens`` / ``max_completion_tokens``,
     ``temperature``, ``top_p``, ``top_k``, ``seed``, ``stop``, ``repetition_penalty``);
-    ``n`` other than 1 and non-zero presence/frequency penalties are refused by name."""
+    ``n`` other than 1 and non-zero presence/frequency penalties are refused by name.
+    Extension ``resume_offset`` (central's gateway resuming a stream another node began): the
+    last that many prompt tokens are the completion so far (see ``SamplingParams``)."""
     n = get_typed(doc, "n", int, 1)
     if n != 1:
         raise FieldError("only n=1 is supported: send one request per completion", param="n")
@@ -85,8 +87,12 @@ def sampling(doc: Mapping[str, Any], prompt_tokens: int, context: int) -> Sampli
     stop = get_typed(doc, "stop", (str, list), ())
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
         raise FieldError("stop must be a string or a list of strings", param="stop")
+    resume_offset = get_typed(doc, "resume_offset", int, 0)
+    if resume_offset < 0 or (resume_offset and resume_offset >= prompt_tokens):
+        raise FieldError("resume_offset must be ≥ 0 and below the prompt's token count", param="resume_offset")
     return SamplingParams(
         max_tokens=max_tokens,
+        resume_offset=resume_offset,
         temperature=get_typed(doc, "temperature", (int, float), 1.0),
         top_p=get_typed(doc, "top_p", (int, float), 1.0),
         top_k=max(0, get_typed(doc, "top_k", int, 0)),
