@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from bench._fleet import Fleet, write_result
+from bench._fleet import Fleet, parse_env_pairs, write_result
 from bench._textload import (
     cancelled_streams,
     genai_rates,
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         genai = None if args.no_genai else genai_rates(int4, args.prompt, args.tokens, args.clients)
         trained = asyncio.run(trained_figures(work))
         edge_env = {"MODELFLEET_GENERATION__MAX_BATCH": str(args.clients),
-                    "MODELFLEET_GENERATION__MAX_WAITING": str(4 * args.clients)}  # fmt: skip
+                    "MODELFLEET_GENERATION__MAX_WAITING": str(4 * args.clients),
+                    **parse_env_pairs(args.edge_env)}  # fmt: skip
         with Fleet(root=work, central_env={"MODELFLEET_QUANTIZE__ENABLED": "false"}, edge_env=edge_env) as fleet:
             fleet.start(edges=1)
             node = next(iter(fleet.edges))
@@ -195,6 +196,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt": args.prompt,
         "clients": args.clients,
         "prefix": args.prefix,
+        "edge_env": parse_env_pairs(args.edge_env),
         "cpu_flags": flags,
         "machine": machine(),
         "cores": len(os.sched_getaffinity(0)),
@@ -225,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cancel", type=int, default=100, help="streams hung up mid-way")
     p.add_argument("--no-genai", action="store_true", help="skip the onnxruntime-genai baseline")
     p.add_argument("--work-dir", type=Path, default=None, help="where the temp dir goes")
+    p.add_argument("--edge-env", nargs="*", default=[], metavar="K=V",
+                   help="edge settings, e.g. MODELFLEET_GENERATION__SPINNING=false")  # fmt: skip
     return p
 
 
