@@ -30,6 +30,7 @@ from central.gateway.text_proxy import StreamBroken, TextCall, TextGateway, Text
 from central.gateway.text_shapes import Api, Piece, Shaper
 from central.rest.gateway_routes import read_limited_body
 from fleetwire.names import InvalidName, check_name
+from fleetwire.openai_errors import OPENAI_ERRORS
 
 __all__ = ["SESSION_HEADER", "create_text_router"]
 
@@ -119,15 +120,15 @@ def create_text_router(proxy: GatewayProxy, text: TextGateway) -> APIRouter:
         with places:
             return await _whole(call, first, pieces, proxy, started)
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses=OPENAI_ERRORS)
     async def models() -> Response:
         return JSONResponse({"object": "list", "data": text.language_models()})
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", responses=OPENAI_ERRORS)
     async def completions(request: Request) -> Response:
         return await handle(request, "completions")
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", responses=OPENAI_ERRORS)
     async def chat_completions(request: Request) -> Response:
         return await handle(request, "chat")
 

@@ -15,6 +15,7 @@ from starlette.background import BackgroundTask
 from edge_node.errors import EdgeError
 from edge_node.generation.service import LanguageModel, LanguageModels
 from edge_node.rest.routes import error_response, json_response
+from edge_node.rest.schema import GENERATE
 from edge_node.rest.textgen import FieldError, Started, get_typed, read_json, sampling, sse, start_stream
 
 __all__ = ["create_generate_routes"]
@@ -39,7 +40,7 @@ def create_generate_routes(service: LanguageModels) -> APIRouter:
     def output(model: LanguageModel, text: str, finish: str | None) -> dict[str, Any]:
         return {"model_name": model.name, "model_version": model.version, "text_output": text, "finish_reason": finish}
 
-    @router.post("/v2/models/{name}/generate")
+    @router.post("/v2/models/{name}/generate", responses=GENERATE)
     async def generate(name: str, request: Request) -> Response:
         try:
             model, started = await begin(name, request)
@@ -51,7 +52,7 @@ def create_generate_routes(service: LanguageModels) -> APIRouter:
             return error_response(exc)
         return json_response(output(model, "".join(parts), finish))
 
-    @router.post("/v2/models/{name}/generate_stream")
+    @router.post("/v2/models/{name}/generate_stream", responses=GENERATE)
     async def generate_stream(name: str, request: Request) -> Response:
         try:
             model, started = await begin(name, request)

@@ -29,6 +29,7 @@ from edge_node.errors import EdgeError
 from edge_node.generation import StepOutput
 from edge_node.generation.service import LanguageModel, LanguageModels
 from edge_node.rest.textgen import FieldError, Started, get_typed, param_of, read_json, sampling, sse, start_stream
+from fleetwire.openai_errors import OPENAI_ERRORS
 
 __all__ = ["create_openai_routes", "openai_error"]
 
@@ -170,7 +171,7 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
     router = APIRouter(tags=["openai"])
     limit = service.plane.limits.max_body_bytes
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses=OPENAI_ERRORS)
     async def models() -> Response:
         data = [{"id": m.name, "object": "model", "created": m.created, "owned_by": "modelfleet"}
                 for m in service.served()]  # fmt: skip
@@ -211,11 +212,11 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
         body = call.wrap([call.choice("".join(parts), last.finish_reason, False)], False)
         return Response(orjson.dumps({**body, "usage": usage(last)}), media_type="application/json")
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", responses=OPENAI_ERRORS)
     async def completions(request: Request) -> Response:
         return await complete(request, chat=False)
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", responses=OPENAI_ERRORS)
     async def chat_completions(request: Request) -> Response:
         return await complete(request, chat=True)
 

@@ -8,7 +8,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["INFER", "INFER_BODY", "LOOKUP", "METADATA", "NOT_READY", "ErrorBody", "ModelMetadata", "ServerMetadata"]
+__all__ = [
+    "GENERATE",
+    "INFER",
+    "INFER_BODY",
+    "LOOKUP",
+    "METADATA",
+    "NOT_READY",
+    "ErrorBody",
+    "ModelMetadata",
+    "ServerMetadata",
+]
 
 
 class ErrorBody(BaseModel):
@@ -58,6 +68,8 @@ LOOKUP: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorBody},
 }
 METADATA: dict[int | str, dict[str, Any]] = {200: {"model": ModelMetadata}, **LOOKUP}
+#: OIP generate: a bad body or parameter (400), the KV budget or the edge full (429, Retry-After).
+GENERATE: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 429: {"model": ErrorBody}, **LOOKUP}
 NOT_READY: dict[int | str, dict[str, Any]] = {400: {"model": ReadyBody}}
 #: 500: the node failed to run a request it accepted (out of memory, a failed device).
 INFER: dict[int | str, dict[str, Any]] = {

@@ -45,6 +45,16 @@ class ServingTarget(Protocol):
         """Whether a version of model ``name`` serves now."""
 
 
+def offer_of(manifest: Manifest) -> tuple[str, ...]:
+    """The default artifact, the alternatives and the pending candidates of ``manifest``, by name."""
+    return (
+        manifest.artifact,
+        *(a.artifact for a in manifest.alternatives),
+        "|",
+        *(p.artifact for p in manifest.pending),
+    )
+
+
 class ServingHandoff:
     """Hands versions to ``serving``; ``spawn`` runs a background coroutine (the
     materializer's, so its stop cancels them)."""
@@ -66,9 +76,10 @@ class ServingHandoff:
         self._to_local = to_local
         #: The ``serve_at`` each served version was last handed over with.
         self.handed: dict[Key, float | None] = {}
-        #: The signature of the manifest each served version was last handed over as (central
-        #: re-issues one when it promotes or rejects a pending INT8 candidate).
-        self.signatures: dict[Key, str] = {}
+        #: What each served version could be served as when last handed over (central re-issues
+        #: a manifest when it promotes or rejects a pending INT8 candidate; a key rotation's
+        #: re-signing changes nothing here).
+        self.offers: dict[Key, tuple[str, ...]] = {}
 
     async def serve(
         self, manifest: Manifest, choice: ArtifactChoice | None = None, serve_at: float | None = None
@@ -76,7 +87,7 @@ class ServingHandoff:
         """Serve ``manifest``'s version as the artifact ``choice`` names (None: as it is on disk),
         from ``serve_at`` (central's clock; None: at once)."""
         self.handed[manifest.key] = serve_at
-        self.signatures[manifest.key] = manifest.signature
+        self.offers[manifest.key] = offer_of(manifest)
         if choice is not None:
             self._chooser.adopt(manifest, choice)
             manifest = served_as(manifest, choice.artifact)

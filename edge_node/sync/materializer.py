@@ -34,7 +34,7 @@ from edge_node.inference.artifact_timer import ArtifactChoice
 from edge_node.sync.admission import Admission
 from edge_node.sync.assembly import VersionAssembly
 from edge_node.sync.chooser import ArtifactChooser
-from edge_node.sync.handoff import ServingHandoff, ServingTarget
+from edge_node.sync.handoff import ServingHandoff, ServingTarget, offer_of
 from edge_node.sync.progress import REASONS, VersionProgress
 from edge_node.sync.state import DesiredVersion, EdgeDesiredState
 from edge_node.sync.trials import ArtifactTrials
@@ -111,7 +111,7 @@ class Materializer:
                 self._tasks.pop(key).cancel()
                 self.progress.pop(key, None)
                 self._handoff.handed.pop(key, None)
-                self._handoff.signatures.pop(key, None)
+                self._handoff.offers.pop(key, None)
         served = {key for key, v in wanted.items() if v.serve}
         for name in {name for name, _ in self._served_models} - {name for name, _ in served}:
             self._spawn(self._handoff.serving.unload(name))
@@ -165,8 +165,8 @@ class Materializer:
         current = self.chooser.choices.get(version.manifest.key)
         if current is None:
             return False
-        handed = self._handoff.signatures.get(version.manifest.key)
-        if handed is not None and handed != version.manifest.signature:
+        handed = self._handoff.offers.get(version.manifest.key)
+        if handed is not None and handed != offer_of(version.manifest):
             return True
         decided = self.chooser.decided(version)
         if decided is None:  # a fallback ended, or more artifacts came: time the artifacts again

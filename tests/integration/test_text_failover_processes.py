@@ -26,7 +26,8 @@ EDGES = {"e0", "e1", "e2"}
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("text-failover")
-    folder = build_decoder(root / "tiny", peaked=True)
+    # Wide enough that 480 tokens take a while even on an idle machine: the kill must land mid-stream.
+    folder = build_decoder(root / "tiny", peaked=True, layers=4, hidden=256)
     with MosquittoBroker() as broker:
         broker_env = {"MODELFLEET_BROKER__HOST": broker.host, "MODELFLEET_BROKER__PORT": str(broker.port)}
         central_env = {"MODELFLEET_MQTT__ENABLED": "true", "MODELFLEET_QUANTIZE__ENABLED": "false", **broker_env}
@@ -42,20 +43,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def _stream(url: str, body: dict[str, Any], kill: Fleet) -> tuple[list[int], str, str]:
-    """Tokens and text of one stream through central, and the node SIGKILLed after its first chunk."""
+    """Tokens and text of one stream through central, and the node SIGKILLed as soon as the
+    answer began (central sends its status line once the edge's first token is in hand)."""
     tokens, text = [], ""
     with httpx.Client(timeout=60) as client, client.stream("POST", url, json={**body, "stream": True}) as response:
         assert response.status_code == 200, response.read()
         node = response.headers["x-modelfleet-node"]
+        proc = kill.edges[node]
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(timeout=10)
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = orjson.loads(line[6:])
             assert "error" not in chunk, chunk
-            if not tokens:
-                proc = kill.edges[node]
-                proc.popen.send_signal(signal.SIGKILL)
-                proc.popen.wait(timeout=10)
             tokens += chunk["token_ids"]
             text += chunk["choices"][0]["text"]
     return tokens, text, node
@@ -64,7 +65,7 @@ def _stream(url: str, body: dict[str, Any], kill: Fleet) -> tuple[list[int], str
 def test_streams_survive_edges_killed_mid_stream_token_for_token(fleet: Fleet) -> None:
     assert fleet.central is not None
     url = f"{fleet.central.http_url}/v1/completions"
-    body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+    body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 480, "temperature": 0, "ignore_eos": True,
             "return_token_ids": True}  # fmt: skip
     undisturbed = fleet.client.post(url, json=body).json()
     killed = set()
