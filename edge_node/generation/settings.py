@@ -41,9 +41,12 @@ class EngineSettings(BaseModel):
     """Pin the engine thread (ONNX Runtime's intra-op thread 0) to the first core and each
     further intra-op thread to a core of its own (``session.intra_op_thread_affinities``); the
     event loop's thread moves to the cores left over, if any."""
-    spinning: bool = True
+    spinning: bool = False
     """Let idle intra-op threads spin for work (``session.intra_op.allow_spinning``); off, they
-    sleep, which leaves the cores to other processes between steps."""
+    sleep, which leaves the cores to the event loop that writes the streams between steps. Off
+    by default: over HTTP on 2 cores, spinning workers starved the event loop (single-stream
+    24.8 tokens/s against 123 without spinning, ``bench.generate``); in process alone it gains
+    a little (docs/generation.md)."""
 
     @model_validator(mode="after")
     def _a_budget(self) -> EngineSettings:
