@@ -250,3 +250,22 @@ async def test_the_heartbeat_carries_the_engines_tokens_per_second_and_queue(
     assert 0 <= info.kv_usage <= 1
     # the TTFT percentiles of the version's recent streams: one stream, so both are its TTFT
     assert info.ttft_p50_ms is not None and info.ttft_p50_ms > 0 and info.ttft_p99_ms == info.ttft_p50_ms
+
+
+async def test_curl_reads_the_stream_as_server_sent_events(lm_edge: EdgeServer, client: openai.AsyncOpenAI) -> None:
+    """``curl -N`` (no buffering), as people try an API first: ``data:`` events whose deltas
+    add up to the non-streamed greedy answer, then ``data: [DONE]``."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "import os"}], "max_tokens": 8, "temperature": 0}
+    whole = await client.chat.completions.create(**body)  # type: ignore[call-overload]
+    curl = await asyncio.create_subprocess_exec(
+        "curl", "-sS", "-N", f"http://127.0.0.1:{lm_edge.http_port}/v1/chat/completions",
+        "-H", "Content-Type: application/json", "-d", orjson.dumps({**body, "stream": True}).decode(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await curl.communicate()
+    assert curl.returncode == 0, err
+    events = sse_events(out.decode())
+    assert events[-1] == "[DONE]"
+    chunks = [orjson.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == whole.choices[0].message.content
