@@ -30,6 +30,7 @@ Usage: ``python -m bench.generate_fleet --json out.json [--sections distribution
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -43,17 +44,36 @@ from typing import Any
 
 import onnx
 
+from bench._chatload import (
+    ChatPlan,
+    central_text_stats,
+    central_url,
+    chat_waves,
+    generated_tokens,
+    greedy,
+    kill_round,
+    many_streams,
+    references,
+    turn_summary,
+    wait_routed,
+)
 from bench._fleet import Fleet, chunking_env, parse_env_pairs, sigterm_raises, write_result
 from bench._rollout_api import central_call, fetch_counters, settled_counters, wait_rollout
+from bench._textload import prompt_ids
 from bench.delta import new_bytes_ratio
+from bench.generate import build_models
 from bench.report import machine
 from bench.zoo import cpu_flags
 from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo.llm import SHAPES, DecoderShape, write_random_llm
 
-TARGETS = {"llm_origin_ratio": 1.10, "finetune_delta_ratio": 0.2}
+TARGETS = {
+    "llm_origin_ratio": 1.10, "finetune_delta_ratio": 0.2, "affinity_ttft_ratio": 0.5, "load_max_over_mean": 1.25,
+    "midstream_kills": 20, "broken_streams": 0, "token_mismatches": 0, "gateway_ratio": 0.9,
+}  # fmt: skip
 #: Figures that must stay at or below their target (the others at or above).
-AT_MOST = {"llm_origin_ratio", "finetune_delta_ratio"}
+AT_MOST = {"llm_origin_ratio", "finetune_delta_ratio", "affinity_ttft_ratio", "load_max_over_mean", "broken_streams",
+           "token_mismatches"}  # fmt: skip
 MODEL = "llm"
 FIXED_BLOCK = 1024 * 1024
 
@@ -272,10 +292,142 @@ def finetune_figures(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# -- serving sections: routing, streams that lose their node, the gateway's cost ------------
+
+
+def serving_folder(args: argparse.Namespace) -> Path:
+    """``--serve-shape``'s random Llama as central's 4-bit artifact (``int4-b32``, as
+    ``bench.generate`` builds it), written once into ``args.model_cache``."""
+    s = SHAPES[args.serve_shape]
+    folder: Path = args.model_cache / f"llm-int4-h{s.hidden}-l{s.layers}-i{s.intermediate}"
+    if not folder.is_dir():
+        args.model_cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=args.model_cache))
+        try:
+            _, int4 = build_models(tmp, args.serve_shape)
+            os.replace(int4, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+@contextlib.contextmanager
+def serving_fleet(args: argparse.Namespace, central_env: dict[str, str] | None = None) -> Iterator[Fleet]:
+    """``--serve-edges`` edges serving the 4-bit model (pushed as is), each engine with its share
+    of the cores and no spinning threads (the edges share the machine), central routing to all."""
+    threads = max(1, len(os.sched_getaffinity(0)) // args.serve_edges)
+    edge_env = [f"MODELFLEET_GENERATION__INTRA_OP_THREADS={threads}", "MODELFLEET_GENERATION__SPINNING=false"]
+    central = [f"{k}={v}" for k, v in (central_env or {}).items()]
+    fleet_args = argparse.Namespace(**{**vars(args), "edge_env": [*edge_env, *args.edge_env],
+                                       "central_env": [*central, *args.central_env]})  # fmt: skip
+    folder = serving_folder(args)
+    with llm_fleet(fleet_args, args.serve_edges) as fleet:
+        fleet.push_folder(MODEL, "1", folder)
+        fleet.wait_complete(MODEL, "1", timeout_s=args.timeout_s)
+        for node in fleet.edges:
+            fleet.wait_model_ready(node, MODEL, timeout_s=args.timeout_s)
+        wait_routed(fleet, MODEL, set(fleet.edges), args.timeout_s)  # also each engine's first run
+        yield fleet
+
+
+def chat_run(args: argparse.Namespace, plan: ChatPlan, policy: str) -> dict[str, Any]:
+    """The chat workload through central routing by ``policy``, on a fleet of its own."""
+    with serving_fleet(args, {"MODELFLEET_GATEWAY__TEXT_ROUTING": policy}) as fleet:
+        before = {n: generated_tokens(fleet.edge_metrics(n)) for n in fleet.edges}
+        started = time.monotonic()
+        turns = asyncio.run(chat_waves(central_url(fleet), MODEL, plan))
+        wall = time.monotonic() - started
+        generated = {n: generated_tokens(fleet.edge_metrics(n)) - before[n] for n in fleet.edges}
+        routed = central_text_stats(fleet).get("routed", {})
+    return {**turn_summary(turns), "generated_per_node": generated, "routed": routed, "wall_s": round(wall, 1)}
+
+
+def affinity_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """A multi-turn chat workload with least-outstanding routing, then prefix-aware routing."""
+    plan = ChatPlan(args.conversations, args.turns, args.system_tokens, args.user_tokens, args.reply_tokens)
+    runs = {policy: chat_run(args, plan, policy) for policy in ("least_outstanding", "prefix")}
+    prefix, least = runs["prefix"], runs["least_outstanding"]
+    per_node = list(prefix["generated_per_node"].values())
+    mean = sum(per_node) / len(per_node)
+    return {
+        "affinity_ttft_ratio": prefix["ttft_p50_s"] / least["ttft_p50_s"] if least["ttft_p50_s"] else None,
+        "load_max_over_mean": max(per_node) / mean if mean else None,
+        "plan": vars(plan),
+        "errors": len(prefix["errors"]) + len(least["errors"]),
+        **runs,
+    }
+
+
+def midstream_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """``--kills`` times: ``--kill-streams`` greedy streams through central, the node most of
+    them run on SIGKILLed once each has ``--kill-after`` tokens, then started again; every
+    stream against the same prompt streamed undisturbed from one node."""
+    bodies = [greedy(MODEL, args.stream_tokens, prompt=prompt_ids(args.prompt, 9000 + i))
+              for i in range(2 * args.kill_streams)]  # fmt: skip
+    rounds: list[dict[str, Any]] = []
+    kills = broken = mismatches = 0
+    with serving_fleet(args) as fleet:
+        refs = asyncio.run(references(fleet.edges[sorted(fleet.edges)[0]].http_url, bodies))
+        while kills < args.kills and len(rounds) < 3 * args.kills:
+            chosen = [(len(rounds) * args.kill_streams + j) % len(bodies) for j in range(args.kill_streams)]
+            r = asyncio.run(kill_round(fleet, [bodies[i] for i in chosen], args.kill_after, len(rounds)))
+            wrong = [i for i, s in zip(chosen, r.streams, strict=True)
+                     if s.token_ids != refs[i].token_ids or s.text != refs[i].text]  # fmt: skip
+            kills += r.on_victim > 0
+            broken += sum(s.broken for s in r.streams)
+            mismatches += len(wrong)
+            rounds.append({"victim": r.victim, "streams_on_victim": r.on_victim, "resumed": r.resumed,
+                           "broken": [s.error or "no finish reason" for s in r.streams if s.broken],
+                           "mismatched_prompts": wrong})  # fmt: skip
+            fleet.start_edge(r.victim)
+            fleet.wait_model_ready(r.victim, MODEL, timeout_s=args.timeout_s)
+            wait_routed(fleet, MODEL, {r.victim}, args.timeout_s)
+        resumed = central_text_stats(fleet).get("resumed", 0)
+    return {
+        "midstream_kills": kills,
+        "broken_streams": broken,
+        "token_mismatches": mismatches,
+        "rounds": len(rounds),
+        "streams": len(rounds) * args.kill_streams,
+        "resumed": resumed,
+        "reference_broken": sum(s.broken for s in refs),
+        "per_round": rounds,
+    }
+
+
+def gateway_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """``--clients`` greedy streams at once, straight to the edges (round robin) and through
+    central, alternated (direct, central, central, direct) so drift cancels."""
+    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "central": []}
+    with serving_fleet(args) as fleet:
+        edges = [fleet.edges[n].http_url for n in sorted(fleet.edges)]
+        for i, mode in enumerate(("direct", "central", "central", "direct")):
+            bodies = [greedy(MODEL, args.gateway_tokens, prompt=prompt_ids(args.prompt, 20000 + 100 * i + c))
+                      for c in range(args.clients)]  # fmt: skip
+            urls = edges if mode == "direct" else [central_url(fleet)]
+            runs[mode].append(asyncio.run(many_streams(urls, bodies)))
+
+    def rate(mode: str) -> float:
+        return sum(r["tokens"] for r in runs[mode]) / sum(r["wall_s"] for r in runs[mode])
+
+    return {
+        "gateway_ratio": rate("central") / rate("direct"),
+        "central_tokens_s": rate("central"),
+        "direct_tokens_s": rate("direct"),
+        "clients": args.clients,
+        "tokens_per_stream": args.gateway_tokens,
+        "errors": sum(len(r["errors"]) for rs in runs.values() for r in rs),
+        "runs": runs,
+    }
+
+
 #: Section name → its function; each returns its figures, headline keys (``TARGETS``) included.
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "distribution": distribution_figures,
     "finetune": finetune_figures,
+    "affinity": affinity_figures,
+    "midstream": midstream_figures,
+    "gateway": gateway_figures,
 }
 
 
@@ -374,6 +526,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--edges", type=int, default=8, help="edges of the distribution section")
     p.add_argument("--finetune-edges", type=int, default=3, help="edges of the finetune section")
     p.add_argument("--changed", type=_layers, default=[3, 9], help="layers the fine-tune redraws")
+    p.add_argument("--serve-shape", choices=sorted(SHAPES), default="200m", help="shape served (as int4) by the "
+                   "affinity, midstream and gateway sections")
+    p.add_argument("--serve-edges", type=int, default=3, help="edges of the serving sections")
+    p.add_argument("--conversations", type=int, default=24, help="affinity: conversations")
+    p.add_argument("--turns", type=int, default=4, help="affinity: turns per conversation")
+    p.add_argument("--system-tokens", type=int, default=1000, help="affinity: tokens of the shared system prompt")
+    p.add_argument("--user-tokens", type=int, default=150, help="affinity: tokens of each user message")
+    p.add_argument("--reply-tokens", type=int, default=48, help="affinity: tokens of each reply")
+    p.add_argument("--kills", type=int, default=20, help="midstream: SIGKILLs of an edge with streams on it")
+    p.add_argument("--kill-streams", type=int, default=4, help="midstream: streams running at each kill")
+    p.add_argument("--kill-after", type=int, default=8, help="midstream: tokens each stream has when the edge dies")
+    p.add_argument("--stream-tokens", type=int, default=64, help="midstream: tokens per stream")
+    p.add_argument("--clients", type=int, default=16, help="gateway: concurrent streaming clients")
+    p.add_argument("--gateway-tokens", type=int, default=64, help="gateway: tokens per stream")
+    p.add_argument("--prompt", type=int, default=32, help="midstream, gateway: prompt tokens per stream")
     p.add_argument("--chunk-avg-kb", type=int, default=1024, help="average chunk size in KiB (min avg/4, max avg×4)")
     p.add_argument("--edge-env", action="append", default=[], metavar="K=V", help="extra env var for every edge")
     p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
