@@ -24,7 +24,7 @@ from modelfleet.zoo.llm import eval_text
 NODE_HEADER = "x-modelfleet-node"
 #: Characters per token of the zoo tokenizer on words drawn from its text (measured: 2.66), to size prompts.
 CHARS_PER_TOKEN = 2.66
-_GENERATED = re.compile(r'^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$', re.M)
+_GENERATED = re.compile(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 
 @dataclass

@@ -20,51 +20,56 @@ takes: graph, ``model.onnx.data`` (tensors aligned at 4 KiB) and the tokenizer a
   share of ``2``'s bytes in chunks ``1`` lacks (content-defined, central's manifests) beside
   fixed 1 MiB blocks', and the changed tensors' own share (the floor).
 
-Each section writes its figures under its name and its headline keys at the top level. Another
-section (the gateway's figures) adds a function taking the parsed arguments to ``SECTIONS``.
+The serving sections (``bench._fleet_serving``) run ``--serve-edges`` edges (3) serving
+``--serve-shape``'s random Llama (``200m``) as the 4-bit artifact central's quantizer makes,
+pushed as is; each engine gets its share of the cores, without spinning threads:
 
-Usage: ``python -m bench.generate_fleet --json out.json [--sections distribution,finetune]
-[--shape 500m] [--edges 8] [--finetune-edges 3] [--chunk-avg-kb 1024]``
+* ``affinity``: ``--conversations`` chats sharing one ``--system-tokens`` system prompt,
+  ``--turns`` turns each of ``--user-tokens`` and ``--reply-tokens`` (greedy), every
+  conversation's turn sent at once (a wave) through central's ``/v1/chat/completions``
+  (streamed), the next wave when all answered. Once with ``gateway.text_routing =
+  "least_outstanding"``, once with ``"prefix"``, each on a fresh fleet (cold caches, same
+  conversations). ``affinity_ttft_ratio``: TTFT p50 prefix / least-outstanding (target <= 0.5);
+  ``load_max_over_mean``: tokens each edge generated under prefix routing (its
+  ``vllm:generation_tokens_total``), the most over the mean (target <= 1.25).
+* ``midstream``: ``--kill-streams`` greedy streams through central; once each has
+  ``--kill-after`` tokens the edge most of them run on is SIGKILLed, then started again, until
+  ``--kills`` kills have hit streams mid-way (``midstream_kills``). Every stream is compared token
+  for token (and its text) with the same prompt streamed alone from one edge:
+  ``broken_streams`` and ``token_mismatches`` (targets 0).
+* ``gateway``: ``--clients`` greedy streams at once straight to the edges (round robin) and
+  through central, alternated twice: ``gateway_ratio``, central's aggregate tokens/s over the
+  edges' (target >= 0.9).
+
+Each section writes its figures under its name and its headline keys at the top level; a new
+section adds a function taking the parsed arguments to ``SECTIONS``.
+
+Usage: ``python -m bench.generate_fleet --json out.json [--sections distribution,finetune,affinity,...]
+[--shape 500m] [--edges 8] [--finetune-edges 3] [--chunk-avg-kb 1024] [--serve-shape 200m]``
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from bench._chatload import (
-    ChatPlan,
-    central_text_stats,
-    central_url,
-    chat_waves,
-    generated_tokens,
-    greedy,
-    kill_round,
-    many_streams,
-    references,
-    turn_summary,
-    wait_routed,
-)
-from bench._fleet import Fleet, chunking_env, parse_env_pairs, sigterm_raises, write_result
+from bench._fleet import Fleet, sigterm_raises, write_result
+from bench._fleet_serving import affinity_figures, gateway_figures, midstream_figures
+from bench._llmfleet import MODEL, llm_fleet
 from bench._rollout_api import central_call, fetch_counters, settled_counters, wait_rollout
-from bench._textload import prompt_ids
 from bench.delta import new_bytes_ratio
-from bench.generate import build_models
 from bench.report import machine
 from bench.zoo import cpu_flags
-from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo.llm import SHAPES, DecoderShape, write_random_llm
 
 TARGETS = {
@@ -74,7 +79,6 @@ TARGETS = {
 #: Figures that must stay at or below their target (the others at or above).
 AT_MOST = {"llm_origin_ratio", "finetune_delta_ratio", "affinity_ttft_ratio", "load_max_over_mean", "broken_streams",
            "token_mismatches"}  # fmt: skip
-MODEL = "llm"
 FIXED_BLOCK = 1024 * 1024
 
 
@@ -147,36 +151,6 @@ def manifest_chunks(manifest: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 # -- the fleet -----------------------------------------------------------------------------
-
-
-#: Heartbeats (MQTT) carry each node's progress on a rollout; often, so the waits end soon.
-HEARTBEAT_S = 0.5
-
-
-@contextlib.contextmanager
-def llm_fleet(args: argparse.Namespace, edges: int) -> Iterator[Fleet]:
-    """A Mosquitto broker, central (quantization off: folders are served as pushed; the chunking
-    bounds; ``--central-env``) and ``edges`` edges (``--edge-env``), all registered; stopped after."""
-    with MosquittoBroker(log=BENCH_LOG) as broker:
-        broker_env = {"MODELFLEET_BROKER__HOST": broker.host, "MODELFLEET_BROKER__PORT": str(broker.port)}
-        central_env = {
-            "MODELFLEET_QUANTIZE__ENABLED": "false",
-            "MODELFLEET_MQTT__ENABLED": "true",
-            "MODELFLEET_MQTT__DEFAULT_INTERVAL_S": str(HEARTBEAT_S),
-            "MODELFLEET_ROLLOUT__INTERVAL_S": "0.2",
-            **broker_env,
-            **chunking_env(args.chunk_avg_kb),
-            **parse_env_pairs(args.central_env),
-        }
-        edge_env = {
-            "MODELFLEET_HEARTBEAT__ENABLED": "true",
-            "MODELFLEET_HEARTBEAT__INTERVAL_S": str(HEARTBEAT_S),
-            **broker_env,
-            **parse_env_pairs(args.edge_env),
-        }
-        with Fleet(root=args.work_dir, central_env=central_env, edge_env=edge_env, keep=args.keep) as fleet:
-            fleet.start(edges)
-            yield fleet
 
 
 def stage(fleet: Fleet, version: str, timeout_s: float) -> dict[str, Any]:
@@ -292,135 +266,6 @@ def finetune_figures(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-# -- serving sections: routing, streams that lose their node, the gateway's cost ------------
-
-
-def serving_folder(args: argparse.Namespace) -> Path:
-    """``--serve-shape``'s random Llama as central's 4-bit artifact (``int4-b32``, as
-    ``bench.generate`` builds it), written once into ``args.model_cache``."""
-    s = SHAPES[args.serve_shape]
-    folder: Path = args.model_cache / f"llm-int4-h{s.hidden}-l{s.layers}-i{s.intermediate}"
-    if not folder.is_dir():
-        args.model_cache.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=args.model_cache))
-        try:
-            _, int4 = build_models(tmp, args.serve_shape)
-            os.replace(int4, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-@contextlib.contextmanager
-def serving_fleet(args: argparse.Namespace, central_env: dict[str, str] | None = None) -> Iterator[Fleet]:
-    """``--serve-edges`` edges serving the 4-bit model (pushed as is), each engine with its share
-    of the cores and no spinning threads (the edges share the machine), central routing to all."""
-    threads = max(1, len(os.sched_getaffinity(0)) // args.serve_edges)
-    edge_env = [f"MODELFLEET_GENERATION__INTRA_OP_THREADS={threads}", "MODELFLEET_GENERATION__SPINNING=false"]
-    central = [f"{k}={v}" for k, v in (central_env or {}).items()]
-    fleet_args = argparse.Namespace(**{**vars(args), "edge_env": [*edge_env, *args.edge_env],
-                                       "central_env": [*central, *args.central_env]})  # fmt: skip
-    folder = serving_folder(args)
-    with llm_fleet(fleet_args, args.serve_edges) as fleet:
-        fleet.push_folder(MODEL, "1", folder)
-        fleet.wait_complete(MODEL, "1", timeout_s=args.timeout_s)
-        for node in fleet.edges:
-            fleet.wait_model_ready(node, MODEL, timeout_s=args.timeout_s)
-        wait_routed(fleet, MODEL, set(fleet.edges), args.timeout_s)  # also each engine's first run
-        yield fleet
-
-
-def chat_run(args: argparse.Namespace, plan: ChatPlan, policy: str) -> dict[str, Any]:
-    """The chat workload through central routing by ``policy``, on a fleet of its own."""
-    with serving_fleet(args, {"MODELFLEET_GATEWAY__TEXT_ROUTING": policy}) as fleet:
-        before = {n: generated_tokens(fleet.edge_metrics(n)) for n in fleet.edges}
-        started = time.monotonic()
-        turns = asyncio.run(chat_waves(central_url(fleet), MODEL, plan))
-        wall = time.monotonic() - started
-        generated = {n: generated_tokens(fleet.edge_metrics(n)) - before[n] for n in fleet.edges}
-        routed = central_text_stats(fleet).get("routed", {})
-    return {**turn_summary(turns), "generated_per_node": generated, "routed": routed, "wall_s": round(wall, 1)}
-
-
-def affinity_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """A multi-turn chat workload with least-outstanding routing, then prefix-aware routing."""
-    plan = ChatPlan(args.conversations, args.turns, args.system_tokens, args.user_tokens, args.reply_tokens)
-    runs = {policy: chat_run(args, plan, policy) for policy in ("least_outstanding", "prefix")}
-    prefix, least = runs["prefix"], runs["least_outstanding"]
-    per_node = list(prefix["generated_per_node"].values())
-    mean = sum(per_node) / len(per_node)
-    return {
-        "affinity_ttft_ratio": prefix["ttft_p50_s"] / least["ttft_p50_s"] if least["ttft_p50_s"] else None,
-        "load_max_over_mean": max(per_node) / mean if mean else None,
-        "plan": vars(plan),
-        "errors": len(prefix["errors"]) + len(least["errors"]),
-        **runs,
-    }
-
-
-def midstream_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """``--kills`` times: ``--kill-streams`` greedy streams through central, the node most of
-    them run on SIGKILLed once each has ``--kill-after`` tokens, then started again; every
-    stream against the same prompt streamed undisturbed from one node."""
-    bodies = [greedy(MODEL, args.stream_tokens, prompt=prompt_ids(args.prompt, 9000 + i))
-              for i in range(2 * args.kill_streams)]  # fmt: skip
-    rounds: list[dict[str, Any]] = []
-    kills = broken = mismatches = 0
-    with serving_fleet(args) as fleet:
-        refs = asyncio.run(references(fleet.edges[sorted(fleet.edges)[0]].http_url, bodies))
-        while kills < args.kills and len(rounds) < 3 * args.kills:
-            chosen = [(len(rounds) * args.kill_streams + j) % len(bodies) for j in range(args.kill_streams)]
-            r = asyncio.run(kill_round(fleet, [bodies[i] for i in chosen], args.kill_after, len(rounds)))
-            wrong = [i for i, s in zip(chosen, r.streams, strict=True)
-                     if s.token_ids != refs[i].token_ids or s.text != refs[i].text]  # fmt: skip
-            kills += r.on_victim > 0
-            broken += sum(s.broken for s in r.streams)
-            mismatches += len(wrong)
-            rounds.append({"victim": r.victim, "streams_on_victim": r.on_victim, "resumed": r.resumed,
-                           "broken": [s.error or "no finish reason" for s in r.streams if s.broken],
-                           "mismatched_prompts": wrong})  # fmt: skip
-            fleet.start_edge(r.victim)
-            fleet.wait_model_ready(r.victim, MODEL, timeout_s=args.timeout_s)
-            wait_routed(fleet, MODEL, {r.victim}, args.timeout_s)
-        resumed = central_text_stats(fleet).get("resumed", 0)
-    return {
-        "midstream_kills": kills,
-        "broken_streams": broken,
-        "token_mismatches": mismatches,
-        "rounds": len(rounds),
-        "streams": len(rounds) * args.kill_streams,
-        "resumed": resumed,
-        "reference_broken": sum(s.broken for s in refs),
-        "per_round": rounds,
-    }
-
-
-def gateway_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """``--clients`` greedy streams at once, straight to the edges (round robin) and through
-    central, alternated (direct, central, central, direct) so drift cancels."""
-    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "central": []}
-    with serving_fleet(args) as fleet:
-        edges = [fleet.edges[n].http_url for n in sorted(fleet.edges)]
-        for i, mode in enumerate(("direct", "central", "central", "direct")):
-            bodies = [greedy(MODEL, args.gateway_tokens, prompt=prompt_ids(args.prompt, 20000 + 100 * i + c))
-                      for c in range(args.clients)]  # fmt: skip
-            urls = edges if mode == "direct" else [central_url(fleet)]
-            runs[mode].append(asyncio.run(many_streams(urls, bodies)))
-
-    def rate(mode: str) -> float:
-        return sum(r["tokens"] for r in runs[mode]) / sum(r["wall_s"] for r in runs[mode])
-
-    return {
-        "gateway_ratio": rate("central") / rate("direct"),
-        "central_tokens_s": rate("central"),
-        "direct_tokens_s": rate("direct"),
-        "clients": args.clients,
-        "tokens_per_stream": args.gateway_tokens,
-        "errors": sum(len(r["errors"]) for rs in runs.values() for r in rs),
-        "runs": runs,
-    }
-
-
 #: Section name → its function; each returns its figures, headline keys (``TARGETS``) included.
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "distribution": distribution_figures,
@@ -472,7 +317,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **result,
         "targets": {k: v for k, v in TARGETS.items() if k in result},
         "met": met(result),
-        "errors": 0,
+        "errors": sum(
+            f["errors"] for f in (result.get(n, {}) for n in args.sections) if isinstance(f.get("errors"), int)
+        ),
         "shape": args.shape,
         "layers": bench_shape(args).layers,
         "chunk_avg_kb": args.chunk_avg_kb,
@@ -497,6 +344,20 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"finetune: layers {f['changed_layers']} of {f['layers']} changed ({f['changed_tensor_ratio']:.4f} of "
               f"the bytes); per edge mean {f['finetune_delta_ratio_mean']:.4f}; new bytes CDC "
               f"{f['cdc_new_bytes_ratio']:.4f}, fixed 1 MiB {f['fixed_block_new_bytes_ratio']:.4f}")  # fmt: skip
+    if "affinity" in result:
+        a = result["affinity"]
+        for policy in ("prefix", "least_outstanding"):
+            r = a[policy]
+            print(f"affinity {policy}: TTFT p50 {r['ttft_p50_s']:.3f}s p90 {r['ttft_p90_s']:.3f}s by turn "
+                  f"{r['ttft_p50_by_turn_s']}, cached prompt share {r['cached_prompt_share']:.3f}, "
+                  f"tokens per node {r['generated_per_node']}")  # fmt: skip
+    if "midstream" in result:
+        m = result["midstream"]
+        print(f"midstream: {m['rounds']} rounds, {m['streams']} streams, {m['resumed']} resumed by central")
+    if "gateway" in result:
+        g = result["gateway"]
+        print(f"gateway: {g['clients']} clients, {g['central_tokens_s']:.1f} tokens/s through central, "
+              f"{g['direct_tokens_s']:.1f} straight to the edges")  # fmt: skip
     print(f"cpu flags: {' '.join(result['cpu_flags'])}; {result['machine']}")
 
 
@@ -526,8 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--edges", type=int, default=8, help="edges of the distribution section")
     p.add_argument("--finetune-edges", type=int, default=3, help="edges of the finetune section")
     p.add_argument("--changed", type=_layers, default=[3, 9], help="layers the fine-tune redraws")
-    p.add_argument("--serve-shape", choices=sorted(SHAPES), default="200m", help="shape served (as int4) by the "
-                   "affinity, midstream and gateway sections")
+    p.add_argument(
+        "--serve-shape",
+        choices=sorted(SHAPES),
+        default="200m",
+        help="shape served (as int4) by the affinity, midstream and gateway sections",
+    )
     p.add_argument("--serve-edges", type=int, default=3, help="edges of the serving sections")
     p.add_argument("--conversations", type=int, default=24, help="affinity: conversations")
     p.add_argument("--turns", type=int, default=4, help="affinity: turns per conversation")
@@ -555,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run the sections, print the table, write the JSON."""
     args = build_parser().parse_args(argv)
     layers = bench_shape(args).layers
-    if args.edges < 1 or args.finetune_edges < 1 or any(not 0 <= i < layers for i in args.changed):
-        print(f"--edges and --finetune-edges must be positive, --changed within the {layers} layers")
+    counts = (args.edges, args.finetune_edges, args.conversations, args.turns, args.kill_streams, args.clients)
+    if min(counts) < 1 or args.serve_edges < 2 or any(not 0 <= i < layers for i in args.changed):
+        print(f"edges, conversations, turns, streams and clients must be positive, --serve-edges at least 2 "
+              f"(a stream needs a node to go on), --changed within the {layers} layers")  # fmt: skip
         return 2
     with sigterm_raises():
         result = run(args)
