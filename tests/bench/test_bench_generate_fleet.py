@@ -15,6 +15,7 @@ import pytest
 from bench.generate_fleet import TARGETS, main
 
 
+@pytest.mark.timeout(300)  # two fleets of real processes writing a 16-layer model: ~100 s on a loaded 2-core box
 def test_generate_fleet_bench_measures_distribution_and_finetune(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
