@@ -20,41 +20,65 @@ takes: graph, ``model.onnx.data`` (tensors aligned at 4 KiB) and the tokenizer a
   share of ``2``'s bytes in chunks ``1`` lacks (content-defined, central's manifests) beside
   fixed 1 MiB blocks', and the changed tensors' own share (the floor).
 
-Each section writes its figures under its name and its headline keys at the top level. Another
-section (the gateway's figures) adds a function taking the parsed arguments to ``SECTIONS``.
+The serving sections (``bench._fleet_serving``) run ``--serve-edges`` edges (3) serving
+``--serve-shape``'s random Llama (``200m``) as the 4-bit artifact central's quantizer makes,
+pushed as is; each engine gets its share of the cores, without spinning threads:
 
-Usage: ``python -m bench.generate_fleet --json out.json [--sections distribution,finetune]
-[--shape 500m] [--edges 8] [--finetune-edges 3] [--chunk-avg-kb 1024]``
+* ``affinity``: ``--conversations`` chats sharing one ``--system-tokens`` system prompt,
+  ``--turns`` turns each of ``--user-tokens`` and ``--reply-tokens`` (greedy), every
+  conversation's turn sent at once (a wave) through central's ``/v1/chat/completions``
+  (streamed), the next wave when all answered. Once with ``gateway.text_routing =
+  "least_outstanding"``, once with ``"prefix"``, each on a fresh fleet (cold caches, same
+  conversations). ``affinity_ttft_ratio``: TTFT p50 prefix / least-outstanding (target <= 0.5);
+  ``load_max_over_mean``: tokens each edge generated under prefix routing (its
+  ``vllm:generation_tokens_total``), the most over the mean (target <= 1.25).
+* ``midstream``: ``--kill-streams`` greedy streams through central; once each has
+  ``--kill-after`` tokens the edge most of them run on is SIGKILLed, then started again, until
+  ``--kills`` kills have hit streams mid-way (``midstream_kills``). Every stream is compared token
+  for token (and its text) with the same prompt streamed alone from one edge:
+  ``broken_streams`` and ``token_mismatches`` (targets 0).
+* ``gateway``: ``--clients`` greedy streams at once straight to the edges (round robin) and
+  through central, alternated twice: ``gateway_ratio``, central's aggregate tokens/s over the
+  edges' (target >= 0.9).
+
+Each section writes its figures under its name and its headline keys at the top level; a new
+section adds a function taking the parsed arguments to ``SECTIONS``.
+
+Usage: ``python -m bench.generate_fleet --json out.json [--sections distribution,finetune,affinity,...]
+[--shape 500m] [--edges 8] [--finetune-edges 3] [--chunk-avg-kb 1024] [--serve-shape 200m]``
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from bench._fleet import Fleet, chunking_env, parse_env_pairs, sigterm_raises, write_result
+from bench._fleet import Fleet, sigterm_raises, write_result
+from bench._fleet_serving import affinity_figures, gateway_figures, midstream_figures
+from bench._llmfleet import MODEL, llm_fleet
 from bench._rollout_api import central_call, fetch_counters, settled_counters, wait_rollout
 from bench.delta import new_bytes_ratio
 from bench.report import machine
 from bench.zoo import cpu_flags
-from modelfleet.up.mosquitto import BENCH_LOG, MosquittoBroker
 from modelfleet.zoo.llm import SHAPES, DecoderShape, write_random_llm
 
-TARGETS = {"llm_origin_ratio": 1.10, "finetune_delta_ratio": 0.2}
+TARGETS = {
+    "llm_origin_ratio": 1.10, "finetune_delta_ratio": 0.2, "affinity_ttft_ratio": 0.5, "load_max_over_mean": 1.25,
+    "midstream_kills": 20, "broken_streams": 0, "token_mismatches": 0, "gateway_ratio": 0.9,
+}  # fmt: skip
 #: Figures that must stay at or below their target (the others at or above).
-AT_MOST = {"llm_origin_ratio", "finetune_delta_ratio"}
-MODEL = "llm"
+AT_MOST = {"llm_origin_ratio", "finetune_delta_ratio", "affinity_ttft_ratio", "load_max_over_mean", "broken_streams",
+           "token_mismatches"}  # fmt: skip
 FIXED_BLOCK = 1024 * 1024
 
 
@@ -127,36 +151,6 @@ def manifest_chunks(manifest: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 # -- the fleet -----------------------------------------------------------------------------
-
-
-#: Heartbeats (MQTT) carry each node's progress on a rollout; often, so the waits end soon.
-HEARTBEAT_S = 0.5
-
-
-@contextlib.contextmanager
-def llm_fleet(args: argparse.Namespace, edges: int) -> Iterator[Fleet]:
-    """A Mosquitto broker, central (quantization off: folders are served as pushed; the chunking
-    bounds; ``--central-env``) and ``edges`` edges (``--edge-env``), all registered; stopped after."""
-    with MosquittoBroker(log=BENCH_LOG) as broker:
-        broker_env = {"MODELFLEET_BROKER__HOST": broker.host, "MODELFLEET_BROKER__PORT": str(broker.port)}
-        central_env = {
-            "MODELFLEET_QUANTIZE__ENABLED": "false",
-            "MODELFLEET_MQTT__ENABLED": "true",
-            "MODELFLEET_MQTT__DEFAULT_INTERVAL_S": str(HEARTBEAT_S),
-            "MODELFLEET_ROLLOUT__INTERVAL_S": "0.2",
-            **broker_env,
-            **chunking_env(args.chunk_avg_kb),
-            **parse_env_pairs(args.central_env),
-        }
-        edge_env = {
-            "MODELFLEET_HEARTBEAT__ENABLED": "true",
-            "MODELFLEET_HEARTBEAT__INTERVAL_S": str(HEARTBEAT_S),
-            **broker_env,
-            **parse_env_pairs(args.edge_env),
-        }
-        with Fleet(root=args.work_dir, central_env=central_env, edge_env=edge_env, keep=args.keep) as fleet:
-            fleet.start(edges)
-            yield fleet
 
 
 def stage(fleet: Fleet, version: str, timeout_s: float) -> dict[str, Any]:
@@ -276,6 +270,9 @@ def finetune_figures(args: argparse.Namespace) -> dict[str, Any]:
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "distribution": distribution_figures,
     "finetune": finetune_figures,
+    "affinity": affinity_figures,
+    "midstream": midstream_figures,
+    "gateway": gateway_figures,
 }
 
 
@@ -320,7 +317,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **result,
         "targets": {k: v for k, v in TARGETS.items() if k in result},
         "met": met(result),
-        "errors": 0,
+        "errors": sum(
+            f["errors"] for f in (result.get(n, {}) for n in args.sections) if isinstance(f.get("errors"), int)
+        ),
         "shape": args.shape,
         "layers": bench_shape(args).layers,
         "chunk_avg_kb": args.chunk_avg_kb,
@@ -345,6 +344,20 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"finetune: layers {f['changed_layers']} of {f['layers']} changed ({f['changed_tensor_ratio']:.4f} of "
               f"the bytes); per edge mean {f['finetune_delta_ratio_mean']:.4f}; new bytes CDC "
               f"{f['cdc_new_bytes_ratio']:.4f}, fixed 1 MiB {f['fixed_block_new_bytes_ratio']:.4f}")  # fmt: skip
+    if "affinity" in result:
+        a = result["affinity"]
+        for policy in ("prefix", "least_outstanding"):
+            r = a[policy]
+            print(f"affinity {policy}: TTFT p50 {r['ttft_p50_s']:.3f}s p90 {r['ttft_p90_s']:.3f}s by turn "
+                  f"{r['ttft_p50_by_turn_s']}, cached prompt share {r['cached_prompt_share']:.3f}, "
+                  f"tokens per node {r['generated_per_node']}")  # fmt: skip
+    if "midstream" in result:
+        m = result["midstream"]
+        print(f"midstream: {m['rounds']} rounds, {m['streams']} streams, {m['resumed']} resumed by central")
+    if "gateway" in result:
+        g = result["gateway"]
+        print(f"gateway: {g['clients']} clients, {g['central_tokens_s']:.1f} tokens/s through central, "
+              f"{g['direct_tokens_s']:.1f} straight to the edges")  # fmt: skip
     print(f"cpu flags: {' '.join(result['cpu_flags'])}; {result['machine']}")
 
 
@@ -374,6 +387,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--edges", type=int, default=8, help="edges of the distribution section")
     p.add_argument("--finetune-edges", type=int, default=3, help="edges of the finetune section")
     p.add_argument("--changed", type=_layers, default=[3, 9], help="layers the fine-tune redraws")
+    p.add_argument(
+        "--serve-shape",
+        choices=sorted(SHAPES),
+        default="200m",
+        help="shape served (as int4) by the affinity, midstream and gateway sections",
+    )
+    p.add_argument("--serve-edges", type=int, default=3, help="edges of the serving sections")
+    p.add_argument("--conversations", type=int, default=24, help="affinity: conversations")
+    p.add_argument("--turns", type=int, default=4, help="affinity: turns per conversation")
+    p.add_argument("--system-tokens", type=int, default=1000, help="affinity: tokens of the shared system prompt")
+    p.add_argument("--user-tokens", type=int, default=150, help="affinity: tokens of each user message")
+    p.add_argument("--reply-tokens", type=int, default=48, help="affinity: tokens of each reply")
+    p.add_argument("--kills", type=int, default=20, help="midstream: SIGKILLs of an edge with streams on it")
+    p.add_argument("--kill-streams", type=int, default=4, help="midstream: streams running at each kill")
+    p.add_argument("--kill-after", type=int, default=8, help="midstream: tokens each stream has when the edge dies")
+    p.add_argument("--stream-tokens", type=int, default=64, help="midstream: tokens per stream")
+    p.add_argument("--clients", type=int, default=16, help="gateway: concurrent streaming clients")
+    p.add_argument("--gateway-tokens", type=int, default=64, help="gateway: tokens per stream")
+    p.add_argument("--prompt", type=int, default=32, help="midstream, gateway: prompt tokens per stream")
     p.add_argument("--chunk-avg-kb", type=int, default=1024, help="average chunk size in KiB (min avg/4, max avg×4)")
     p.add_argument("--edge-env", action="append", default=[], metavar="K=V", help="extra env var for every edge")
     p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
@@ -388,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run the sections, print the table, write the JSON."""
     args = build_parser().parse_args(argv)
     layers = bench_shape(args).layers
-    if args.edges < 1 or args.finetune_edges < 1 or any(not 0 <= i < layers for i in args.changed):
-        print(f"--edges and --finetune-edges must be positive, --changed within the {layers} layers")
+    counts = (args.edges, args.finetune_edges, args.conversations, args.turns, args.kill_streams, args.clients)
+    if min(counts) < 1 or args.serve_edges < 2 or any(not 0 <= i < layers for i in args.changed):
+        print(f"edges, conversations, turns, streams and clients must be positive, --serve-edges at least 2 "
+              f"(a stream needs a node to go on), --changed within the {layers} layers")  # fmt: skip
         return 2
     with sigterm_raises():
         result = run(args)

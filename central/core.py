@@ -191,7 +191,8 @@ class Central:
     def _text_gateway(self, settings: CentralSettings) -> TextGateway:
         """OpenAI-compatible and OIP generate requests, routed by prefix and load."""
         g = settings.gateway
-        routing = TextRouting(self.gateway.router, GenerationLoads(), PrefixIndex(g.prefix_blocks_per_node))
+        index = PrefixIndex(g.prefix_blocks_per_node)
+        routing = TextRouting(self.gateway.router, GenerationLoads(), index, by_prefix=g.text_routing == "prefix")
         return TextGateway(
             self.gateway,
             routing,

@@ -28,6 +28,7 @@ DEFAULT_NODE_TOKENS_FILENAME = "node_tokens.json"
 
 #: How the gateway picks a node (``gateway.policy``; see ``GatewaySettings``).
 Policy = Literal["least_outstanding", "affinity"]
+TextPolicy = Literal["prefix", "least_outstanding"]
 
 #: The connection fields that ``mqtt`` had before ``broker`` (deprecated names, one release).
 MQTT_MOVED_TO_BROKER = {name: name for name in ("host", "port", *MOVED_CONNECTION_FIELDS)}
@@ -322,6 +323,11 @@ class GatewaySettings(BaseModel):
     text_read_timeout_s: float = Field(60.0, gt=0)
     """Longest a node may stay silent in a text stream (before its first chunk: queueing and prefill;
     then between chunks); beyond it the stream is continued on another node."""
+    text_routing: TextPolicy = "prefix"
+    """How text requests (completions, chat, OIP generate) choose a node: "prefix" sends a prompt where
+    its leading blocks were recently sent, within a load bound; "least_outstanding" ignores the prompt and
+    sends to the least loaded node, ties taken in turn (the baseline bench.generate_fleet's affinity
+    section compares against). With either, a session key still pins a conversation to its node."""
     prefix_blocks_per_node: int = Field(65536, ge=1)
     """Prompt block hashes the text routing remembers per node (8 bytes each, least recently sent dropped
     first): how many recent prompts' prefixes it can match."""

@@ -83,10 +83,15 @@ class Choice:
 class TextRouting:
     """Orders nodes for a text request (see the module doc) and remembers what each was sent."""
 
-    def __init__(self, router: GatewayRouter, loads: GenerationLoads, index: PrefixIndex | None = None) -> None:
+    def __init__(
+        self, router: GatewayRouter, loads: GenerationLoads, index: PrefixIndex | None = None, *, by_prefix: bool = True
+    ) -> None:
+        """``by_prefix=False`` (``gateway.text_routing = "least_outstanding"``) skips step 2:
+        the prompt is not looked at, only sessions and load choose."""
         self.router = router
         self.loads = loads
         self.index = index or PrefixIndex()
+        self.by_prefix = by_prefix
 
     def load(self, node_id: str, model: str) -> int:
         """What routing counts as the node's load for ``model``."""
@@ -107,7 +112,7 @@ class TextRouting:
             owner = self.router.owner(model, version, session)
             preferred = next((c for c in usable if c.node_id == owner), None)
             reason = "session"
-        elif hashes:
+        elif hashes and self.by_prefix:
             matches = {c.node_id: self.index.match(c.node_id, hashes) for c in usable}
             best = max(by_load, key=lambda c: matches[c.node_id])  # ties: the least loaded
             if matches[best.node_id] > 0:

@@ -115,6 +115,19 @@ def test_without_prefix_or_session_equal_loads_take_turns() -> None:
     assert firsts == {"n0": 10, "n1": 10, "n2": 10}
 
 
+def test_least_outstanding_text_routing_ignores_the_prompt_but_keeps_sessions() -> None:
+    routing = TextRouting(GatewayRouter(StaticNodeSource(NODES)), GenerationLoads(), by_prefix=False)
+    hashes = _chat("q" * 600)
+    routing.sent("n0", hashes)
+    firsts = Counter()
+    for _ in range(30):
+        choice = routing.order(MODEL, None, hashes, None, set())
+        assert choice.reason == "least"
+        firsts[choice.order[0].node_id] += 1
+    assert firsts == {"n0": 10, "n1": 10, "n2": 10}
+    assert routing.order(MODEL, None, hashes, "alice", set()).reason == "session"
+
+
 def test_heartbeats_give_the_load_and_the_served_language_models() -> None:
     loads = GenerationLoads()
     loads.harvest("n0", _heartbeat("n0", running=2, waiting=3))

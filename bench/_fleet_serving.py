@@ -1,0 +1,166 @@
+"""The serving sections of ``bench.generate_fleet``: prefix-aware routing against
+least-outstanding on a multi-turn chat workload (``affinity``), streams whose edge is
+SIGKILLed mid-way (``midstream``), and what central's gateway costs (``gateway``). Each runs
+``--serve-edges`` edges serving ``--serve-shape``'s random Llama as the 4-bit artifact."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench._chatload import (
+    ChatPlan,
+    central_text_stats,
+    central_url,
+    chat_waves,
+    generated_tokens,
+    greedy,
+    kill_round,
+    many_streams,
+    references,
+    turn_summary,
+    wait_routed,
+)
+from bench._fleet import Fleet
+from bench._llmfleet import MODEL, llm_fleet
+from bench._textload import prompt_ids
+from bench.generate import build_models
+from modelfleet.zoo.llm import SHAPES
+
+__all__ = ["affinity_figures", "gateway_figures", "midstream_figures"]
+
+
+def serving_folder(args: argparse.Namespace) -> Path:
+    """``--serve-shape``'s random Llama as central's 4-bit artifact (``int4-b32``, as
+    ``bench.generate`` builds it), written once into ``args.model_cache``."""
+    s = SHAPES[args.serve_shape]
+    folder: Path = args.model_cache / f"llm-int4-h{s.hidden}-l{s.layers}-i{s.intermediate}"
+    if not folder.is_dir():
+        args.model_cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=args.model_cache))
+        try:
+            _, int4 = build_models(tmp, args.serve_shape)
+            os.replace(int4, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+@contextlib.contextmanager
+def serving_fleet(args: argparse.Namespace, central_env: dict[str, str] | None = None) -> Iterator[Fleet]:
+    """``--serve-edges`` edges serving the 4-bit model (pushed as is), each engine with its share
+    of the cores and no spinning threads (the edges share the machine), central routing to all."""
+    threads = max(1, len(os.sched_getaffinity(0)) // args.serve_edges)
+    edge_env = [f"MODELFLEET_GENERATION__INTRA_OP_THREADS={threads}", "MODELFLEET_GENERATION__SPINNING=false"]
+    # a wave of long prompts queues for minutes on a small machine: a silent node is not a dead one
+    text_timeout = {"MODELFLEET_GATEWAY__TEXT_READ_TIMEOUT_S": "600"}
+    central = [f"{k}={v}" for k, v in {**text_timeout, **(central_env or {})}.items()]
+    fleet_args = argparse.Namespace(**{**vars(args), "edge_env": [*edge_env, *args.edge_env],
+                                       "central_env": [*central, *args.central_env]})  # fmt: skip
+    folder = serving_folder(args)
+    with llm_fleet(fleet_args, args.serve_edges) as fleet:
+        fleet.push_folder(MODEL, "1", folder)
+        fleet.wait_complete(MODEL, "1", timeout_s=args.timeout_s)
+        for node in fleet.edges:
+            fleet.wait_model_ready(node, MODEL, timeout_s=args.timeout_s)
+        wait_routed(fleet, MODEL, set(fleet.edges), args.timeout_s)  # also each engine's first run
+        yield fleet
+
+
+def chat_run(args: argparse.Namespace, plan: ChatPlan, policy: str) -> dict[str, Any]:
+    """The chat workload through central routing by ``policy``, on a fleet of its own."""
+    with serving_fleet(args, {"MODELFLEET_GATEWAY__TEXT_ROUTING": policy}) as fleet:
+        before = {n: generated_tokens(fleet.edge_metrics(n)) for n in fleet.edges}
+        started = time.monotonic()
+        turns = asyncio.run(chat_waves(central_url(fleet), MODEL, plan))
+        wall = time.monotonic() - started
+        generated = {n: generated_tokens(fleet.edge_metrics(n)) - before[n] for n in fleet.edges}
+        routed = central_text_stats(fleet).get("routed", {})
+    return {**turn_summary(turns), "generated_per_node": generated, "routed": routed, "wall_s": round(wall, 1)}
+
+
+def affinity_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """A multi-turn chat workload with least-outstanding routing, then prefix-aware routing."""
+    plan = ChatPlan(args.conversations, args.turns, args.system_tokens, args.user_tokens, args.reply_tokens)
+    runs = {policy: chat_run(args, plan, policy) for policy in ("least_outstanding", "prefix")}
+    prefix, least = runs["prefix"], runs["least_outstanding"]
+    per_node = list(prefix["generated_per_node"].values())
+    mean = sum(per_node) / len(per_node)
+    return {
+        "affinity_ttft_ratio": prefix["ttft_p50_s"] / least["ttft_p50_s"] if least["ttft_p50_s"] else None,
+        "load_max_over_mean": max(per_node) / mean if mean else None,
+        "plan": vars(plan),
+        "errors": len(prefix["errors"]) + len(least["errors"]),
+        **runs,
+    }
+
+
+def midstream_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """``--kills`` times: ``--kill-streams`` greedy streams through central, the node most of
+    them run on SIGKILLed once each has ``--kill-after`` tokens, then started again; every
+    stream against the same prompt streamed undisturbed from one node."""
+    bodies = [greedy(MODEL, args.stream_tokens, prompt=prompt_ids(args.prompt, 9000 + i))
+              for i in range(2 * args.kill_streams)]  # fmt: skip
+    rounds: list[dict[str, Any]] = []
+    kills = broken = mismatches = 0
+    with serving_fleet(args) as fleet:
+        refs = asyncio.run(references(fleet.edges[sorted(fleet.edges)[0]].http_url, bodies))
+        while kills < args.kills and len(rounds) < 3 * args.kills:
+            chosen = [(len(rounds) * args.kill_streams + j) % len(bodies) for j in range(args.kill_streams)]
+            r = asyncio.run(kill_round(fleet, [bodies[i] for i in chosen], args.kill_after, len(rounds)))
+            wrong = [i for i, s in zip(chosen, r.streams, strict=True)
+                     if s.token_ids != refs[i].token_ids or s.text != refs[i].text]  # fmt: skip
+            kills += r.on_victim > 0
+            broken += sum(s.broken for s in r.streams)
+            mismatches += len(wrong)
+            rounds.append({"victim": r.victim, "streams_on_victim": r.on_victim, "resumed": r.resumed,
+                           "broken": [s.error or "no finish reason" for s in r.streams if s.broken],
+                           "mismatched_prompts": wrong})  # fmt: skip
+            fleet.start_edge(r.victim)
+            fleet.wait_model_ready(r.victim, MODEL, timeout_s=args.timeout_s)
+            wait_routed(fleet, MODEL, {r.victim}, args.timeout_s)
+        resumed = central_text_stats(fleet).get("resumed", 0)
+    return {
+        "midstream_kills": kills,
+        "broken_streams": broken,
+        "token_mismatches": mismatches,
+        "rounds": len(rounds),
+        "streams": len(rounds) * args.kill_streams,
+        "resumed": resumed,
+        "reference_broken": sum(s.broken for s in refs),
+        "per_round": rounds,
+    }
+
+
+def gateway_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """``--clients`` greedy streams at once, straight to the edges (round robin) and through
+    central, alternated (direct, central, central, direct) so drift cancels."""
+    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "central": []}
+    with serving_fleet(args) as fleet:
+        edges = [fleet.edges[n].http_url for n in sorted(fleet.edges)]
+        for i, mode in enumerate(("direct", "central", "central", "direct")):
+            bodies = [greedy(MODEL, args.gateway_tokens, prompt=prompt_ids(args.prompt, 20000 + 100 * i + c))
+                      for c in range(args.clients)]  # fmt: skip
+            urls = edges if mode == "direct" else [central_url(fleet)]
+            runs[mode].append(asyncio.run(many_streams(urls, bodies)))
+
+    def rate(mode: str) -> float:
+        return sum(r["tokens"] for r in runs[mode]) / sum(r["wall_s"] for r in runs[mode])
+
+    return {
+        "gateway_ratio": rate("central") / rate("direct"),
+        "central_tokens_s": rate("central"),
+        "direct_tokens_s": rate("direct"),
+        "clients": args.clients,
+        "tokens_per_stream": args.gateway_tokens,
+        "errors": sum(len(r["errors"]) for rs in runs.values() for r in rs),
+        "runs": runs,
+    }
