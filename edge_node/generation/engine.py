@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -103,6 +104,8 @@ class GenerationEngine:
         :class:`ContextTooLong` now, without queueing anything; ``generate`` checks the same."""
         if not prompt_ids:
             raise BadSampling("the prompt is empty", field="prompt")
+        if params.resume_offset >= len(prompt_ids):
+            raise BadSampling("resume_offset must be below the prompt's token count", field="resume_offset")
         vocab = self.spec.vocab_size
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise BadSampling(f"prompt token ids must be in [0, {vocab})", field="prompt")
@@ -140,12 +143,14 @@ class GenerationEngine:
         if not self._started:
             raise errors.ModelUnavailable("the generation engine is not running")
         prompt = [int(t) for t in prompt_ids]
+        own = len(prompt) - params.resume_offset  # a resumed stream prefills the first node's prompt, replays the rest
         seq = _Sequence(
             request_id=request_id,
-            prompt=prompt,
+            prompt=prompt[:own],
+            forced=deque(prompt[own:]),
             params=params,
             sampler=TokenSampler(params, prompt, self.spec.vocab_size),
-            text=TextStream(self.tokenizer.decode, params.stop, prompt[len(prompt) - params.resume_offset :]),
+            text=TextStream(self.tokenizer.decode, params.stop, prompt[own:]),
             deliver=self._scheduler.deliver,
             limit=len(prompt) + params.max_tokens,
         )

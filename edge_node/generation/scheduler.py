@@ -5,7 +5,8 @@ Every iteration first applies what arrived (new requests, cancellations), then r
 prefill of at most ``prefill_chunk_tokens`` (padding included) for the prompts admitted,
 several prompts' chunks together in one session run, then one decode step for every
 decoding row. A long prompt thus costs the running streams one chunk per step, never a
-stall for the whole prompt."""
+stall for the whole prompt. A resumed stream's tokens already sent are fed by decode steps in
+place of sampled ones (``Sequence.forced``) before it samples its own."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+
+import numpy as np
 
 from edge_node import errors
 from edge_node.generation.batch import RunningBatch
@@ -117,7 +120,7 @@ class Scheduler:
         if seq.cancelled:
             return
         if not self.waiting and self.batch.can_admit() and self.batch.admit(seq):
-            self.prompt_tokens += len(seq.prompt)
+            self.prompt_tokens += seq.prompt_tokens
         elif len(self.waiting) < self.settings.max_waiting:
             self.waiting.append(seq)
         else:
@@ -140,7 +143,7 @@ class Scheduler:
             done, _ = self.batch.prefill_step(budget)
             for seq, logits in done:
                 self.batch.join(seq)
-                self._accept(seq, seq.sampler.next_token(logits))
+                self._next(seq, logits)
         if self.batch.decoding:
             self._decode()
 
@@ -151,12 +154,20 @@ class Scheduler:
             if not self.batch.admit(self.waiting[0]):
                 return
             seq = self.waiting.popleft()
-            self.prompt_tokens += len(seq.prompt)
+            self.prompt_tokens += seq.prompt_tokens
 
     def _decode(self) -> None:
         logits = self.batch.decode_step()
         for seq, row in zip(list(self.batch.decoding), logits, strict=True):
-            self._accept(seq, seq.sampler.next_token(row))
+            self._next(seq, row)
+
+    def _next(self, seq: Sequence, logits: np.ndarray) -> None:
+        """Choose the token ``seq`` feeds next: a resumed stream's next token sent (replayed,
+        ``logits`` unused), else one sampled from ``logits``."""
+        if seq.forced:
+            seq.replay()
+        else:
+            self._accept(seq, seq.sampler.next_token(logits))
 
     def _accept(self, seq: Sequence, token: int) -> None:
         self.generation_tokens += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ class Sequence:
 
     request_id: str
     prompt: list[int]
+    """The tokens to prefill: the request's prompt, less a resumed stream's tokens sent (``forced``)."""
     params: SamplingParams
     sampler: TokenSampler
     text: TextStream
@@ -29,7 +31,13 @@ class Sequence:
     """Queues a delivery for the stream (called on the engine thread, flushed once per step)."""
     limit: int
     """Most tokens (prompt + output) this sequence may reach: prompt + max_tokens, capped by the context."""
+    forced: deque[int] = field(default_factory=deque)
+    """A resumed stream's tokens already sent (by the node that began it), still to replay: each
+    is fed at the next decode step in place of a sampled token and emits nothing, so their KV
+    is computed one decode step at a time, as the first node computed it (a prefill of them
+    differs slightly in low precision, enough to flip a near-tie later on)."""
     output: list[int] = field(default_factory=list)
+    """Tokens fed after the prompt: the replayed ones first, then those generated here."""
     length: int = 0
     """Tokens whose KV is in the batch buffer."""
     cached: int = 0
@@ -41,8 +49,13 @@ class Sequence:
     finished: bool = False
 
     @property
+    def prompt_tokens(self) -> int:
+        """The request's prompt tokens, a resumed stream's tokens sent included."""
+        return len(self.prompt) + self.params.resume_offset
+
+    @property
     def pending(self) -> int:
-        """The last token generated, to be fed at the next decode step."""
+        """The last token of ``output`` (generated or replayed), to be fed at the next decode step."""
         return self.output[-1]
 
     @property
@@ -50,9 +63,14 @@ class Sequence:
         """Prompt and output."""
         return self.prompt + self.output
 
+    def replay(self) -> None:
+        """Take the next forced token as the one fed at the next decode step."""
+        self.output.append(self.forced.popleft())
+
     def accept(self, token: int, eos: tuple[int, ...]) -> None:
         """Record ``token`` and hand its step to the stream (with the finish reason if it ends here)."""
         self.output.append(token)
+        completion = len(self.output) - self.params.resume_offset
         reason: FinishReason | None = None
         if token in eos and not self.params.ignore_eos:
             reason, text = "stop", ""
@@ -60,7 +78,7 @@ class Sequence:
             text = self.text.add(token)
             if self.text.stopped:
                 reason = "stop"
-            elif len(self.output) >= self.params.max_tokens or len(self.prompt) + len(self.output) >= self.limit:
+            elif completion >= self.params.max_tokens or len(self.prompt) + len(self.output) >= self.limit:
                 reason = "length"
         if reason is not None:
             text += self.text.flush()
@@ -71,8 +89,8 @@ class Sequence:
                 token_ids=(token,),
                 text=text,
                 finish_reason=reason,
-                prompt_tokens=len(self.prompt),
-                completion_tokens=len(self.output),
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=completion,
                 cached_tokens=self.cached,
             ),
         )

@@ -98,9 +98,11 @@ class SamplingParams:
     """Keep generating past the end-of-sequence token (benchmarks)."""
     resume_offset: int = 0
     """The last ``resume_offset`` prompt tokens are this completion's output so far: a stream
-    another node started, continued here (central's gateway after a node died). The random
-    generator skips the draws those tokens took and their text counts as already sent, so a
-    greedy or seeded stream goes on exactly as the first node would have."""
+    another node started, continued here (central's gateway after a node died). Only the
+    prompt before them is prefilled; they are replayed one decode step each, as the first node
+    fed them (a prefill's numbers differ slightly, enough to change a low-precision model's
+    later tokens). The random generator skips the draws those tokens took and their text counts
+    as already sent, so a greedy or seeded stream goes on exactly as the first node would have."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # a single string is a common client shape
