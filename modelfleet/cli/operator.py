@@ -206,9 +206,21 @@ def artifact_line(model: JsonObject) -> str | None:
     return f"{model['name']}:{model['version']} {c['artifact']}{speed} ({c.get('reason') or c.get('source')})"
 
 
+def _held(m: JsonObject) -> str:
+    """``name:version state``, and a language model's engine now (tokens/s, running, waiting)."""
+    held = f"{m['name']}:{m['version']} {m['state']}"
+    g = m.get("generation")
+    if not g:
+        return held
+    return (
+        f"{held} (language model: {g.get('tokens_per_s', 0):.1f} tok/s, {g.get('running', 0)} running, "
+        f"{g.get('waiting', 0)} waiting)"
+    )
+
+
 def _node_row(n: JsonObject) -> tuple[str, ...]:
     models = n.get("models", [])
-    versions = ", ".join(f"{m['name']}:{m['version']} {m['state']}" for m in models) or "-"
+    versions = ", ".join(_held(m) for m in models) or "-"
     artifacts = "; ".join(line for m in models if (line := artifact_line(m))) or "-"
     return (
         n["node_id"],

@@ -108,6 +108,9 @@ async def test_the_openai_client_through_central_streaming_or_not(
     shown = await run_cli(tmp_path, text_central, "generate", MODEL, "def f(x):", "--max-tokens", "12",
                           "--temperature", "0")  # fmt: skip
     assert whole.choices[0].text.strip() in shown
+    # the operator's node list says which versions are language models, with their engine's figures
+    nodes = await run_cli(tmp_path, text_central, "nodes")
+    assert f"{MODEL}:1 ready (language model:" in nodes and "tok/s" in nodes
 
 
 async def test_a_conversation_sticks_to_one_node_while_conversations_spread(
