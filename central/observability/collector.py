@@ -169,6 +169,12 @@ def _membership(tracker: MembershipTracker) -> Iterator[Metric]:
     stale.add_metric(("birth",), k.stale_births_ignored)
     stale.add_metric(("death",), k.stale_deaths_ignored)
     yield stale
+    yield _counter(
+        "modelfleet_membership_bdseq_ahead_ignored",
+        "Births and heartbeats ignored because their bdseq was too far ahead of a live node's session "
+        "(a forged or confused sender must not replace a healthy session).",
+        k.bdseq_ahead_ignored,
+    )
     yield _gauge("modelfleet_membership_events_kept", "Events held for the API and dashboard.", len(tracker.events()))
 
 

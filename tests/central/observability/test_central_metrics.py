@@ -100,3 +100,4 @@ async def test_metrics_follow_membership_pushes_gateway_traffic_and_a_failover(
     assert sample(after, "modelfleet_gateway_attempts_total") >= 5
     assert sample(after, "modelfleet_gateway_timeouts_total") == 0
     assert sample(after, "modelfleet_membership_messages_dropped_total", reason="malformed") == 0
+    assert sample(after, "modelfleet_membership_bdseq_ahead_ignored_total") == 0
