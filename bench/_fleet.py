@@ -52,6 +52,11 @@ _PUSH_BLOCK = 1024 * 1024
 _TAIL_LINES = 40
 
 
+#: How long a restarted central retries binding the ports it had.
+RESTART_BIND_S = 20.0
+_BIND_FAILED = re.compile(r"PORT_BINDING|[Ff]ailed to bind|[Aa]ddress already in use")
+
+
 class FleetError(RuntimeError):
     """A process did not start, died, or a wait timed out; the message carries log tails."""
 
@@ -265,9 +270,22 @@ class Fleet:
         if self.central is not None and self.central.alive():
             raise RuntimeError("central is running")
         data_dir = self.dir / "central"
-        self.central = self._spawn("central", central_args(data_dir, http_port, grpc_port), self.central_env, data_dir)
-        self._wait_ready([self.central], CENTRAL_READY)
-        return self.central
+        # A port central had before a restart may be held for a moment by another process's
+        # outgoing connection (the kernel hands freed ports out again): try again for a while.
+        deadline = time.monotonic() + (RESTART_BIND_S if http_port or grpc_port else 0.0)
+        failed_before = self._failed
+        while True:
+            args = central_args(data_dir, http_port, grpc_port)
+            self.central = self._spawn("central", args, self.central_env, data_dir)
+            try:
+                self._wait_ready([self.central], CENTRAL_READY)
+                return self.central
+            except FleetError as exc:
+                if time.monotonic() > deadline or not _BIND_FAILED.search(str(exc)):
+                    raise
+                self._log(f"central could not bind its old ports yet; starting it again ({exc})"[:300])
+                self._failed = failed_before  # a retry that binds is no failure of the fleet
+                time.sleep(0.5)
 
     def kill_central(self) -> None:
         """SIGKILL central and reap it (for restart tests); a later ``start_central`` reuses its data dir."""
