@@ -95,31 +95,33 @@ async def loaded_ttft(client: httpx.AsyncClient, model: str, clients: int, promp
     return [p.ttft for p in probes if p.error is None]
 
 
+def genai_run(og: Any, model: Any, prompt: int, tokens: int, rows: int) -> tuple[float, float]:
+    """One greedy onnxruntime-genai run of ``rows`` prompts: (decode tokens/s of one row after its
+    first token, aggregate tokens/s of all rows over the whole run)."""
+    params = og.GeneratorParams(model)
+    total = prompt + tokens
+    params.set_search_options(max_length=total, min_length=total, do_sample=False, batch_size=rows)
+    generator = og.Generator(model, params)
+    ids = np.stack([np.asarray(prompt_ids(prompt, i), dtype=np.int32) for i in range(rows)])
+    t0 = time.perf_counter()
+    generator.append_tokens(ids)
+    generator.generate_next_token()
+    first, steps = time.perf_counter(), 1
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps += 1
+    end = time.perf_counter()
+    return (steps - 1) / (end - first), rows * steps / (end - t0)
+
+
 def genai_rates(folder: Path, prompt: int, tokens: int, batch: int) -> tuple[float, float]:
     """onnxruntime-genai in this process on ``folder``: (single-stream decode tokens/s at batch 1,
     aggregate tokens/s of a static batch of ``batch``)."""
     import onnxruntime_genai as og
 
     model = og.Model(str(folder))
-
-    def run(rows: int) -> tuple[float, float]:
-        params = og.GeneratorParams(model)
-        total = prompt + tokens
-        params.set_search_options(max_length=total, min_length=total, do_sample=False, batch_size=rows)
-        generator = og.Generator(model, params)
-        ids = np.stack([np.asarray(prompt_ids(prompt, i), dtype=np.int32) for i in range(rows)])
-        t0 = time.perf_counter()
-        generator.append_tokens(ids)
-        generator.generate_next_token()
-        first, steps = time.perf_counter(), 1
-        while not generator.is_done():
-            generator.generate_next_token()
-            steps += 1
-        end = time.perf_counter()
-        return (steps - 1) / (end - first), rows * steps / (end - t0)
-
-    single, _ = run(1)
-    _, aggregate = run(batch)
+    single, _ = genai_run(og, model, prompt, tokens, 1)
+    _, aggregate = genai_run(og, model, prompt, tokens, batch)
     return single, aggregate
 
 

@@ -33,8 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from bench._textload import genai_run, prompt_ids
 from bench.zoo import cpu_flags
 from edge_node.generation import EngineSettings, GenerationEngine, SamplingParams
 
@@ -48,16 +47,6 @@ TARGETS = {
 }
 
 
-#: Token ids prompts are drawn from (below every benchmarked vocabulary, above the special tokens).
-PROMPT_IDS = (10, 500)
-
-
-def _prompt(length: int, salt: int) -> list[int]:
-    """``length`` token ids that differ per ``salt`` (the prefix cache must not join them)."""
-    rng = np.random.default_rng(salt)
-    return [int(t) for t in rng.integers(*PROMPT_IDS, length)]
-
-
 async def _stream(engine: GenerationEngine, prompt: list[int], tokens: int) -> tuple[float, float, float, int]:
     """(start, first token, end, tokens) of one greedy stream."""
     params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
@@ -69,12 +58,12 @@ async def _stream(engine: GenerationEngine, prompt: list[int], tokens: int) -> t
 
 
 async def _engine_round(engine: GenerationEngine, args: argparse.Namespace, salt: int) -> dict[str, float]:
-    one = await _stream(engine, _prompt(args.prompt, salt), args.tokens)
+    one = await _stream(engine, prompt_ids(args.prompt, salt), args.tokens)
     single = (one[3] - 1) / (one[2] - one[1])
     idle_ttft = one[1] - one[0]
     t0 = time.perf_counter()
     many = await asyncio.gather(
-        *(_stream(engine, _prompt(args.prompt, salt * 100 + i), args.tokens) for i in range(args.clients))
+        *(_stream(engine, prompt_ids(args.prompt, salt * 100 + i), args.tokens) for i in range(args.clients))
     )
     aggregate = sum(m[3] for m in many) / (max(m[2] for m in many) - t0)
     loaded = float("nan") if args.skip_ttft else await _loaded_ttft(engine, args, salt)
@@ -84,14 +73,14 @@ async def _engine_round(engine: GenerationEngine, args: argparse.Namespace, salt
 async def _loaded_ttft(engine: GenerationEngine, args: argparse.Namespace, salt: int) -> float:
     """TTFT p50 of probes sent while ``clients - 1`` long streams decode."""
     long = [
-        asyncio.create_task(_stream(engine, _prompt(args.prompt, salt * 1000 + i), 4 * args.tokens))
+        asyncio.create_task(_stream(engine, prompt_ids(args.prompt, salt * 1000 + i), 4 * args.tokens))
         for i in range(args.clients - 1)
     ]
     while engine.stats().running < args.clients - 1:
         await asyncio.sleep(0.01)
     ttfts = []
     for i in range(5):
-        probe = await _stream(engine, _prompt(args.prompt, salt * 7000 + i), 2)
+        probe = await _stream(engine, prompt_ids(args.prompt, salt * 7000 + i), 2)
         ttfts.append(probe[1] - probe[0])
     for task in long:
         task.cancel()
@@ -100,31 +89,15 @@ async def _loaded_ttft(engine: GenerationEngine, args: argparse.Namespace, salt:
 
 
 async def _prefix_ttft(engine: GenerationEngine, args: argparse.Namespace, salt: int) -> tuple[float, float]:
-    prefix = _prompt(args.prefix, salt + 500)
-    cold = await _stream(engine, [*prefix, *_prompt(16, salt + 1)], 1)
-    cached = await _stream(engine, [*prefix, *_prompt(16, salt + 2)], 1)
+    prefix = prompt_ids(args.prefix, salt + 500)
+    cold = await _stream(engine, [*prefix, *prompt_ids(16, salt + 1)], 1)
+    cached = await _stream(engine, [*prefix, *prompt_ids(16, salt + 2)], 1)
     return cold[1] - cold[0], cached[1] - cached[0]
 
 
 def _genai_round(model: Any, args: argparse.Namespace, og: Any) -> dict[str, float]:
-    def run(batch: int) -> tuple[float, float]:
-        params = og.GeneratorParams(model)
-        total = args.prompt + args.tokens
-        params.set_search_options(max_length=total, min_length=total, do_sample=False, batch_size=batch)
-        generator = og.Generator(model, params)
-        ids = np.stack([np.asarray(_prompt(args.prompt, i), dtype=np.int32) for i in range(batch)])
-        t0 = time.perf_counter()
-        generator.append_tokens(ids)
-        generator.generate_next_token()
-        first, steps = time.perf_counter(), 1
-        while not generator.is_done():
-            generator.generate_next_token()
-            steps += 1
-        end = time.perf_counter()
-        return (steps - 1) / (end - first), batch * steps / (end - t0)
-
-    single, _ = run(1)
-    _, aggregate = run(args.clients)
+    single, _ = genai_run(og, model, args.prompt, args.tokens, 1)
+    _, aggregate = genai_run(og, model, args.prompt, args.tokens, args.clients)
     return {"single": single, "aggregate": aggregate}
 
 
@@ -140,7 +113,7 @@ def _settings(args: argparse.Namespace) -> EngineSettings:
 
 async def _single(engine: GenerationEngine, args: argparse.Namespace, salt: int) -> float:
     """Single-stream decode tokens/s of one greedy stream."""
-    one = await _stream(engine, _prompt(args.prompt, salt), args.tokens)
+    one = await _stream(engine, prompt_ids(args.prompt, salt), args.tokens)
     return (one[3] - 1) / (one[2] - one[1])
 
 
@@ -197,10 +170,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix: list[tuple[float, float]] = []
     speedups: list[dict[str, float]] = []
     try:
-        await _stream(engine, _prompt(args.prompt, 0), 4)  # warm-up
+        await _stream(engine, prompt_ids(args.prompt, 0), 4)  # warm-up
         if fp32 is not None:
             await fp32.start()
-            await _stream(fp32, _prompt(args.prompt, 0), 4)
+            await _stream(fp32, prompt_ids(args.prompt, 0), 4)
         for r in range(1, args.repeats + 1):
             ours.append(await _engine_round(engine, args, r))
             if not args.skip_ttft:
