@@ -76,7 +76,12 @@ async def _loaded_ttft(engine: GenerationEngine, args: argparse.Namespace, salt:
         asyncio.create_task(_stream(engine, prompt_ids(args.prompt, salt * 1000 + i), 4 * args.tokens))
         for i in range(args.clients - 1)
     ]
-    while engine.stats().running < args.clients - 1:
+    # Short streams (tiny --tokens) may end before the last one is admitted: wait for the
+    # batch to fill, but no longer than one stream lasts or a few seconds.
+    deadline = time.monotonic() + 5.0
+    while engine.stats().running < args.clients - 1 and time.monotonic() < deadline:
+        if any(task.done() for task in long):
+            break
         await asyncio.sleep(0.01)
     ttfts = []
     for i in range(5):
