@@ -55,9 +55,8 @@ def caller_of(context: grpc.aio.ServicerContext) -> Caller:
     claim is refused)."""
     auth = context.auth_context()
     tls = _strings(auth.get("transport_security_type")) == ["ssl"]
-    uris = _strings(auth.get("peer_uri")) + _strings(auth.get("x509_subject_alternative_name"))
-    try:
-        node = node_of_uris(uris)
+    try:  # URI SANs only (gRPC's "x509_subject_alternative_name" mixes in DNS names)
+        node = node_of_uris(_strings(auth.get("peer_uri")))
     except AmbiguousIdentity:
         node = None
     common_names = _strings(auth.get("x509_common_name"))
