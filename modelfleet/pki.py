@@ -7,7 +7,9 @@ tests. EC P-256 keys, so a CA and a few leaves take
 milliseconds. Leaves carry both serverAuth and clientAuth, and subject alternative names
 for ``localhost`` and ``127.0.0.1`` unless told otherwise, so one file pair serves as a
 process's server and client certificate, as the fleet's TLS settings expect
-(``fleetwire/tls.py``). Keys are written unencrypted with mode 0600.
+(``fleetwire/tls.py``). An edge's certificate is issued with its node id
+(``issue(..., node_id=)``), which adds the names ``fleetwire.peer_identity`` binds it by;
+peers refuse an edge certificate without them. Keys are written unencrypted with mode 0600.
 
 Not a production PKI: no revocation list, no intermediate CA, no renewal; a fleet on a
 real network should use certificates from its own CA."""
@@ -24,6 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fleetwire.names import check_name
+from fleetwire.peer_identity import NODE_DNS_SUFFIX, node_sans
 from fleetwire.signing import write_atomic
 
 __all__ = ["LOOPBACK_SANS", "CertAuthority", "LeafFiles"]
@@ -56,13 +60,16 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _san(entries: tuple[str, ...]) -> x509.SubjectAlternativeName:
+def _san(entries: tuple[str, ...], node_id: str | None) -> x509.SubjectAlternativeName:
     names: list[x509.GeneralName] = []
     for entry in entries:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(entry)))
         except ValueError:
             names.append(x509.DNSName(entry))
+    if node_id is not None:
+        uri, dns = node_sans(check_name("node id", node_id))
+        names += [x509.UniformResourceIdentifier(uri), x509.DNSName(dns)]
     return x509.SubjectAlternativeName(names)
 
 
@@ -141,10 +148,14 @@ class CertAuthority:
         expired: bool = False,
         cert_file: Path | None = None,
         key_file: Path | None = None,
+        node_id: str | None = None,
     ) -> LeafFiles:
         """A leaf certificate for ``name`` (``<name>.pem`` and ``<name>-key.pem`` in the CA's
         directory, unless ``cert_file`` / ``key_file`` say where), for both server and
-        client use; ``expired`` makes one whose validity ended yesterday."""
+        client use; ``expired`` makes one whose validity ended yesterday; ``node_id`` makes
+        it that node's (an edge's), its id in its names (``fleetwire.peer_identity``)."""
+        if any(san.endswith(NODE_DNS_SUFFIX) for san in sans):
+            raise ValueError(f"{NODE_DNS_SUFFIX} names only come with node_id")
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         start = now - dt.timedelta(days=2) if expired else now - _BACKDATE
@@ -158,7 +169,7 @@ class CertAuthority:
             .not_valid_before(start)
             .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_san(sans), critical=False)
+            .add_extension(_san(sans, node_id), critical=False)
             .add_extension(
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,

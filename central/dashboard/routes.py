@@ -5,11 +5,15 @@
 - ``GET /dashboard/{app.js,style.css}``: its assets;
 - ``GET /api/v1/dashboard``: one snapshot as JSON;
 - ``GET /api/v1/stream``: Server-Sent Events, ``snapshot`` on connect and every second,
-  ``membership`` on every node state change (see ``central.dashboard.service``)."""
+  ``membership`` on every node state change, and a last ``revoked`` when the stream's token
+  is revoked (see ``central.dashboard.service``).
+
+The transport knows who asked; ``guard`` (central's REST app, with ``auth.protect_reads``)
+turns a request into the check its stream repeats and the name it logs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 
 from central.dashboard.rollouts import RestRollouts
-from central.dashboard.service import DashboardService
+from central.dashboard.service import DashboardService, StillAllowed
 from central.errors import NotFound
 
-__all__ = ["STATIC_DIR", "create_dashboard_router"]
+__all__ = ["STATIC_DIR", "StreamGuard", "create_dashboard_router"]
+
+#: A request's stream check and the credential's name, or None when nothing is to re-check.
+StreamGuard = Callable[[Request], tuple[StillAllowed, str] | None]
 
 STATIC_DIR = Path(__file__).parent / "static"
 _ASSETS = {
@@ -39,8 +46,8 @@ def _asset(name: str) -> Response:
     return FileResponse(STATIC_DIR / name, media_type=_ASSETS[name], headers=_NO_CACHE)
 
 
-def create_dashboard_router(service: DashboardService) -> APIRouter:
-    """The dashboard's routes over ``service``."""
+def create_dashboard_router(service: DashboardService, guard: StreamGuard | None = None) -> APIRouter:
+    """The dashboard's routes over ``service``; ``guard`` re-checks a stream's credential."""
     router = APIRouter()
 
     @router.get("/dashboard", include_in_schema=False)
@@ -65,7 +72,9 @@ def create_dashboard_router(service: DashboardService) -> APIRouter:
 
     @router.get("/api/v1/stream")
     async def stream(request: Request) -> StreamingResponse:
-        body = _stream(service, RestRollouts(request.app, _credentials(request)))
+        checked = guard(request) if guard is not None else None
+        allowed, who = checked if checked is not None else (None, "anonymous")
+        body = _stream(service, RestRollouts(request.app, _credentials(request)), allowed, who)
         return StreamingResponse(body, media_type="text/event-stream", headers=_STREAM_HEADERS)
 
     return router
@@ -76,9 +85,11 @@ def _credentials(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k in ("authorization", "cookie")}
 
 
-async def _stream(service: DashboardService, rollouts: RestRollouts) -> AsyncIterator[bytes]:
+async def _stream(
+    service: DashboardService, rollouts: RestRollouts, allowed: StillAllowed | None, who: str
+) -> AsyncIterator[bytes]:
     try:
-        async for chunk in service.stream(rollouts):
+        async for chunk in service.stream(rollouts, allowed, who):
             yield chunk
     finally:
         await rollouts.aclose()

@@ -6,13 +6,23 @@ turning suspect or dead shows on the page without waiting for the next tick). Ro
 come from a ``RolloutSource`` the transport supplies (central's own REST contract), so
 the dashboard works with or without the rollout service: None means "not available".
 
-Streams never end by themselves, and uvicorn waits for open responses before it stops,
-so ``close()`` (called by the server before its HTTP listener stops) ends every one."""
+A stream opened with a credential (``auth.protect_reads``) re-checks it at every tick,
+through ``StillAllowed`` (the transport's check against the token store): once the token is
+revoked the stream sends one ``revoked`` message saying why and ends, within one
+``interval_s`` (1 s). The check is a poll, not a notification, on purpose: a revocation never
+passes through central (``modelfleet token revoke`` writes the token file or PostgreSQL
+directly, and with replicas it may be on another replica's store), so every replica must look
+at the store anyway; a tick's check is one ``stat`` of the token file or one indexed
+PostgreSQL lookup per open stream per interval.
+
+Streams never end by themselves otherwise, and uvicorn waits for open responses before it
+stops, so ``close()`` (called by the server before its HTTP listener stops) ends every one."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,10 +31,15 @@ import orjson
 from central.dashboard.snapshot import DashboardSources, build_snapshot, membership_event
 from central.membership.liveness import NodeLiveness, TransitionInfo
 
-__all__ = ["DashboardService", "RolloutSource", "sse_message"]
+__all__ = ["DashboardService", "RolloutSource", "StillAllowed", "sse_message"]
+
+log = logging.getLogger(__name__)
 
 #: Returns the rollouts (newest first), or None when central has no rollout API.
 RolloutSource = Callable[[], Awaitable[list[dict[str, Any]] | None]]
+#: Whether the credential a stream was opened with is still valid (not revoked); raises when
+#: the token store cannot say.
+StillAllowed = Callable[[], Awaitable[bool]]
 
 #: Membership messages queued for one slow client before it gets only snapshots.
 _QUEUE_LIMIT = 1000
@@ -54,6 +69,9 @@ class DashboardService:
         self._queues: set[asyncio.Queue[object]] = set()
         self._closed = False
         self._shared: tuple[float, dict[str, Any]] | None = None
+        #: Streams ended because their token was revoked, or because the store could not say.
+        self.closed_revoked = 0
+        self.closed_unchecked = 0
         # A shared snapshot older than a transition would undo, on a page, the state the
         # transition's message has just shown: any transition retires it.
         sources.liveness.subscribe(self._retire_shared)
@@ -81,8 +99,12 @@ class DashboardService:
         self._shared = (now, doc)
         return doc
 
-    async def stream(self, rollouts: RolloutSource = _no_rollouts) -> AsyncIterator[bytes]:
-        """SSE bytes until the client goes away or ``close()``; see the module doc."""
+    async def stream(
+        self, rollouts: RolloutSource = _no_rollouts, allowed: StillAllowed | None = None, who: str = "anonymous"
+    ) -> AsyncIterator[bytes]:
+        """SSE bytes until the client goes away, ``close()``, or (with ``allowed``) its
+        credential stops being valid; ``who`` names the credential in the log (never the
+        token). See the module doc."""
         queue: asyncio.Queue[object] = asyncio.Queue(_QUEUE_LIMIT)
         unsubscribe = self._sources.liveness.subscribe(self._enqueuer(queue))
         self._queues.add(queue)
@@ -90,6 +112,9 @@ class DashboardService:
             yield f"retry: {RETRY_MS}\n\n".encode()
             loop = asyncio.get_running_loop()
             while not self._closed:
+                if allowed is not None and (ending := await self._refusal(allowed, who)) is not None:
+                    yield ending
+                    return
                 yield sse_message("snapshot", await self._tick_snapshot(rollouts))
                 due = loop.time() + self.interval_s
                 while (left := due - loop.time()) > 0:
@@ -104,6 +129,21 @@ class DashboardService:
         finally:
             unsubscribe()
             self._queues.discard(queue)
+
+    async def _refusal(self, allowed: StillAllowed, who: str) -> bytes | None:
+        """The last message of a stream whose credential no longer holds, else None. A store
+        that cannot answer ends the stream too (the browser reconnects and is checked anew):
+        a revocation must not outlive an outage of the store that holds it."""
+        try:
+            if await allowed():
+                return None
+        except Exception as exc:  # any store failure: psycopg, OSError, a corrupt file…
+            self.closed_unchecked += 1
+            log.warning("dashboard stream of %s ended: its token cannot be checked now: %s", who, exc)
+            return sse_message("closed", {"reason": "the token of this stream cannot be checked now; reconnect"})
+        self.closed_revoked += 1
+        log.info("dashboard stream of %s ended: its token was revoked", who)
+        return sse_message("revoked", {"reason": f"the token of this stream ({who}) was revoked"})
 
     @staticmethod
     def _enqueuer(

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from central.dashboard import create_dashboard_router
 from central.handlers import ApiHandlers
-from central.rest.auth import OperatorAuth, is_write, protects
+from central.rest.auth import OperatorAuth, is_write, protects, stream_guard
 from central.rest.errors import ERROR_RESPONSES, install_error_handlers
 from central.rest.fleet_routes import create_fleet_router
 from central.rest.gateway_routes import create_gateway_router
@@ -88,7 +88,9 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     app.include_router(create_registry_router(handlers.registry))
     app.include_router(create_fleet_router(handlers.fleet, handlers.health))
     app.include_router(create_metrics_router(handlers.metrics))
-    app.include_router(create_dashboard_router(handlers.dashboard))
+    auth, tokens = settings.auth, handlers.operator_tokens
+    guard = stream_guard(tokens) if auth.enabled and auth.protect_reads and tokens is not None else None
+    app.include_router(create_dashboard_router(handlers.dashboard, guard))
     app.include_router(create_rollout_router(handlers.rollouts))
     if settings.gateway.enabled:
         app.include_router(create_text_router(handlers.gateway, handlers.text))

@@ -9,6 +9,9 @@ show its token in a cookie instead, for reads only (``central.rest.browser_login
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -61,6 +64,32 @@ def protects(method: str, path: str, protect_reads: bool) -> bool:
     return is_write(method) or protect_reads
 
 
+def operator_record(store: Tokens, token: str | None) -> TokenRecord | None:
+    """The record of an operator token (any role) in ``store``; None for no token, an unknown
+    or revoked one, or a node credential (even one copied into this store by hand)."""
+    record = store.verify(token) if token is not None else None
+    return record if record is not None and record.role in OPERATOR_ROLES else None
+
+
+def stream_guard(store: Tokens) -> Callable[[Request], tuple[Callable[[], Awaitable[bool]], str] | None]:
+    """For a long response (the dashboard's event stream) that ``OperatorAuth`` let in with a
+    credential: a check it repeats (is that token still an operator's? off the event loop:
+    PostgreSQL is a blocking call) and the token's name for its log. None for a request
+    that showed no credential (reads open)."""
+
+    def guard(request: Request) -> tuple[Callable[[], Awaitable[bool]], str] | None:
+        token = caller_token(request.scope)
+        if token is None:
+            return None
+
+        async def still_allowed() -> bool:
+            return await asyncio.to_thread(operator_record, store, token) is not None
+
+        return still_allowed, f"token {actor_of(request)!r}"
+
+    return guard
+
+
 class OperatorAuth:
     """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
 
@@ -70,9 +99,7 @@ class OperatorAuth:
         self.protect_reads = protect_reads
 
     def _operator(self, token: str | None) -> TokenRecord | None:
-        record = self.store.verify(token) if token is not None else None
-        # A node credential is no operator, even if one was copied into this store by hand.
-        return record if record is not None and record.role in OPERATOR_ROLES else None
+        return operator_record(self.store, token)
 
     def _caller(self, scope: Scope) -> TokenRecord | None:
         return self._operator(caller_token(scope))  # a browser's cookie: reads only

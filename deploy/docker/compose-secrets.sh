@@ -26,24 +26,26 @@ own() {
     [ -n "${SKIP_CHOWN:-}" ] || chown "$@"
 }
 
-# issue OUT OWNER NAME SAN...: NAME's certificate into OUT, owned by OWNER
+# issue OUT OWNER NAME NODE SAN...: NAME's certificate into OUT, owned by OWNER; bound to
+# node id NODE unless it is "-" (an edge's: other edges check it when they fetch from it)
 issue() {
-    out=$1 owner=$2 name=$3
-    shift 3
-    sans=""
-    for san in "$@"; do sans="$sans --san $san"; done
-    # shellcheck disable=SC2086  # one word per SAN
-    modelfleet pki issue "$name" --ca-dir "$pki" --out "$out" $sans --san localhost --san 127.0.0.1
+    out=$1 owner=$2 name=$3 node=$4
+    shift 4
+    opts=""
+    [ "$node" = - ] || opts="--node $node"
+    for san in "$@"; do opts="$opts --san $san"; done
+    # shellcheck disable=SC2086  # one word per option
+    modelfleet pki issue "$name" --ca-dir "$pki" --out "$out" $opts --san localhost --san 127.0.0.1
     own -R "$owner" "$out"
 }
 
-issue "$secrets/central/tls" 10001:10001 central central
-issue "$secrets/mosquitto" 1883:1883 mosquitto mosquitto
-issue "$secrets/operator/tls" 65534:65534 operator operator
+issue "$secrets/central/tls" 10001:10001 central - central
+issue "$secrets/mosquitto" 1883:1883 mosquitto - mosquitto
+issue "$secrets/operator/tls" 65534:65534 operator - operator
 
 mkdir -p "$data"
 for edge in $edges; do
-    issue "$secrets/$edge/tls" 10001:10001 "$edge" "$edge"
+    issue "$secrets/$edge/tls" 10001:10001 "$edge" "$edge" "$edge"
     token="$secrets/$edge/node/node-token"
     if [ ! -s "$token" ]; then
         mkdir -p "$secrets/$edge/node"

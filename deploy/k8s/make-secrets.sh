@@ -10,8 +10,11 @@
 # `kubectl apply -k deploy/k8s` (the Secrets get new names, which rolls the pods).
 #
 #   secrets/ca/                 the fleet CA and its private key: keep it safe, never in the cluster
-#   secrets/central/, edge/, mosquitto/   cert.pem, key.pem, ca.pem (edge/: one certificate
-#                               for every edge, for *.edge.<namespace>.svc.<cluster domain>)
+#   secrets/central/, mosquitto/   cert.pem, key.pem, ca.pem
+#   secrets/edges/NODE/         each edge's certificate, bound to its node id (peers check it:
+#                               docs/security.md) and valid for *.edge.<namespace>.svc.<cluster domain>
+#   secrets/edge-certs.env, edge-keys.env   the same, one base64 line per node (key = node name),
+#                               which the edge's init container decodes for its node only
 #   secrets/operator/           a client certificate for you and Prometheus (the edges' API wants one)
 #   secrets/tokens.json, node_tokens.json   central's token stores (hashes only; empty when
 #                               MODELFLEET_STORE__URL puts the tokens in PostgreSQL, as ../k8s-ha/ does)
@@ -46,8 +49,6 @@ issue() {  # issue NAME SAN...
 issue central central "central.$ns" "central.$ns.svc" "central.$ns.svc.$domain" \
     "*.central-replicas.$ns.svc.$domain"
 issue mosquitto mosquitto "mosquitto.$ns" "mosquitto.$ns.svc" "mosquitto.$ns.svc.$domain"
-# Edges advertise <pod IP with dashes>.edge.<namespace>.svc.<cluster domain> (edge.yaml)
-issue edge "*.edge.$ns.svc.$domain"
 issue operator operator
 
 token() {  # token NAME ROLE: an operator token, kept in secrets/NAME.token
@@ -63,7 +64,19 @@ touch "$out/mqtt-edge-logins.env" "$out/edge-node-tokens.env"
 [ -s "$out/node_tokens.json" ] || echo '{"tokens": []}' >"$out/node_tokens.json"
 [ -s "$out/mqtt-logins.env" ] || printf 'central=%s\n' "$(password)" >"$out/mqtt-logins.env"
 
+oneline() {  # a file as one base64 line
+    base64 <"$1" | tr -d '\n'
+}
+
+touch "$out/edge-certs.env" "$out/edge-keys.env"
 for node in "$@"; do
+    # Edges advertise <pod IP with dashes>.edge.<namespace>.svc.<cluster domain> (edge.yaml)
+    modelfleet pki issue "$node" --node "$node" --ca-dir "$out/ca" --out "$out/edges/$node" \
+        --san "*.edge.$ns.svc.$domain" --san localhost --san 127.0.0.1
+    if ! grep -q "^$node=" "$out/edge-certs.env"; then
+        printf '%s=%s\n' "$node" "$(oneline "$out/edges/$node/cert.pem")" >>"$out/edge-certs.env"
+        printf '%s=%s\n' "$node" "$(oneline "$out/edges/$node/key.pem")" >>"$out/edge-keys.env"
+    fi
     if ! grep -q "^$node=" "$out/mqtt-edge-logins.env"; then
         printf '%s=%s\n' "$node" "$(password)" >>"$out/mqtt-edge-logins.env"
     fi

@@ -33,7 +33,7 @@ from tenacity import RetryCallState, retry_if_result
 
 from edge_node.cache import ChunkStore, CorruptChunk, HotChunks
 from edge_node.fetch.placement_view import PlacementView
-from edge_node.fetch.sources import OriginClient, OversizedChunk, PeerClient
+from edge_node.fetch.sources import OriginClient, OversizedChunk, PeerClient, wrong_certificate
 from edge_node.settings import FetchSettings
 from fleetwire.backoff import retrying
 
@@ -59,6 +59,8 @@ class FetchStats:
     bytes_from_other_sites: int = 0
     rejected_corrupt: Counter[str] = field(default_factory=Counter)
     peer_errors: Counter[str] = field(default_factory=Counter)
+    #: Of ``peer_errors``: handshakes where the peer did not show its own node's certificate.
+    peer_wrong_certificate: Counter[str] = field(default_factory=Counter)
     origin_refusals: int = 0
     failures: int = 0
 
@@ -75,6 +77,7 @@ class FetchStats:
             "bytes_fetched": self.bytes_from_peers + self.bytes_from_origin,
             "rejected_corrupt": dict(self.rejected_corrupt),
             "peer_errors": dict(self.peer_errors),
+            "peer_wrong_certificate": dict(self.peer_wrong_certificate),
             "origin_refusals": self.origin_refusals,
             "failures": self.failures,
         }
@@ -213,11 +216,13 @@ class ChunkFetcher:
             return False
         try:
             timeout = self._settings.peer_timeout_s
-            data = await self._peers.fetch(address, digest, size, owners, timeout, held_only=held_only)
+            data = await self._peers.fetch(peer, address, digest, size, owners, timeout, held_only=held_only)
         except (grpc.aio.AioRpcError, OversizedChunk) as exc:
             not_held = held_only and isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
             if not not_held:  # "not held here" is an answer to a held-only ask, not a peer failing
                 self.stats.peer_errors[peer] += 1
+            if isinstance(exc, grpc.aio.AioRpcError) and wrong_certificate(exc):
+                self._impostor(peer, address)
             log.debug("peer %s failed for %s: %s", peer, digest[:12], exc)
             return False
         return await self._accept(digest, size, data, source=peer)
@@ -270,6 +275,18 @@ class ChunkFetcher:
                     self.stats.bytes_from_own_site += nbytes
                 else:
                     self.stats.bytes_from_other_sites += nbytes
+
+    def _impostor(self, peer: str, address: str) -> None:
+        """Count, and log once per peer, a peer whose certificate is not its own node's."""
+        self.stats.peer_wrong_certificate[peer] += 1
+        if self.stats.peer_wrong_certificate[peer] == 1:
+            log.warning(
+                "peer %s at %s did not show a certificate naming node %s: not fetching from it (each"
+                " edge needs a certificate issued with its node id, e.g. `modelfleet pki issue --node`)",
+                peer,
+                address,
+                peer,
+            )
 
     def _reject(self, digest: str, source: str) -> None:
         self.stats.rejected_corrupt[source] += 1

@@ -5,7 +5,11 @@ bytes arrive than the manifest says, so a misbehaving sender cannot make us buff
 without bound. Both take an optional ``pacer`` (the fetch cap, ``edge_node.transfer``):
 a chunk's bytes are reserved before its call starts and each piece is paced as it
 arrives, so a big chunk is paced as it streams in (gRPC flow control slows the sender)
-and a call under a low cap still ends before its deadline."""
+and a call under a low cap still ends before its deadline.
+
+Under TLS a channel to a peer accepts only the certificate of the node the placement says
+is there (``fleetwire.peer_identity``): another node's, or one naming no node, fails the
+handshake, and the fetch goes to the next owner or the origin."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Protocol
 import grpc
 
 from edge_node.auth import NodeCredential
+from fleetwire.peer_identity import peer_channel_options
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc, registry_pb2, registry_pb2_grpc
 
 CHANNEL_OPTIONS = [
@@ -67,23 +72,36 @@ async def _collect(stream: AsyncIterable[common_pb2.ChunkData], size: int, pacer
     return bytes(buf)
 
 
+#: What gRPC says when a server's certificate does not carry the name the channel checks.
+_NAME_CHECK_FAILED = "Hostname Verification Check failed"
+
+
+def wrong_certificate(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a call failed because the server's certificate is not the expected node's."""
+    return _NAME_CHECK_FAILED in (exc.details() or "")
+
+
 class ChannelPool:
-    """One channel per address, reused by every fetch to that address; TLS channels
-    (verifying the server, showing our certificate) when ``credentials`` are given."""
+    """One channel per address (and, to a peer, per node expected there), reused by every
+    fetch to it; TLS channels (verifying the server, showing our certificate) when
+    ``credentials`` are given."""
 
     def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[tuple[str, str | None], grpc.aio.Channel] = {}
         self._credentials = credentials
 
-    def get(self, address: str) -> grpc.aio.Channel:
-        """The channel to ``address``, created on first use."""
-        channel = self._channels.get(address)
+    def get(self, address: str, node: str | None = None) -> grpc.aio.Channel:
+        """The channel to ``address``, created on first use. With TLS and ``node``, the
+        server must show ``node``'s certificate (checked instead of the host name)."""
+        key = (address, node if self._credentials is not None else None)
+        channel = self._channels.get(key)
         if channel is None:
             if self._credentials is not None:
-                channel = grpc.aio.secure_channel(address, self._credentials, options=CHANNEL_OPTIONS)
+                options = CHANNEL_OPTIONS + (peer_channel_options(node) if node is not None else [])
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             else:
                 channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
+            self._channels[key] = channel
         return channel
 
     async def close(self) -> None:
@@ -112,10 +130,17 @@ class PeerClient:
         self._slots: dict[str, asyncio.Semaphore] = {}
 
     async def fetch(
-        self, address: str, digest: str, size: int, owners: list[str], timeout: float, held_only: bool = False
+        self,
+        peer: str,
+        address: str,
+        digest: str,
+        size: int,
+        owners: list[str],
+        timeout: float,
+        held_only: bool = False,
     ) -> bytes:
-        """One chunk from the peer at ``address`` (``held_only``: only if it holds it, no relay)."""
-        stub = peer_pb2_grpc.PeerStub(self._pool.get(address))
+        """One chunk from node ``peer`` at ``address`` (``held_only``: only if it holds it, no relay)."""
+        stub = peer_pb2_grpc.PeerStub(self._pool.get(address, peer))
         request = peer_pb2.PeerFetchRequest(
             digest=digest, size=size, requester=self._node_id, owners=owners, held_only=held_only
         )
@@ -125,10 +150,11 @@ class PeerClient:
         async with slots, _reserved(self._pacer, size):
             return await _collect(stub.FetchChunk(request, timeout=timeout), size, self._pacer)
 
-    async def has_chunks(self, address: str, digests: list[str], timeout: float = 5.0) -> set[str]:
-        """Which of ``digests`` the peer holds."""
-        stub = peer_pb2_grpc.PeerStub(self._pool.get(address))
-        reply = await stub.HasChunks(peer_pb2.HasChunksRequest(digests=digests), timeout=timeout)
+    async def has_chunks(self, peer: str, address: str, digests: list[str], timeout: float = 5.0) -> set[str]:
+        """Which of ``digests`` node ``peer`` at ``address`` holds."""
+        stub = peer_pb2_grpc.PeerStub(self._pool.get(address, peer))
+        request = peer_pb2.HasChunksRequest(digests=digests, requester=self._node_id)
+        reply = await stub.HasChunks(request, timeout=timeout)
         return set(reply.present)
 
 

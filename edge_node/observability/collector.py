@@ -125,6 +125,11 @@ class EdgeStateCollector(Collector):
         peer = self._peer_servicer
         yield _counter("modelfleet_peer_served_chunks", "Chunks this node served to peers.", peer.chunks_served)
         yield _counter("modelfleet_peer_served_bytes", "Chunk bytes this node served to peers.", peer.bytes_served)
+        yield _counter(
+            "modelfleet_peer_claims_refused",
+            "Peer calls refused because the requester is not the node the client certificate names.",
+            peer.claims.refused,
+        )
 
     def _transfer_caps(self) -> Iterator[Metric]:
         t = self._transfer

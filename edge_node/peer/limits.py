@@ -1,5 +1,5 @@
 """Caps on the chunk streams this node serves to peers: a few per calling node (who its
-client certificate says it is, ``edge_node.peer.servicer.caller_of``) and a total. Each
+client certificate says it is, ``edge_node.peer.identity.caller_of``) and a total. Each
 open stream can hold a whole chunk (up to the chunking maximum) in memory and may start an
 upstream fetch, so one peer opening streams without end could exhaust this node; beyond a
 cap the stream is refused at once (RESOURCE_EXHAUSTED) and the requester tries another

@@ -12,10 +12,11 @@ Nor does it serve what it merely still holds: a chunk it serves must be in a man
 its current desired state. The cache keeps chunks of versions long gone (deleted,
 superseded) until it evicts them, and central refuses those to a node that asks for them;
 an edge must not hand them out instead; ``HasChunks`` answers only for those chunks too.
-Within the current desired state any fleet member may still read any chunk (mutual TLS
-proves fleet membership; this node does not know the caller's desired state) — see
-docs/security.md. The per-node stream cap counts the caller's certificate (``caller_of``),
-not the ``requester`` it names.
+Within the current desired state any node may still read any chunk (this node does not
+know the caller's desired state) — see docs/security.md. Under TLS the caller is the node
+its certificate names, and a ``requester`` naming another node is refused
+(``edge_node.peer.identity``); the per-node stream cap counts the caller, never the
+``requester`` it names.
 
 Every piece sent waits for the serve cap (``pace``, ``edge_node.transfer``) first."""
 
@@ -28,6 +29,7 @@ from typing import TypeVar
 import grpc
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
+from edge_node.peer.identity import ClaimCheck, ClaimRefused, caller_of
 from edge_node.peer.limits import StreamLimiter, StreamsExhausted
 from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
@@ -37,17 +39,6 @@ _T = TypeVar("_T")
 #: How long a request naming this node as owner of a chunk its desired state does not
 #: list yet waits for that state (the requester may have received its own copy first).
 VIEW_WAIT_S = 1.0
-
-
-def caller_of(context: grpc.aio.ServicerContext) -> str:
-    """Who is calling, for the per-node stream cap: under mutual TLS the common name of the
-    client certificate (a fleet certificate names its node), else the connection's peer
-    address (host and port: an edge keeps one channel, with a connection of its own, per
-    peer, so edges sharing a host, as ``modelfleet up`` runs them, keep a share each). Never the ``requester`` a request
-    names: a caller naming a new one in every call got a new share each time."""
-    for name in context.auth_context().get("x509_common_name") or ():
-        return name.decode("utf-8", "replace")
-    return context.peer()
 
 
 class PeerServicer(peer_pb2_grpc.PeerServicer):
@@ -72,11 +63,18 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         #: Requests for chunks held here but in no manifest of this node's desired state.
         self.unlisted_refused = 0
         self.bytes_served = 0
+        #: Calls whose ``requester`` is not the node their certificate names.
+        self.claims = ClaimCheck()
 
     async def FetchChunk(
         self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.ChunkData]:
-        requester = caller_of(context)  # never request.requester: the caller chooses that
+        caller = caller_of(context)
+        try:
+            self.claims.check(caller, request.requester, required=True)
+        except ClaimRefused as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        requester = caller.name  # never request.requester alone: the caller chooses that
         try:
             self.limiter.acquire(requester)
         except StreamsExhausted as exc:
@@ -164,6 +162,10 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     async def HasChunks(
         self, request: peer_pb2.HasChunksRequest, context: grpc.aio.ServicerContext
     ) -> peer_pb2.HasChunksReply:
+        try:
+            self.claims.check(caller_of(context), request.requester, required=False)
+        except ClaimRefused as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         view = self._fetcher.view  # only what FetchChunk would serve: listed in this node's desired state
         digests = [d for d in request.digests if is_digest(d) and view.size(d) is not None]
         present = await asyncio.to_thread(self._fetcher.store.has_many, digests)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from fleetwire.v1 import common_pb2 as fleetwire_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66leetwire/v1/peer.proto\x12\rmodelfleet.v1\x1a\x19\x66leetwire/v1/common.proto\"f\n\x10PeerFetchRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x11\n\trequester\x18\x03 \x01(\t\x12\x0e\n\x06owners\x18\x04 \x03(\t\x12\x11\n\theld_only\x18\x05 \x01(\x08\"#\n\x10HasChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\"!\n\x0eHasChunksReply\x12\x0f\n\x07present\x18\x01 \x03(\t2\x9e\x01\n\x04Peer\x12I\n\nFetchChunk\x12\x1f.modelfleet.v1.PeerFetchRequest\x1a\x18.modelfleet.v1.ChunkData0\x01\x12K\n\tHasChunks\x12\x1f.modelfleet.v1.HasChunksRequest\x1a\x1d.modelfleet.v1.HasChunksReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66leetwire/v1/peer.proto\x12\rmodelfleet.v1\x1a\x19\x66leetwire/v1/common.proto\"f\n\x10PeerFetchRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x11\n\trequester\x18\x03 \x01(\t\x12\x0e\n\x06owners\x18\x04 \x03(\t\x12\x11\n\theld_only\x18\x05 \x01(\x08\"6\n\x10HasChunksRequest\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\x12\x11\n\trequester\x18\x02 \x01(\t\"!\n\x0eHasChunksReply\x12\x0f\n\x07present\x18\x01 \x03(\t2\x9e\x01\n\x04Peer\x12I\n\nFetchChunk\x12\x1f.modelfleet.v1.PeerFetchRequest\x1a\x18.modelfleet.v1.ChunkData0\x01\x12K\n\tHasChunks\x12\x1f.modelfleet.v1.HasChunksRequest\x1a\x1d.modelfleet.v1.HasChunksReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,9 +35,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PEERFETCHREQUEST']._serialized_start=69
   _globals['_PEERFETCHREQUEST']._serialized_end=171
   _globals['_HASCHUNKSREQUEST']._serialized_start=173
-  _globals['_HASCHUNKSREQUEST']._serialized_end=208
-  _globals['_HASCHUNKSREPLY']._serialized_start=210
-  _globals['_HASCHUNKSREPLY']._serialized_end=243
-  _globals['_PEER']._serialized_start=246
-  _globals['_PEER']._serialized_end=404
+  _globals['_HASCHUNKSREQUEST']._serialized_end=227
+  _globals['_HASCHUNKSREPLY']._serialized_start=229
+  _globals['_HASCHUNKSREPLY']._serialized_end=262
+  _globals['_PEER']._serialized_start=265
+  _globals['_PEER']._serialized_end=423
 # @@protoc_insertion_point(module_scope)

@@ -30,6 +30,9 @@ class PeerFetchRequest(_message.Message):
     digest: _builtins.str
     size: _builtins.int
     requester: _builtins.str
+    """The calling node's id. Under TLS it must be the node its client certificate names
+    (fleetwire/peer_identity.py), or the call is PERMISSION_DENIED.
+    """
     held_only: _builtins.bool
     """Serve the chunk only if held here; never fetch it on the requester's behalf. What an
     owner asks the owners after it once the origin failed (central away): a relay from them
@@ -61,16 +64,22 @@ class HasChunksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DIGESTS_FIELD_NUMBER: _builtins.int
+    REQUESTER_FIELD_NUMBER: _builtins.int
+    requester: _builtins.str
+    """The calling node's id, optional; when given under TLS it must be the node its client
+    certificate names, as in PeerFetchRequest.
+    """
     @_builtins.property
     def digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         digests: _abc.Iterable[_builtins.str] | None = ...,
+        requester: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digests", b"digests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digests", b"digests", "requester", b"requester"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

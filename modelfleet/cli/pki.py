@@ -6,7 +6,10 @@ Each certificate goes into a directory of its own with the three file names the 
 TLS settings point at: ``cert.pem``, ``key.pem`` (mode 0600) and ``ca.pem``, so one
 directory is what one process mounts. The CA (and its key, which signs everything) stays
 in ``--ca-dir``: made there the first time, reused after. A certificate already in place
-is kept (``--renew`` replaces it), so the command can run at every start."""
+is kept (``--renew`` replaces it), so the command can run at every start. An edge's
+certificate is issued with ``--node ID``: its node id goes into its names
+(``fleetwire.peer_identity``), which other edges' Peer services and their own channels to
+it check; a kept certificate that does not name the node asked for is replaced."""
 
 from __future__ import annotations
 
@@ -45,6 +48,20 @@ def _chains_to(cert_file: Path, ca_file: Path) -> bool:
     return True
 
 
+def _node_of(cert_file: Path) -> str | None:
+    """The node id a certificate is bound to, if any."""
+    from cryptography import x509
+
+    from fleetwire.peer_identity import AmbiguousIdentity, node_of_uris
+
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return node_of_uris(sans.get_values_for_type(x509.UniformResourceIdentifier))
+    except (x509.ExtensionNotFound, AmbiguousIdentity):
+        return None
+
+
 @pki_app.command("issue")
 @output.reported
 def issue(
@@ -61,6 +78,10 @@ def issue(
             show_default=False,
         ),
     ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="An edge's node id: the certificate is bound to it (peers check it)."),
+    ] = None,
     days: Annotated[int, typer.Option("--days", min=1, help="Validity of the certificate.")] = 365,
     ca_days: Annotated[int, typer.Option("--ca-days", min=1, help="Validity of a CA made now.")] = 3650,
     renew: Annotated[bool, typer.Option("--renew", help="Replace a certificate already in --out.")] = False,
@@ -71,13 +92,23 @@ def issue(
     ca = CertAuthority.load_or_create(ca_dir, _CA_NAME, common_name="modelfleet fleet CA", valid_days=ca_days)
     out.mkdir(parents=True, exist_ok=True)
     cert_file, key_file, ca_copy = out / CERT_FILE, out / KEY_FILE, out / CA_FILE
-    if not renew and cert_file.is_file() and key_file.is_file():
+    held = not renew and cert_file.is_file() and key_file.is_file()
+    if held and node is not None and _node_of(cert_file) != node:
+        # made before certificates were bound to node ids (or for another node): peers would
+        # refuse it, and replacing it is what this command exists for
+        typer.echo(f"{cert_file} is not bound to node {node}: issuing a new one", err=True)
+        held = False
+    if held:
         if not _chains_to(cert_file, ca.ca_file):
             raise CliError(f"{cert_file} was not issued by the CA in {ca_dir}: give --renew to replace it")
         shutil.copyfile(ca.ca_file, ca_copy)
         typer.echo(f"kept {cert_file} ({name})", err=True)
         return
     names = tuple(san) if san else (name, *LOOPBACK_SANS)
-    ca.issue(name, names, valid_days=days, cert_file=cert_file, key_file=key_file)
+    try:
+        ca.issue(name, names, valid_days=days, cert_file=cert_file, key_file=key_file, node_id=node)
+    except ValueError as exc:  # a bad node id, or a SAN only --node may give
+        raise CliError(str(exc)) from None
     shutil.copyfile(ca.ca_file, ca_copy)
-    typer.echo(f"issued {cert_file} for {', '.join(names)}, valid {days} days", err=True)
+    bound = f" bound to node {node}" if node is not None else ""
+    typer.echo(f"issued {cert_file} for {', '.join(names)}{bound}, valid {days} days", err=True)

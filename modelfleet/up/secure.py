@@ -172,8 +172,8 @@ def prepare(root: Path, central_data: Path, node_ids: list[str]) -> SecureFleet:
     root.chmod(0o700)
     ca = CertAuthority(root / "pki", "fleet", common_name="modelfleet up CA", valid_days=_VALID_DAYS)
 
-    def issue(name: str) -> LeafFiles:
-        return ca.issue(name, LOOPBACK_SANS, valid_days=_VALID_DAYS)
+    def issue(name: str, node_id: str | None = None) -> LeafFiles:
+        return ca.issue(name, LOOPBACK_SANS, valid_days=_VALID_DAYS, node_id=node_id)
 
     auth = AuthSettings()
     admin_file = root / "admin.token"
@@ -196,7 +196,7 @@ def prepare(root: Path, central_data: Path, node_ids: list[str]) -> SecureFleet:
         central_tls=issue("central"),
         operator_tls=issue("operator"),
         broker=BrokerSecurity(issue("broker"), password_file, acl_file),
-        edge_tls={node_id: issue(node_id) for node_id in node_ids},
+        edge_tls={node_id: issue(node_id, node_id) for node_id in node_ids},  # bound to its id: peers check it
         admin_token_file=admin_file,
         node_token_files=node_files,
         mqtt_passwords=passwords,

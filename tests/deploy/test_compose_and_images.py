@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from deploy_checks import (
     CONTAINER_SECRETS,
     DEPLOY,
@@ -25,6 +26,7 @@ from deploy_checks import (
 from central.settings import CentralSettings
 from central.storage.files.tokens import TokenStore
 from edge_node.settings import EdgeSettings
+from fleetwire.peer_identity import node_of_uris
 
 EDGES = ("edge-a", "edge-b", "edge-c")
 SCRIPT = DEPLOY / "docker" / "compose-secrets.sh"
@@ -150,6 +152,9 @@ def test_the_secrets_service_makes_what_every_service_reads_and_keeps_it(made: P
         token = (made / "secrets" / name / "node" / "node-token").read_text().strip()
         record = nodes.verify(token)
         assert record is not None and record.node_id == name
+        cert = x509.load_pem_x509_certificate((made / "secrets" / name / "tls" / "cert.pem").read_bytes())
+        uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert node_of_uris(uris.get_values_for_type(x509.UniformResourceIdentifier)) == name  # peers check it
     scrape = (made / "secrets" / "operator" / "prometheus.token").read_text().strip()
     viewer = TokenStore(central_data / "tokens.json").verify(scrape)
     assert viewer is not None and viewer.role == "viewer"

@@ -26,6 +26,7 @@ from central.settings import CentralSettings
 from central.storage.files.tokens import TokenStore
 from edge_node.settings import EdgeSettings
 from fleetwire.mqtt.tls import MqttTlsSettings
+from fleetwire.peer_identity import node_of_uris
 from modelfleet.up.secure import ACL_RULES
 from support.brokers import (
     BrokerTls,
@@ -193,11 +194,11 @@ def test_make_secrets_makes_every_file_the_kustomization_names(made: Path) -> No
     # a second run with one more node adds that node and changes nothing else
     before = {p: p.read_text() for p in made.rglob("*") if p.is_file()}
     run_script(K8S / "make-secrets.sh", made.parent / "bin", {"SECRETS_DIR": str(made)}, *NODES, "node-3")
-    grown = ("mqtt-edge-logins.env", "edge-node-tokens.env", "node_tokens.json")
+    grown = ("mqtt-edge-logins.env", "edge-node-tokens.env", "edge-certs.env", "edge-keys.env", "node_tokens.json")
     assert {p: p.read_text() for p in before if p.name not in grown} == {
         p: t for p, t in before.items() if p.name not in grown
     }
-    for name in grown[:2]:
+    for name in grown[:4]:
         assert _env_file(made / name).keys() == {*NODES, "node-3"}
         assert {k: v for k, v in _env_file(made / name).items() if k != "node-3"} == _env_file_text(before[made / name])
     assert {r.node_id for r in TokenStore(made / "node_tokens.json").records()} == {*NODES, "node-3"}
@@ -218,17 +219,29 @@ def test_central_and_edges_read_their_settings_and_files_from_the_secrets(made: 
     edge = edge_pod["containers"][0]
     node = tmp_path / "node"
     node.mkdir()
+    tls = tmp_path / "tls"
+    tls.mkdir()
     init = next(c for c in edge_pod["initContainers"] if c["name"] == "node-credentials")
-    script = init["args"][0].replace("/logins/", f"{tmp_path}/logins/").replace("/tokens/", f"{tmp_path}/tokens/")
-    for secret, where in (("mqtt-edge-logins", "logins"), ("edge-node-tokens", "tokens")):
+    script = init["args"][0]
+    for where in ("logins", "tokens", "certs", "keys", "ca", "tls", "node"):
+        script = script.replace(f"/{where}/", f"{tmp_path}/{where}/")
+    envs = {"mqtt-edge-logins": "logins", "edge-node-tokens": "tokens", "edge-certs": "certs", "edge-keys": "keys"}
+    for secret, where in envs.items():
         (tmp_path / where).mkdir()
         for key, value in _env_file(_generated(secret, made)["*"]).items():
             (tmp_path / where / key).write_text(value)
-    subprocess.run(
-        ["sh", "-ec", script.replace("/node/", f"{node}/")], env={**os.environ, "NODE_NAME": NODES[0]}, check=True
-    )
+    (tmp_path / "ca").mkdir()
+    for key, path in _generated("fleet-ca", made).items():
+        shutil.copyfile(path, tmp_path / "ca" / key)
+    subprocess.run(["sh", "-ec", script], env={**os.environ, "NODE_NAME": NODES[0]}, check=True)
     assert (node / "node-token").read_text() == _env_file(made / "edge-node-tokens.env")[NODES[0]]
-    mounts = {**_secret_mounts(edge_pod, edge, made), f"{CONTAINER_SECRETS}/node": node}
+    assert (tls / "cert.pem").read_bytes() == (made / "edges" / NODES[0] / "cert.pem").read_bytes()
+    assert _bound_to(tls / "cert.pem") == NODES[0]  # its own node's certificate: peers check it
+    mounts = {
+        **_secret_mounts(edge_pod, edge, made),
+        f"{CONTAINER_SECRETS}/node": node,
+        f"{CONTAINER_SECRETS}/tls": tls,
+    }
     settings = _find("ConfigMap", "edge-settings")["data"]
     assert_settings_apply(EdgeSettings, {**settings, "MODELFLEET_NODE_ID": NODES[0]}, mounts)
 
@@ -238,8 +251,16 @@ def test_central_and_edges_read_their_settings_and_files_from_the_secrets(made: 
     env = {**os.environ, "POD_IP": "10.1.2.3", "POD_NAMESPACE": "modelfleet", **settings}
     host = subprocess.run(["sh", "-ec", start], env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert host == "10-1-2-3.edge.modelfleet.svc.cluster.local"
-    tls = mounts[f"{CONTAINER_SECRETS}/tls"]
     assert _handshake(tls / "cert.pem", tls / "key.pem", tls / "ca.pem", host)
+
+
+def _bound_to(cert_file: Path) -> str | None:
+    """The node id a certificate is bound to (``fleetwire.peer_identity``)."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return node_of_uris(sans.get_values_for_type(x509.UniformResourceIdentifier))
 
 
 def _handshake(cert: Path, key: Path, ca: Path, server_name: str) -> bool:
@@ -329,9 +350,9 @@ def test_the_broker_requires_logins_from_the_generated_secrets(made: Path) -> No
 def _tls_login(made: Path, user: str, password: str) -> Login:
     settings = MqttTlsSettings(
         enabled=True,
-        ca_file=made / "edge" / "ca.pem",
-        cert_file=made / "edge" / "cert.pem",
-        key_file=made / "edge" / "key.pem",
+        ca_file=made / "edges" / NODES[0] / "ca.pem",  # any fleet certificate: the broker checks the CA
+        cert_file=made / "edges" / NODES[0] / "cert.pem",
+        key_file=made / "edges" / NODES[0] / "key.pem",
     )
     return Login(user, password, settings.ssl_context())
 

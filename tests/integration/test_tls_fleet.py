@@ -97,7 +97,11 @@ async def test_a_tls_fleet_moves_chunks_over_mutual_tls_and_serves_through_the_h
     broker = {"host": mosquitto.host, "port": mosquitto.port}
     edges = [
         await make_edge(
-            name, tls_central, tls=pki.issue(name).tls(require_client_cert=True), heartbeat=heartbeat, broker=broker
+            name,
+            tls_central,
+            tls=pki.issue(name, node_id=name).tls(require_client_cert=True),
+            heartbeat=heartbeat,
+            broker=broker,
         )
         for name in ("edge-0", "edge-1")
     ]
@@ -126,7 +130,9 @@ async def test_a_tls_fleet_moves_chunks_over_mutual_tls_and_serves_through_the_h
 async def test_tls_servers_refuse_clients_without_the_ca_or_a_fleet_certificate(
     tls_central: CentralServer, pki: CertAuthority, make_edge: EdgeFactory, tmp_path: Path
 ) -> None:
-    edge = await make_edge("edge-0", tls_central, tls=pki.issue("edge-0").tls(require_client_cert=True))
+    edge = await make_edge(
+        "edge-0", tls_central, tls=pki.issue("edge-0", node_id="edge-0").tls(require_client_cert=True)
+    )
     await wait_for(edge.edge.follower.connected.is_set, 10, "the edge connected to central over mutual TLS")
     fleet_member = pki.issue("operator-tool")
     stranger = CertAuthority(tmp_path / "other-pki", name="other").issue("stranger")

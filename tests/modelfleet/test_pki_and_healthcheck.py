@@ -14,6 +14,7 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from central.server import CentralServer
+from fleetwire.peer_identity import node_dns_name, node_uri
 from modelfleet.cli import app
 from modelfleet.healthcheck import check
 from support.fleet import EdgeFactory, central_settings
@@ -71,6 +72,21 @@ def test_pki_issue_makes_the_ca_once_and_keeps_what_it_issued(tmp_path: Path) ->
     (tmp_path / "elsewhere" / "secrets" / "foreign").rename(tmp_path / "secrets" / "foreign")
     code, output, _ = issue(tmp_path, "foreign")
     assert code == 1 and "was not issued by the CA" in output and "Traceback" not in output
+
+
+def test_pki_issue_node_binds_an_edges_certificate_to_its_id_and_rebinds_an_unbound_one(tmp_path: Path) -> None:
+    code, output, out = issue(tmp_path, "edge-a", "--san", "edge-a")  # as Compose made them before
+    assert code == 0, output
+    unbound = (out / "cert.pem").read_bytes()
+    code, output, _ = issue(tmp_path, "edge-a", "--node", "edge-a", "--san", "edge-a")
+    assert code == 0 and "not bound to node edge-a" in output and "bound to node edge-a" in output, output
+    assert (out / "cert.pem").read_bytes() != unbound
+    assert sans(out / "cert.pem") == ["edge-a", node_uri("edge-a"), node_dns_name("edge-a")]
+    bound = (out / "cert.pem").read_bytes()
+    code, output, _ = issue(tmp_path, "edge-a", "--node", "edge-a", "--san", "edge-a")  # again: kept
+    assert code == 0 and "kept" in output and (out / "cert.pem").read_bytes() == bound
+    code, output, _ = issue(tmp_path, "bad", "--node", "no/such id")
+    assert code == 1 and "node id" in output and "Traceback" not in output, output
 
 
 async def test_the_healthcheck_speaks_tls_with_its_own_certificate(tmp_path: Path, make_edge: EdgeFactory) -> None:

@@ -512,6 +512,8 @@ function connect() {
   source.addEventListener("error", () => setConn("reconnecting", "reconnecting…"));
   source.addEventListener("snapshot", (e) => { setConn("live", "● live"); applySnapshot(JSON.parse(e.data)); });
   source.addEventListener("membership", (e) => applyMembership(JSON.parse(e.data)));
+  // The token this page signed in with was revoked: reconnecting would only get a 401.
+  source.addEventListener("revoked", (e) => { source.close(); setConn("revoked", "signed out: " + JSON.parse(e.data).reason); });
 }
 
 setInterval(tick, 250);

@@ -2,7 +2,8 @@
 chunk streams (RESOURCE_EXHAUSTED beyond, with the reason) while other nodes are still
 served, and the total cap holds across nodes; slots come back when streams end. A node is
 who its client certificate says (mutual TLS, as every TLS fleet's Peer service requires),
-never the ``requester`` it names in a request (issue 24, hole 8).
+never the ``requester`` it names in a request (issue 24, hole 8); a requester other than
+the certificate's node is refused outright (issue 28).
 
 Streams are held open by asking for chunks the edge owns but cannot get yet: central's
 egress is capped at 1 byte/s once its burst is spent, so the edge's own fetches of a
@@ -53,7 +54,7 @@ async def _stuck_edge(
 ) -> tuple[EdgeServer, str, bytes, list[str]]:
     """An edge holding "tiny" (its first chunk's digest and bytes) and owning three chunks of
     "mlp" it cannot get: a stream asking for one of those stays open."""
-    tls = pki.issue("edge-0").tls(require_client_cert=True)
+    tls = pki.issue("edge-0", node_id="edge-0").tls(require_client_cert=True)
     edge = await make_edge("edge-0", central, tls=tls, limits=limits, fetch=FETCH)
     verify = ssl.create_default_context(cafile=str(pki.ca_file))
     async with httpx.AsyncClient(base_url=central.http_url, timeout=30, verify=verify) as api:
@@ -68,8 +69,8 @@ async def _stuck_edge(
 
 
 def _as(pki: CertAuthority, node: str, edge: EdgeServer) -> grpc.aio.Channel:
-    """A channel to ``edge``'s Peer service showing a fleet certificate issued to ``node``."""
-    leaf = pki.issue(node)
+    """A channel to ``edge``'s Peer service showing the fleet certificate of node ``node``."""
+    leaf = pki.issue(node, node_id=node)
     creds = grpc.ssl_channel_credentials(
         pki.ca_file.read_bytes(), leaf.key_file.read_bytes(), leaf.cert_file.read_bytes()
     )
@@ -110,11 +111,13 @@ async def test_streams_over_the_per_node_and_total_caps_are_refused(
         assert await _drain(greedy_stub, held, "greedy") == held_bytes
 
 
-async def test_the_per_node_cap_counts_the_callers_certificate_not_the_requester_it_names(
+async def test_the_per_node_cap_counts_the_callers_certificate_and_other_requesters_are_refused(
     slow_central: CentralServer, pki: CertAuthority, make_edge: EdgeFactory, small_model_file: Path, model_file: Path
 ) -> None:
-    """A stolen edge's certificate naming a new ``requester`` in every call still gets only
-    ``max_peer_streams_per_node`` streams; another node is served meanwhile."""
+    """A stolen edge's certificate naming a new ``requester`` in every call (which got one
+    share of the cap per name before issue 24) is refused for any name but its own node's,
+    taking no slot, and under its own gets ``max_peer_streams_per_node`` streams; another
+    node is served meanwhile."""
     limits = {"max_peer_streams_per_node": 2, "max_peer_streams": 8}
     edge, held, held_bytes, stuck = await _stuck_edge(
         slow_central, pki, make_edge, small_model_file, model_file, limits
@@ -122,17 +125,22 @@ async def test_the_per_node_cap_counts_the_callers_certificate_not_the_requester
     limiter = edge.edge.peer_servicer.limiter
     async with _as(pki, "edge-stolen", edge) as stolen, _as(pki, "edge-1", edge) as honest:
         stub = peer_pb2_grpc.PeerStub(stolen)
-        calls = [stub.FetchChunk(peer_pb2.PeerFetchRequest(digest=stuck[i], requester=f"node-{i}")) for i in (0, 1)]
+        for name in ("node-0", "node-1", "edge-1"):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await _drain(stub, stuck[0], name)
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "'edge-stolen'" in (err.value.details() or "") and repr(name) in (err.value.details() or "")
+        assert limiter.open_streams == 0
+        request = peer_pb2.PeerFetchRequest
+        calls = [stub.FetchChunk(request(digest=stuck[i], requester="edge-stolen")) for i in (0, 1)]
         await wait_for(lambda: limiter.open_streams == 2, what="two streams open")
-        with pytest.raises(grpc.aio.AioRpcError) as err:  # before: served, one share per name made up
-            await _drain(stub, stuck[2], "node-2")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _drain(stub, stuck[2], "edge-stolen")
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "max_peer_streams_per_node" in (err.value.details() or "")
         assert "edge-stolen" in (err.value.details() or "")
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await _drain(stub, held, "yet-another-name")
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert await _drain(peer_pb2_grpc.PeerStub(honest), held, "node-0") == held_bytes
+        assert await _drain(peer_pb2_grpc.PeerStub(honest), held, "edge-1") == held_bytes
         for call in calls:
             call.cancel()
         await wait_for(lambda: limiter.open_streams == 0, what="slots given back")
+    assert edge.edge.peer_servicer.claims.refused == 3
