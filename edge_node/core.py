@@ -35,6 +35,7 @@ from edge_node.sync.chooser import ArtifactChooser
 from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard
 from edge_node.sync.saved_choices import SavedChoices
+from edge_node.sync.saved_partition import SavedPartition
 from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
 from fleetwire.names import host_port
@@ -129,6 +130,7 @@ class Edge:
             guard=StateGuard(self.node_id, settings.data_dir, self.trust),
             on_limits=self._apply_limits,
             clock=self.clock,
+            saved_partition=SavedPartition.in_dir(settings.data_dir),
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
