@@ -41,7 +41,8 @@ from edge_node.sync.saved_partition import PartitionRecord, SavedPartition
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.backoff import retrying
-from fleetwire.convert import endorsements_from_pb
+from fleetwire.convert import endorsements_from_pb, register_request
+from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
@@ -74,6 +75,7 @@ class DesiredStateFollower:
         on_limits: Callable[[TransferCaps], None] | None = None,
         clock: ClockProbe | None = None,
         saved_partition: SavedPartition | None = None,
+        runtime: RuntimeLimits | None = None,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
         unpartitioned), on the event loop; it must not block. ``guard``: checks and keeps every
@@ -81,7 +83,9 @@ class DesiredStateFollower:
         retries after a random wait up to this, so a fleet woken at once spreads its reconnects.
         ``on_limits``: called with every desired state's transfer caps (unset ones: the node's
         own settings). ``clock``: measures central's clock offset while the link is up.
-        ``saved_partition``: where the partition of the last Register reply is kept (None: not kept)."""
+        ``saved_partition``: where the partition of the last Register reply is kept (None: not kept).
+        ``runtime``: what this node's ONNX Runtime loads, told to central at every Register (None:
+        not told; central then assumes its own runtime)."""
         self.clock = clock or ClockProbe()
         self._on_limits = on_limits
         self._guard = guard
@@ -96,6 +100,7 @@ class DesiredStateFollower:
         #: This node's heartbeat partition from the latest Register reply (None: unpartitioned).
         self.partition: int | None = None
         self._saved_partition = saved_partition
+        self._runtime = runtime
         self._partition_record = saved_partition.load() if saved_partition is not None else None
         self._streaming = False  # the current attempt's stream delivered a state
         self._pool = pool
@@ -215,7 +220,7 @@ class DesiredStateFollower:
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(address))
         node = self._node()
         metadata = self._credential.metadata()
-        reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0, metadata=metadata)
+        reply = await stub.Register(register_request(node, self._runtime), timeout=5.0, metadata=metadata)
         self.refusal = None
         self._adopt_partition(reply)
         if self._trust is not None:
