@@ -92,8 +92,12 @@ class RuntimeConversions:
         if manifest.artifact_named(SOURCE_ARTIFACT) is None:
             self._tried[key] = f"it has no {SOURCE_ARTIFACT} artifact to convert"
             return self._tried[key]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # asked off the event loop: the next ask on it starts the conversion
+            return None
         self._tried[key] = None
-        task = asyncio.get_running_loop().create_task(self._convert(key, runtime), name=f"convert {key}")
+        task = loop.create_task(self._convert(key, runtime), name=f"convert {key}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return None
