@@ -10,6 +10,7 @@ from collections.abc import Callable
 from central.auth.tokens import OPERATOR_ROLES
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
+from central.distribution.runtime_fit import RuntimeFit
 from central.distribution.transfer_policy import TransferPolicy
 from central.events import create_event_log
 from central.fleet_mode import FleetParts
@@ -29,6 +30,7 @@ from central.placement import PlacementService
 from central.quantize import GuardStep, QuantizeStep
 from central.quantize.llm import TextGuardStep, TextQuantizeStep
 from central.registry.chunker import Chunker
+from central.registry.conversion import RuntimeConversions
 from central.registry.pending import PendingDecisions
 from central.registry.pipeline import ChunkStep, KindSteps, ManifestStep, PushPipeline, PushStep, ValidateStep
 from central.registry.service import RegistryService
@@ -164,6 +166,15 @@ class Central:
 
     def _distribution(self, settings: CentralSettings) -> None:
         """Edges' transfer caps, the desired state of every node and the origin."""
+        #: Artifacts converted for nodes whose ONNX Runtime loads none of a version's.
+        self.conversions = RuntimeConversions(
+            self.store,
+            self.blobs,
+            Chunker(settings.chunking),
+            self.signer,
+            on_change=self._changed_here,
+            transaction=self._storage.transaction,
+        )
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
         self._transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
         self._desired = DesiredStateService(
@@ -177,7 +188,9 @@ class Central:
             peer_sites=self.directory.sites,
             limits=self._transfer.caps_for,
             holding=self._rollouts.holding,
+            runtime_fit=RuntimeFit(self.directory.runtime, convert=self.conversions.request),
         )
+        self._rollout_fleet.refusals = self._desired.runtime_refusals
         origin = settings.origin
         self.origin = OriginService(
             self.blobs,
@@ -205,6 +218,7 @@ class Central:
         """Rollouts over the node directory and heartbeats, stored beside the registry."""
         mode = self.mode
         fleet: DirectoryFleet = mode.rollout_fleet(self.directory, self.liveness)
+        self._rollout_fleet = fleet
         self._rollout_book = book = RolloutBook(
             self._storage.rollouts, self._latest_versions, on_write=mode.changed_here
         )

@@ -108,6 +108,7 @@ class CentralServer:
             await self._infer_grpc.stop()
         await self._grpc.stop()
         await central.gateway.close()
+        await central.conversions.stop()  # their threads write to the stores closed next
         central.close()
 
 

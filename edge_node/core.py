@@ -35,9 +35,11 @@ from edge_node.sync.chooser import ArtifactChooser
 from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard
 from edge_node.sync.saved_choices import SavedChoices
+from edge_node.sync.saved_partition import SavedPartition
 from edge_node.transfer import TransferGovernor
 from edge_node.versions import VersionFiles
 from fleetwire.names import host_port
+from fleetwire.runtime_limits import runtime_limits
 from fleetwire.tls import grpc_channel_credentials
 from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2
@@ -97,6 +99,9 @@ class Edge:
         self.language = LanguageModels(self.plane)
         #: ISA flags, cores and provider: nodes of one class share which artifact runs fastest.
         self.hardware_class = str(detect_hardware(factory.providers, inference.cpu_flags, inference.intra_op_threads))
+        #: What this node's ONNX Runtime loads (probed, capped by the settings): central is told at
+        #: registration and assigns nothing newer.
+        self.runtime = runtime_limits().capped(inference.runtime_max_ir, inference.runtime_max_opset)
         self.trust = ManifestTrust(settings.data_dir, repin=settings.manifest_key_repin)
         #: Central's clock offset, measured over the registry link (staged flips use it).
         self.clock = ClockProbe()
@@ -129,6 +134,8 @@ class Edge:
             guard=StateGuard(self.node_id, settings.data_dir, self.trust),
             on_limits=self._apply_limits,
             clock=self.clock,
+            saved_partition=SavedPartition.in_dir(settings.data_dir),
+            runtime=self.runtime,
         )
         #: The ports this node announces; the server sets the bound ones (port 0) before ``start()``.
         self.grpc_port = settings.grpc_port
@@ -243,6 +250,7 @@ class Edge:
             "central": {**self.centrals.as_dict(), "heartbeat_partition": self.follower.partition},
             "versions": [p.as_dict() for p in self.materializer.progress.values()],
             "hardware_class": self.hardware_class,
+            "runtime": self.runtime.as_json(),
             "clock": asdict(self.clock.estimate) if self.clock.estimate is not None else None,
             "loaded": [
                 {"name": m.name, "version": m.version, "state": m.state, "switched_at": m.switched_at}

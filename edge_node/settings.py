@@ -220,6 +220,23 @@ class InferenceSettings(BaseModel):
     choice: ChoiceSettings = Field(
         default_factory=ChoiceSettings, description="Timing a version's artifacts to serve the fastest here."
     )
+    runtime_max_ir: int | None = Field(
+        None,
+        ge=7,
+        description=(
+            "Report at most this ONNX IR version at registration (default: the newest the installed ONNX Runtime"
+            " loads, probed at start). Central then never assigns this node an artifact stamped newer: it serves one"
+            " converted for it or records a per-node failure with reason runtime. Pins a fleet to an older format."
+        ),
+    )
+    runtime_max_opset: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Report at most this ai.onnx opset at registration (default: the newest the installed ONNX Runtime"
+            " loads, probed at start); see runtime_max_ir."
+        ),
+    )
     shadow_sample: float = Field(
         0.01,
         ge=0,

@@ -1,5 +1,5 @@
-"""Manifest ↔ protobuf. Both deployables convert at their transport edge with these,
-so core logic never handles ``_pb2`` classes."""
+"""Manifest, key endorsements and runtime limits ↔ protobuf. Both deployables convert at
+their transport edge with these, so core logic never handles ``_pb2`` classes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 from fleetwire.manifest import KIND_TENSOR, ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.signing import KeyEndorsement
 from fleetwire.v1 import common_pb2, registry_pb2
 
@@ -121,3 +122,23 @@ def endorsements_to_pb(chain: list[KeyEndorsement]) -> list[registry_pb2.KeyEndo
 def endorsements_from_pb(pbs: Iterable[registry_pb2.KeyEndorsement]) -> list[KeyEndorsement]:
     """The model form of a RegisterReply's endorsement chain."""
     return [KeyEndorsement(pb.old_public_key, pb.new_public_key, pb.created_at, pb.signature) for pb in pbs]
+
+
+def register_request(node: registry_pb2.NodeInfo, runtime: RuntimeLimits | None) -> registry_pb2.RegisterRequest:
+    """An edge's registration: its node and (when known) what its ONNX Runtime loads."""
+    if runtime is None:
+        return registry_pb2.RegisterRequest(node=node)
+    return registry_pb2.RegisterRequest(
+        node=node,
+        runtime=runtime.runtime,
+        max_ir_version=runtime.max_ir_version,
+        max_opsets=dict(runtime.max_opsets),
+    )
+
+
+def runtime_from_pb(pb: registry_pb2.RegisterRequest) -> RuntimeLimits | None:
+    """What a registration says the node's runtime loads; None from an edge that does not say."""
+    if not pb.runtime or pb.max_ir_version == 0:
+        return None
+    opsets = {("" if domain == "ai.onnx" else domain): int(v) for domain, v in pb.max_opsets.items()}
+    return RuntimeLimits(runtime=pb.runtime, max_ir_version=int(pb.max_ir_version), max_opsets=opsets)

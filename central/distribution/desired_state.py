@@ -12,7 +12,11 @@ milliseconds, not on a poll interval.
 
 A served version carries the artifact verdict of the node's hardware class, when a node of
 that class has timed the version's artifacts (``verdicts``): the node serves that artifact
-and fetches only its chunks. A new verdict is such a change too."""
+and fetches only its chunks. A new verdict is such a change too.
+
+A version that no artifact of which the node's ONNX Runtime loads is neither served nor staged
+there; when only some of its artifacts load, the node is told to serve one of those
+(``runtime_fit``). ``runtime_refusals`` says which versions a node is refused, and why."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 
 from central.distribution.assignment import NodeHolding, VersionAssignment
 from central.distribution.grants import SentLog, SentState
+from central.distribution.runtime_fit import RuntimeFit
 from central.distribution.verdicts import ArtifactVerdict, VerdictBook
 from central.placement import PlacementService
 from fleetwire.manifest import Manifest
@@ -58,13 +63,16 @@ class DesiredStateService:
         peer_sites: Callable[[], dict[str, str]] | None = None,
         limits: Callable[[str], TransferCaps] | None = None,
         holding: Callable[[str], NodeHolding] | None = None,
+        runtime_fit: RuntimeFit | None = None,
     ) -> None:
         """``active_versions``: every version some node needs; ``serving(node_id)``: the
         ``(name, version)`` pairs that node serves (None: every active version); ``grace_s``:
         how long a replaced state still lets its node read (a request racing the change);
         ``verdicts`` and ``hardware_class(node_id)``: which artifact each class serves;
         ``peer_sites``: node id → site; ``limits(node_id)``: that node's transfer caps;
-        ``holding(node_id)``: the versions it stages, switch instants and forced artifacts."""
+        ``holding(node_id)``: the versions it stages, switch instants and forced artifacts;
+        ``runtime_fit``: which artifacts each node's runtime loads (None: every one, everywhere)."""
+        self._fit = runtime_fit
         self._holding = holding
         self._peer_sites = peer_sites
         self._limits = limits
@@ -112,6 +120,12 @@ class DesiredStateService:
         for m in self._manifests:
             serve = served is None or m.key in served
             stage = not serve and m.key in holding.staged
+            force = holding.force_artifact.get(m.key) if serve or stage else None
+            if (serve or stage) and self._fit is not None:
+                fit = self._fit.check(node_id, m)
+                if not fit.loadable:  # refused, or being converted: a seed of the chunks it owns
+                    serve = stage = False
+                force = fit.artifact_for(force)
             versions.append(
                 VersionAssignment(
                     manifest=m,
@@ -120,7 +134,7 @@ class DesiredStateService:
                     verdict=self._verdict(m, hardware_class) if serve or stage else None,
                     stage=stage,
                     serve_at=holding.serve_at.get(m.key) if serve else None,
-                    force_artifact=holding.force_artifact.get(m.key) if serve or stage else None,
+                    force_artifact=force if serve or stage else None,
                 )
             )
         return DesiredState(
@@ -131,6 +145,22 @@ class DesiredStateService:
             peer_sites=self._peer_sites() if self._peer_sites is not None else {},
             limits=self._limits(node_id) if self._limits is not None else TransferCaps(),
         )
+
+    def runtime_refusals(self, node_id: str) -> dict[tuple[str, str], str]:
+        """The active versions ``node_id`` would serve or stage but whose artifacts its ONNX
+        Runtime cannot load: ``(name, version)`` → why (the per-node failure, reason ``runtime``)."""
+        if self._fit is None:
+            return {}
+        served = self._serving(node_id) if self._serving is not None else None
+        staged = self._holding(node_id).staged if self._holding is not None else frozenset()
+        refused = {}
+        for m in self._manifests:
+            if served is not None and m.key not in served and m.key not in staged:
+                continue
+            refusal = self._fit.check(node_id, m).refusal
+            if refusal is not None:
+                refused[m.key] = refusal
+        return refused
 
     def _verdict(self, manifest: Manifest, hardware_class: str) -> ArtifactVerdict | None:
         """The verdict for ``manifest`` on ``hardware_class``, if it names one of its artifacts."""

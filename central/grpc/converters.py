@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from central.distribution import ArtifactVerdict, DesiredState
 from central.membership import NodeRecord
-from fleetwire.convert import manifest_to_pb
+from fleetwire.convert import manifest_to_pb, runtime_from_pb
 from fleetwire.transfer import DEFAULT_SITE, caps_to_pb, site_or_default
 from fleetwire.v1 import registry_pb2
 
 
-def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
-    """A registration request's node."""
+def node_from_pb(request: registry_pb2.RegisterRequest) -> NodeRecord:
+    """A registration request's node, with what its runtime loads."""
+    pb = request.node
     return NodeRecord(
         node_id=pb.node_id,
         grpc_address=pb.grpc_address,
@@ -19,6 +20,7 @@ def node_from_pb(pb: registry_pb2.NodeInfo) -> NodeRecord:
         labels=dict(pb.labels),
         hardware_class=pb.hardware_class,
         site=site_or_default(pb.site),
+        runtime=runtime_from_pb(request),
     )
 
 

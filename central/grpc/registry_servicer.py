@@ -51,9 +51,9 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     ) -> registry_pb2.RegisterReply:
         node = request.node
         await self._authorize(context, node.node_id)
-        if (refusal := _refusal(node)) is not None:
+        if (refusal := _refusal(node) or _runtime_refusal(request)) is not None:
             await abort(context, BadRequest(refusal))
-        answer = self._edges.register(node_from_pb(node))
+        answer = self._edges.register(node_from_pb(request))
         return registry_pb2.RegisterReply(
             accepted=True,
             message="registered",
@@ -135,4 +135,20 @@ def _refusal(node: registry_pb2.NodeInfo) -> str | None:
             return f"{kind} {address[:64]!r} must be host:port (an IPv6 host in brackets)"
     if len(node.hardware_class) > MAX_CHOICE_NAME or not node.hardware_class.isprintable():
         return f"hardware_class must be printable, at most {MAX_CHOICE_NAME} characters"
+    return None
+
+
+#: The most operator domains a registration may name in ``max_opsets``.
+MAX_OPSET_DOMAINS = 16
+
+
+def _runtime_refusal(request: registry_pb2.RegisterRequest) -> str | None:
+    """What is wrong with what a registration says of its runtime, or None."""
+    if len(request.runtime) > MAX_CHOICE_NAME or not request.runtime.isprintable():
+        return f"runtime must be printable, at most {MAX_CHOICE_NAME} characters"
+    if len(request.max_opsets) > MAX_OPSET_DOMAINS:
+        return f"max_opsets may name at most {MAX_OPSET_DOMAINS} operator domains"
+    for domain in request.max_opsets:
+        if len(domain) > MAX_CHOICE_NAME or not domain.isprintable():
+            return f"an operator domain in max_opsets must be printable, at most {MAX_CHOICE_NAME} characters"
     return None

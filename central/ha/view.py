@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from central.gateway import Candidate
 from central.membership.nodes import NodeRecord
 from fleetwire.mqtt.payloads import ModelInfo
+from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.transfer import site_or_default
 
 if TYPE_CHECKING:  # psycopg (the [postgres] extra) is imported only where replicas run
@@ -34,6 +35,7 @@ def record_to_json(record: NodeRecord) -> dict[str, Any]:
         "labels": dict(record.labels),
         "hardware_class": record.hardware_class,
         "site": record.site,
+        "runtime": record.runtime.as_json() if record.runtime is not None else None,
     }
 
 
@@ -47,7 +49,18 @@ def record_from_json(node_id: str, body: Mapping[str, Any]) -> NodeRecord:
         labels={str(k): str(v) for k, v in dict(body.get("labels", {})).items()},
         hardware_class=str(body.get("hardware_class", "")),
         site=site_or_default(str(body.get("site", ""))),
+        runtime=_runtime_from_json(body.get("runtime")),
     )
+
+
+def _runtime_from_json(body: Any) -> RuntimeLimits | None:
+    """A stored registration's runtime; None when it said none (or a row this version cannot read)."""
+    if not isinstance(body, Mapping):
+        return None
+    try:
+        return RuntimeLimits.from_json(body)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def models_to_json(models: Sequence[Any]) -> list[dict[str, Any]]:

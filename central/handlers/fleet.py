@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from central.distribution import DesiredStateService, VerdictBook
+from central.distribution.runtime_fit import RUNTIME_REASON
 from central.distribution.transfer_policy import TransferPolicy
 from central.events import operator_event
 from central.membership.liveness import NodeView
@@ -45,6 +46,15 @@ def _served_artifacts(view: NodeView | None) -> list[dict[str, Any]]:
     ]
 
 
+def _refused(refusals: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """Versions central does not assign a node because its ONNX Runtime cannot load them, in
+    the shape of a heartbeat's failed models (``reason`` ``runtime``)."""
+    return [
+        {"name": name, "version": version, "state": "failed", "reason": RUNTIME_REASON, "error": why}
+        for (name, version), why in sorted(refusals.items())
+    ]
+
+
 class FleetHandlers:
     """Nodes, membership, events, verdicts, origin figures and transfer caps."""
 
@@ -72,7 +82,9 @@ class FleetHandlers:
         self._record_event = record_event
 
     def nodes(self) -> list[dict[str, Any]]:
-        """Registered nodes: what they announced, the artifacts they serve, chunks they own."""
+        """Registered nodes: what they announced (their ONNX Runtime's limits: ``runtime``, null
+        from an edge that does not say), the versions central refuses them because that runtime
+        cannot load them (``refused``), the artifacts they serve, chunks they own."""
         return [
             {
                 "node_id": n.node_id,
@@ -82,6 +94,8 @@ class FleetHandlers:
                 "labels": n.labels,
                 "hardware_class": n.hardware_class,
                 "site": n.site,
+                "runtime": n.runtime.as_json() if n.runtime is not None else None,
+                "refused": _refused(self._desired.runtime_refusals(n.node_id)),
                 "artifacts": _served_artifacts(self._liveness.get(n.node_id)),
                 "owned_chunks": len(self._placement.owned_by(n.node_id)),
             }

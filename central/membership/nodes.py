@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from central.placement import PlacementService, RingMember
+from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.transfer import DEFAULT_SITE
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class NodeRecord:
     hardware_class: str = ""
     #: Where the node is (``fleetwire.transfer.DEFAULT_SITE`` when it named none).
     site: str = DEFAULT_SITE
+    #: What its ONNX Runtime loads, as it said at registration; None from an edge that did not
+    #: say (central then assumes its own runtime's limits).
+    runtime: RuntimeLimits | None = None
     registered_at: float = field(default_factory=time.time)
     streams: int = 0
 
@@ -95,6 +99,11 @@ class NodeDirectory:
         """The hardware class a node registered with; "" when unknown or not said."""
         node = self._nodes.get(node_id)
         return node.hardware_class if node is not None else ""
+
+    def runtime(self, node_id: str) -> RuntimeLimits | None:
+        """What a node's ONNX Runtime loads, as it registered; None when unknown or not said."""
+        node = self._nodes.get(node_id)
+        return node.runtime if node is not None else None
 
     def peers(self) -> dict[str, str]:
         """node id → gRPC address of its Peer service."""
@@ -185,4 +194,5 @@ def _announced(record: NodeRecord) -> tuple[object, ...]:
         record.labels,
         record.hardware_class,
         record.site,
+        record.runtime,
     )

@@ -19,11 +19,11 @@ from central.registry.chunker import Chunker
 from central.registry.companions import check_sizes, is_companion, split_companions
 from central.registry.decoder import DecoderSpec, inspect_decoder
 from central.registry.runtime_compat import make_loadable
-from central.registry.runtime_limits import runtime_limits
 from central.registry.signing import ManifestSigner
 from central.registry.validate import data_files, load_checked, signature
 from central.storage.protocols import ChunkBlobs, utc_now
 from fleetwire.manifest import KIND_DECODER, KIND_TENSOR, ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
+from fleetwire.runtime_limits import FORMATS_KEY, ModelFormat, runtime_limits
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,10 @@ class PushContext:
     artifact_refs: dict[str, ArtifactRef] = field(default_factory=dict)
     #: Every artifact's manifest; ``manifest`` is the served one.
     manifests: dict[str, Manifest] = field(default_factory=dict)
+    #: Each artifact's IR version and opsets, as the chunk step read them from its graph: the
+    #: served manifest's push report carries them (``formats``), so central can tell which nodes'
+    #: runtimes load which artifact (``central.distribution.runtime_fit``).
+    formats: dict[str, ModelFormat] = field(default_factory=dict)
     manifest: Manifest | None = None
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -170,7 +174,7 @@ class ChunkStep:
         new_bytes = 0
         companions = [ctx.upload.parent / name for name in ctx.companion_files]
         for artifact, graph in ctx.artifacts.items():
-            ref, new = self._artifact(artifact, graph, companions)
+            ref, new, ctx.formats[artifact] = self._artifact(artifact, graph, companions)
             ctx.artifact_refs[artifact] = ref
             ctx.artifact_chunks[artifact] = ref.chunks
             new_bytes += new
@@ -182,18 +186,20 @@ class ChunkStep:
         ctx.report["total_bytes"] = served.total_size
         ctx.report["new_chunk_bytes"] = new_bytes
 
-    def _artifact(self, artifact: str, graph: Path, companions: list[Path]) -> tuple[ArtifactRef, int]:
+    def _artifact(self, artifact: str, graph: Path, companions: list[Path]) -> tuple[ArtifactRef, int, ModelFormat]:
         """The artifact's graph, its data files (those its graph names, next to it) and the
-        push's companion files (the same in every artifact: their chunks dedupe), cut."""
+        push's companion files (the same in every artifact: their chunks dedupe), cut; with
+        the bytes newly stored and the graph's format."""
         sha256, size, chunks, new_bytes = self._cut(graph)
         files = []
-        data = [graph.parent / name for name in data_files(onnx.load(str(graph), load_external_data=False))]
+        model = onnx.load(str(graph), load_external_data=False)
+        data = [graph.parent / name for name in data_files(model)]
         for path in [*data, *companions]:
             file_sha256, file_size, file_chunks, new = self._cut(path)
             files.append(FileRef(path=path.name, sha256=file_sha256, size=file_size, chunks=file_chunks))
             new_bytes += new
         ref = ArtifactRef(artifact=artifact, sha256=sha256, size=size, chunks=chunks, files=files)
-        return ref, new_bytes
+        return ref, new_bytes, ModelFormat.of(model)
 
     def _cut(self, path: Path) -> tuple[str, int, list[ChunkRef], int]:
         """(sha256, size, chunks, bytes newly stored) of one file, streamed."""
@@ -239,7 +245,9 @@ class ManifestStep:
                 created_at=created,
                 labels=ctx.labels,
                 artifact=artifact,
-                quantization=ctx.quantization,
+                # Only the served manifest (the one edges and the planner read) names the formats:
+                # an alternative's ref carries its own report (None for FP32: not quantized).
+                quantization=with_formats(ctx.quantization, ctx.formats) if served else ctx.quantization,
                 alternatives=[refs[a] for a in alternatives(ctx)] if served else [],
                 pending=[refs[a] for a in ctx.pending if a in refs] if served else [],
                 kind=ctx.kind,
@@ -247,6 +255,14 @@ class ManifestStep:
         if self._signer is not None:
             ctx.manifests = self._signer.sign_all(ctx.manifests)
         ctx.manifest = ctx.manifests[ctx.served_artifact]
+
+
+def with_formats(report: dict[str, Any] | None, formats: dict[str, ModelFormat]) -> dict[str, Any] | None:
+    """The push report with every artifact's format under ``formats`` (a push without
+    quantization gets a report of its formats alone)."""
+    if not formats:
+        return report
+    return {**(report or {}), FORMATS_KEY: {name: f.as_json() for name, f in formats.items()}}
 
 
 def alternatives(ctx: PushContext) -> list[str]:

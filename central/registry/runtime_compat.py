@@ -28,7 +28,7 @@ from onnx import version_converter
 
 from central.errors import BadRequest
 from central.registry.ir_features import UNKNOWN_IR, required_ir_version
-from central.registry.runtime_limits import DEFAULT_DOMAIN, ML_DOMAIN, RuntimeLimits
+from fleetwire.runtime_limits import DEFAULT_DOMAIN, ML_DOMAIN, RuntimeLimits
 
 #: The C++ source location and assertion wording before the converter's own reason.
 _CONVERTER_PREFIX = re.compile(r"^\S+\.(?:h|cc|cpp):\d+: (?:\w+: )?(?:Assertion `[^`]*` failed: )?")
@@ -132,15 +132,24 @@ def _rewrite(path: Path, model: onnx.ModelProto) -> None:
         scratch.unlink(missing_ok=True)
 
 
-def make_loadable(path: Path, model: onnx.ModelProto, limits: RuntimeLimits) -> Compatibility:
-    """Fit the graph at ``path`` (parsed as ``model``, external data not loaded) to ``limits``,
-    rewriting the file when needed; 400 when it cannot be. What was done comes back."""
+def fit_model(model: onnx.ModelProto, limits: RuntimeLimits) -> tuple[onnx.ModelProto, Compatibility]:
+    """``model`` fitted to ``limits`` (converted down where it must be; ``model`` itself may be
+    changed) and what was done; ``BadRequest`` saying why when it cannot be. Used at push time
+    for central's own runtime, and for the converted artifacts of nodes with older runtimes
+    (``central.registry.conversion``)."""
     newest_opset = limits.max_opset(DEFAULT_DOMAIN)
     assert newest_opset is not None
     compat = Compatibility(limits.runtime, limits.max_ir_version, newest_opset)
     _check_ml_opset(model, limits)
     fitted = _fit_opset(model, limits, compat)
     _fit_ir(fitted, limits, compat)
+    return fitted, compat
+
+
+def make_loadable(path: Path, model: onnx.ModelProto, limits: RuntimeLimits) -> Compatibility:
+    """Fit the graph at ``path`` (parsed as ``model``, external data not loaded) to ``limits``,
+    rewriting the file when needed; 400 when it cannot be. What was done comes back."""
+    fitted, compat = fit_model(model, limits)
     if compat.changes:
         _rewrite(path, fitted)
     return compat

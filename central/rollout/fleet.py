@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from central.distribution.runtime_fit import RUNTIME_REASON
 from central.membership import NodeDirectory
 from central.membership.tracker import MembershipTracker
 from fleetwire.mqtt.payloads import ModelInfo
@@ -49,6 +50,10 @@ class DirectoryFleet:
         instead of ``tracker`` (a replica: the shared liveness)."""
         self._clocks = clocks
         self._nodes = nodes
+        #: node id → version → why central does not assign it there (its runtime cannot load it):
+        #: reported as that version failed with reason ``runtime`` (set once the desired-state
+        #: service exists; by default nothing is refused).
+        self.refusals: Callable[[str], dict[tuple[str, str], str]] = lambda node_id: {}
         self._tracker = tracker
         self._reports = reports
 
@@ -62,7 +67,20 @@ class DirectoryFleet:
         return record.labels if record is not None else {}
 
     def reported(self, node_id: str) -> list[ModelInfo] | None:
-        """The models in ``node_id``'s last heartbeat."""
+        """The models in ``node_id``'s last heartbeat, and the versions central refused it
+        (``refusals``) as failed with reason ``runtime``: the node never gets them, so only
+        central can say why they never became ready there."""
+        reported = self._heard(node_id)
+        refused = self.refusals(node_id)
+        if not refused:
+            return reported
+        kept = [m for m in reported or () if (m.name, m.version) not in refused]
+        return kept + [
+            ModelInfo(name=name, version=version, state="failed", reason=RUNTIME_REASON, error=why)
+            for (name, version), why in sorted(refused.items())
+        ]
+
+    def _heard(self, node_id: str) -> list[ModelInfo] | None:
         if self._reports is not None:
             return self._reports(node_id)
         assert self._tracker is not None, "a tracker or reports"

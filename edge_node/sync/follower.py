@@ -6,8 +6,9 @@ one before the backoff wait: when central is unreachable (UNAVAILABLE, or no ans
 Register in time) or a stream that was open breaks. A refused credential does not move
 the edge (another central would refuse it too). Each attempt registers again, so an
 independent central learns of the node before it streams. The Register reply also says
-whether heartbeats go to a partition (a replicated central): ``partition`` remembers it and
-``on_partition`` hands it to the heartbeat publisher.
+whether heartbeats go to a partition (a replicated central): ``partition`` remembers it,
+``on_partition`` hands it to the heartbeat publisher and ``SavedPartition`` keeps it on disk,
+so a node that boots while no replica answers still publishes where the replicas listen.
 
 Every state passes the ``StateGuard`` (central's seal, a generation that does not go back)
 and is kept on disk before it is applied; at start the one kept is applied first, so a node
@@ -36,10 +37,12 @@ from edge_node.sync.centrals import CentralRotation
 from edge_node.sync.clock import ClockProbe
 from edge_node.sync.guard import StateGuard, StateRefused
 from edge_node.sync.materializer import Materializer
+from edge_node.sync.saved_partition import PartitionRecord, SavedPartition
 from edge_node.sync.state import EdgeDesiredState, state_from_pb
 from edge_node.sync.trust import ManifestTrust
 from fleetwire.backoff import retrying
-from fleetwire.convert import endorsements_from_pb
+from fleetwire.convert import endorsements_from_pb, register_request
+from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.transfer import TransferCaps
 from fleetwire.v1 import registry_pb2, registry_pb2_grpc
 
@@ -71,13 +74,18 @@ class DesiredStateFollower:
         wake_spread_s: float = 1.0,
         on_limits: Callable[[TransferCaps], None] | None = None,
         clock: ClockProbe | None = None,
+        saved_partition: SavedPartition | None = None,
+        runtime: RuntimeLimits | None = None,
     ) -> None:
         """``on_partition``: called with every Register reply's heartbeat partition (None:
         unpartitioned), on the event loop; it must not block. ``guard``: checks and keeps every
         state (None: states are taken unchecked and not kept). ``wake_spread_s``: a wake-up
         retries after a random wait up to this, so a fleet woken at once spreads its reconnects.
         ``on_limits``: called with every desired state's transfer caps (unset ones: the node's
-        own settings). ``clock``: measures central's clock offset while the link is up."""
+        own settings). ``clock``: measures central's clock offset while the link is up.
+        ``saved_partition``: where the partition of the last Register reply is kept (None: not kept).
+        ``runtime``: what this node's ONNX Runtime loads, told to central at every Register (None:
+        not told; central then assumes its own runtime)."""
         self.clock = clock or ClockProbe()
         self._on_limits = on_limits
         self._guard = guard
@@ -91,6 +99,9 @@ class DesiredStateFollower:
         self._on_partition = on_partition
         #: This node's heartbeat partition from the latest Register reply (None: unpartitioned).
         self.partition: int | None = None
+        self._saved_partition = saved_partition
+        self._runtime = runtime
+        self._partition_record = saved_partition.load() if saved_partition is not None else None
         self._streaming = False  # the current attempt's stream delivered a state
         self._pool = pool
         self._view = view
@@ -147,8 +158,15 @@ class DesiredStateFollower:
         asyncio.get_running_loop().call_later(random.uniform(0, self._wake_spread_s), woken.set)
 
     def restore(self) -> bool:
-        """Apply the state kept on disk, if any passes the guard: what a node serves while
-        central is away. True when one was applied."""
+        """Take up the heartbeat partition and apply the state kept on disk, if any passes the
+        guard: what a node serves, and where it announces itself, while central is away. True
+        when a state was applied."""
+        record = self._partition_record
+        if record is not None and record.heartbeat_partition is not None:
+            log.info(
+                "heartbeat partition %d of %d kept on disk, until central answers", record.partition, record.partitions
+            )
+            self._use_partition(record.heartbeat_partition)
         state = self._guard.restore() if self._guard is not None else None
         if state is None:
             return False
@@ -202,7 +220,7 @@ class DesiredStateFollower:
         stub = registry_pb2_grpc.RegistryStub(self._pool.get(address))
         node = self._node()
         metadata = self._credential.metadata()
-        reply = await stub.Register(registry_pb2.RegisterRequest(node=node), timeout=5.0, metadata=metadata)
+        reply = await stub.Register(register_request(node, self._runtime), timeout=5.0, metadata=metadata)
         self.refusal = None
         self._adopt_partition(reply)
         if self._trust is not None:
@@ -240,10 +258,18 @@ class DesiredStateFollower:
     def _adopt_partition(self, reply: registry_pb2.RegisterReply) -> None:
         """Remember where central wants this node's heartbeats and pass it on. Every replica
         computes the same partition (crc32 of the node id), so a later Register, on any
-        replica, repeats it; a single central says 0 partitions: unpartitioned."""
-        partition = reply.heartbeat_partition if reply.partitions > 0 else None
+        replica, repeats it; a single central says 0 partitions: unpartitioned. A reply that
+        differs from the one kept on disk replaces it there."""
+        record = PartitionRecord(reply.partitions, reply.heartbeat_partition if reply.partitions > 0 else 0)
+        partition = record.heartbeat_partition
         if partition != self.partition:
             log.info("central %s: heartbeat partition %s of %d", self.centrals.current, partition, reply.partitions)
+        if record != self._partition_record and self._saved_partition is not None:
+            self._saved_partition.save(record)
+        self._partition_record = record
+        self._use_partition(partition)
+
+    def _use_partition(self, partition: int | None) -> None:
         self.partition = partition
         if self._on_partition is not None:
             self._on_partition(partition)

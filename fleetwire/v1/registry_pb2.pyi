@@ -130,17 +130,54 @@ Global___NodeInfo: _TypeAlias = NodeInfo  # noqa: Y015
 class RegisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MaxOpsetsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NODE_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    MAX_IR_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_OPSETS_FIELD_NUMBER: _builtins.int
+    runtime: _builtins.str
+    """The ONNX Runtime the node loads models with (e.g. "onnxruntime 1.17.3") and the newest
+    model format it loads: probed at start (fleetwire.runtime_limits), capped by its settings.
+    Central never assigns the node an artifact newer than these. Empty runtime (an edge that
+    does not say): central assumes its own runtime's limits.
+    """
+    max_ir_version: _builtins.int
     @_builtins.property
     def node(self) -> Global___NodeInfo: ...
+    @_builtins.property
+    def max_opsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """operator domain ("" is ai.onnx) -> newest opset it loads"""
+
     def __init__(
         self,
         *,
         node: Global___NodeInfo | None = ...,
+        runtime: _builtins.str = ...,
+        max_ir_version: _builtins.int = ...,
+        max_opsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_ir_version", b"max_ir_version", "max_opsets", b"max_opsets", "node", b"node", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -207,8 +207,11 @@ def artifact_line(model: JsonObject) -> str | None:
 
 
 def _held(m: JsonObject) -> str:
-    """``name:version state``, and a language model's engine now (tokens/s, running, waiting)."""
+    """``name:version state`` (why, when failed), and a language model's engine now (tokens/s,
+    running, waiting)."""
     held = f"{m['name']}:{m['version']} {m['state']}"
+    if m["state"] == "failed" and m.get("reason"):
+        held += f" ({m['reason']})"
     g = m.get("generation")
     if not g:
         return held
@@ -220,7 +223,8 @@ def _held(m: JsonObject) -> str:
 
 def _node_row(n: JsonObject) -> tuple[str, ...]:
     models = n.get("models", [])
-    versions = ", ".join(_held(m) for m in models) or "-"
+    refused = n.get("refused") or []  # central's: the node's runtime cannot load them
+    versions = ", ".join(_held(m) for m in [*models, *refused]) or "-"
     artifacts = "; ".join(line for m in models if (line := artifact_line(m))) or "-"
     return (
         n["node_id"],

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from cli_harness import Cli, one_error_line
 
-from central.registry.runtime_limits import runtime_limits
 from central.server import CentralServer
+from fleetwire.runtime_limits import runtime_limits
 from modelfleet.zoo import DigitsModel, build_digits, write_random_transformer
 from modelfleet.zoo.transformer import TransformerConfig
 from support.fleet import central_settings

@@ -51,6 +51,17 @@ def swiglu_model(opset: int) -> onnx.ModelProto:
     return model
 
 
+def gelu_model(opset: int) -> onnx.ModelProto:
+    """``input [n, 8]`` → Gelu → ``output``: Gelu is new in opset 20, with no older version to
+    convert to, so ONNX's version converter cannot bring this model below opset 20."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", WIDTH])
+    graph = helper.make_graph([helper.make_node("Gelu", ["input"], ["output"])], "gelu", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="tests")
+    onnx.checker.check_model(model)
+    return model
+
+
 def with_initializer_type(model: onnx.ModelProto, data_type: int) -> onnx.ModelProto:
     """``model`` plus an unused one-element initializer ``extra`` of ``data_type`` (one byte
     holds one element of every type of 8 bits or less; the checker accepts it)."""

@@ -51,7 +51,9 @@ def test_every_file_of_every_artifact_is_chunked_and_offered(tmp_path: Path, ctx
     assert [f.path for f in served.files] == ["int8.onnx.data"]
     assert [a.artifact for a in served.alternatives] == ["int8-u8s8", "fp32"]  # the quantize step's, then FP32
     by_name = {a.artifact: a for a in served.artifacts()}
-    assert by_name["int8"].quantization == {"served": "int8"}  # the served one: the push's report, as before
+    # the served one: the push's report, as before, with every artifact's IR version and opsets
+    fmt = {"ir_version": 9, "opsets": {"": 17}}
+    assert by_name["int8"].quantization == {"served": "int8", "formats": dict.fromkeys(ctx.artifacts, fmt)}
     assert by_name["int8-u8s8"].quantization == {"recipe": "u8s8", "agreement": 0.995}
     assert by_name["fp32"].quantization is None
     for name, graph in ctx.artifacts.items():
@@ -65,6 +67,7 @@ def test_every_file_of_every_artifact_is_chunked_and_offered(tmp_path: Path, ctx
     # The per-artifact manifests the store keeps: one artifact each, with its files.
     assert set(ctx.manifests) == {"fp32", "int8", "int8-u8s8"}
     assert ctx.manifests["fp32"].alternatives == [] and [f.path for f in ctx.manifests["fp32"].files] == [DATA_FILE]
+    assert ctx.manifests["fp32"].quantization == {"served": "int8"}  # the formats: in the served one only
 
     verify_manifest(served, raw_public_key(key))
     forged = served.model_copy(update={"alternatives": served.alternatives[:1]})

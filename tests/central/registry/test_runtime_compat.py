@@ -17,8 +17,8 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from central.registry.runtime_limits import RuntimeLimits, runtime_limits
 from central.server import CentralServer
+from fleetwire.runtime_limits import RuntimeLimits, runtime_limits
 from support.fleet import EdgeFactory, push
 from support.onnx_versions import dense_model, save, swiglu_model, with_initializer_type
 from support.wait import wait_for

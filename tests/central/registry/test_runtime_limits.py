@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from central.registry.ir_features import UNKNOWN_IR, required_ir_version
-from central.registry.runtime_limits import ML_DOMAIN, runtime_limits
+from fleetwire.runtime_limits import ML_DOMAIN, runtime_limits
 from support.onnx_versions import dense_model, with_initializer_type
 
 

@@ -1,6 +1,7 @@
 """Under a replicated central (``ha.replica_id`` set) the Register reply names a heartbeat
 partition: the edge moves its heartbeats, its retained birth and its Last Will to
-``<prefix>/p/<n>/nodes/<id>/…`` and clears the birth it left on the unpartitioned topic."""
+``<prefix>/p/<n>/nodes/<id>/…`` and clears the birth it left on the unpartitioned topic. It
+keeps the partition on disk, so a restart while no replica answers publishes there too."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from central.server import CentralServer
 from edge_node.heartbeat import HeartbeatBody, HeartbeatPublisher
 from edge_node.server import EdgeServer
-from edge_node.settings import HeartbeatSettings
+from edge_node.settings import EdgeSettings, HeartbeatSettings
+from edge_node.sync.saved_partition import PARTITION_FILE
 from fleetwire.mqtt.broker import BrokerSettings
 from fleetwire.mqtt.topics import Topics, partition_of
 from support.brokers import Message, MosquittoBroker, Subscriber, close_wakeup_pair, retained
@@ -50,14 +52,7 @@ async def replica(tmp_path: Path, postgres_url: str) -> AsyncIterator[CentralSer
 @pytest.fixture
 async def edge(tmp_path: Path, replica: CentralServer, mosquitto: MosquittoBroker) -> AsyncIterator[EdgeServer]:
     """An edge heartbeating every 0.2 s to ``mosquitto``; the broker sends its will ~3 s after it goes silent."""
-    settings = edge_settings(
-        NODE,
-        replica.grpc_address,
-        tmp_path / NODE,
-        heartbeat={"enabled": True, "interval_s": 0.2, "stop_timeout_s": 1.0},
-        broker={"port": mosquitto.port, "keepalive_s": 2, "reconnect_min_s": 0.1, "reconnect_max_s": 0.3},
-    )
-    server = EdgeServer(settings)
+    server = EdgeServer(_edge_settings(tmp_path, replica.grpc_address, mosquitto))
     yield server
     await server.stop()
 
@@ -79,6 +74,16 @@ async def publisher(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator
 def _status_of(message: Message) -> tuple[str, int]:
     body = json.loads(message.payload)
     return body["state"], body["bdseq"]
+
+
+def _edge_settings(tmp_path: Path, central: str, mosquitto: MosquittoBroker) -> EdgeSettings:
+    return edge_settings(
+        NODE,
+        central,
+        tmp_path / NODE,
+        heartbeat={"enabled": True, "interval_s": 0.2, "stop_timeout_s": 1.0},
+        broker={"port": mosquitto.port, "keepalive_s": 2, "reconnect_min_s": 0.1, "reconnect_max_s": 0.3},
+    )
 
 
 def _drop_connection(publisher: HeartbeatPublisher) -> None:
@@ -167,6 +172,46 @@ async def test_heartbeats_birth_and_will_go_to_the_partition_central_names(
         )
         after = [m for m in sub.messages[seen:] if m.topic.startswith(f"{PLAIN.prefix}/nodes/")]
         assert all(m.payload == b"" for m in after), after
+
+
+async def test_an_edge_restarted_while_no_replica_answers_publishes_on_its_kept_partition(
+    tmp_path: Path, postgres_url: str, mosquitto: MosquittoBroker
+) -> None:
+    settings = central_settings(
+        tmp_path / "central", store={"url": postgres_url}, ha={"replica_id": "r1", "partitions": PARTITIONS}
+    )
+    replica = CentralServer(settings)
+    await replica.start()
+    try:
+        first = EdgeServer(_edge_settings(tmp_path, replica.grpc_address, mosquitto))
+        await first.start()
+        try:
+            await wait_for(lambda: first.edge.follower.partition == PARTITIONED.partition, what="the Register reply")
+        finally:
+            await first.stop()
+    finally:
+        await replica.stop()
+    kept = json.loads((tmp_path / NODE / PARTITION_FILE).read_text())
+    assert kept == {"partitions": PARTITIONS, "partition": PARTITIONED.partition}
+
+    # Cold boot with every replica down: nobody answers Register, the kept partition holds.
+    topics = [PLAIN.all_status, PLAIN.all_heartbeats, PARTITIONED.all_status, PARTITIONED.all_heartbeats]
+    with Subscriber(mosquitto, topics) as sub:
+        seen = len(sub.messages)  # the retained offline the first run left on the partition
+        second = EdgeServer(_edge_settings(tmp_path, replica.grpc_address, mosquitto))
+        await second.start()
+        try:
+            await sub.async_wait_for(
+                lambda m: m.topic == PARTITIONED.node_status(NODE) and _status_of(m)[0] == "online",
+                start=seen,
+                timeout=10,
+            )
+            await sub.async_wait_topic(PARTITIONED.node_heartbeat(NODE), count=3, start=seen, timeout=10)
+            assert not second.edge.follower.connected.is_set()  # no replica ever answered
+        finally:
+            await second.stop(unregister=False)  # no central to tell
+    plain = [m for m in sub.messages[seen:] if m.topic.startswith(f"{PLAIN.prefix}/nodes/") and m.payload]
+    assert plain == [], "nothing but clearings on the plain topics"
 
 
 async def test_the_shipped_acl_lets_an_edge_publish_in_its_partition_and_only_as_itself(
