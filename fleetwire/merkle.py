@@ -42,14 +42,15 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 
 
 class MerkleTree:
-    """Every level of the tree over ``leaf_hashes`` (at least one), kept to hand out paths."""
+    """Every level of the tree over some leaves (at least one), kept to hand out paths."""
 
-    def __init__(self, leaf_hashes: Sequence[bytes]) -> None:
-        if not leaf_hashes:
+    def __init__(self, leaves: Sequence[bytes]) -> None:
+        """The tree over ``leaves`` (their bytes: each is hashed as a leaf here)."""
+        if not leaves:
             raise ValueError("a Merkle tree needs at least one leaf")
-        level = list(leaf_hashes)
+        sha256 = hashlib.sha256  # a local: these loops are the whole cost of a 10k-leaf tree
+        level = [sha256(_LEAF + x).digest() for x in leaves]
         self._levels = [level]
-        sha256 = hashlib.sha256  # a local: this loop is the whole cost of a 10k-leaf tree
         while len(level) > 1:
             up = [sha256(_NODE + a + b).digest() for a, b in zip(level[0::2], level[1::2], strict=False)]
             if len(level) % 2:
@@ -78,6 +79,29 @@ class MerkleTree:
                 path.append(level[sibling])
             index >>= 1
         return path
+
+    def packed_paths(self) -> list[bytes]:
+        """Every leaf's audit path, its hashes concatenated (``split_path`` undoes it).
+
+        Top down, each node's path is its sibling's hash before its parent's path, so the
+        two children of a node share everything above them: one concatenation per node of
+        the tree instead of one list per leaf and level (a third of the time at 10k leaves)."""
+        paths = [b""]
+        for level in reversed(self._levels[:-1]):
+            last = len(level) - 1
+            alone = last % 2 == 0  # an odd count: the last node moves up alone, nothing added for it
+            down = [level[i ^ 1] + paths[i >> 1] for i in range(last if alone else last + 1)]
+            if alone:
+                down.append(paths[last >> 1])
+            paths = down
+        return paths
+
+
+def split_path(packed: bytes) -> list[bytes]:
+    """The hashes of a packed audit path; ProofError when it is no whole number of hashes."""
+    if len(packed) % HASH_SIZE or len(packed) > MAX_PATH * HASH_SIZE:
+        raise ProofError(f"an audit path of {len(packed)} bytes is no path of SHA-256 hashes")
+    return [packed[i : i + HASH_SIZE] for i in range(0, len(packed), HASH_SIZE)]
 
 
 def root_from_path(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes:

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from central.distribution.assignment import VersionAssignment
 from central.distribution.desired_state import DesiredState
+from fleetwire.manifest import Manifest
 from fleetwire.sealing import SignedTree
 from fleetwire.transfer import caps_to_pb
 from fleetwire.v1 import registry_pb2
@@ -40,7 +40,7 @@ MAX_BATCH = 65_536
 _CACHE_ENTRIES = 1 << 17
 
 _K = TypeVar("_K")
-_VersionKey = tuple[str, str, str, bool, str, bool, int, str]
+_VersionKey = tuple[str | tuple[str, str], bool, str, bool, int, str]
 
 
 class SealEncoder:
@@ -66,7 +66,12 @@ class SealEncoder:
                 registry_pb2.DesiredSeal(generation=state.generation, issued_at_ms=issued_at_ms).SerializeToString(),
             )
         caps = state.limits
-        tail_key = (caps.serve_bytes_per_s, caps.fetch_bytes_per_s, caps.busy_serve_bytes_per_s, state.placement_enabled)
+        tail_key = (
+            caps.serve_bytes_per_s,
+            caps.fetch_bytes_per_s,
+            caps.busy_serve_bytes_per_s,
+            state.placement_enabled,
+        )
         tail = self._tails.get(tail_key)
         if tail is None:
             tail = _put(
@@ -76,34 +81,38 @@ class SealEncoder:
                     limits=caps_to_pb(caps), placement_enabled=state.placement_enabled
                 ).SerializeToString(),
             )
-        return b"".join([node, head, *[self._version(v) for v in state.versions], tail])
-
-    def _version(self, v: VersionAssignment) -> bytes:
-        m = v.manifest
-        key = (
-            m.name,
-            m.version,
-            m.signature,
-            v.serve,
-            v.verdict.artifact if v.verdict is not None else "",
-            v.stage,
-            round(v.serve_at * 1000) if v.serve_at is not None else 0,  # as desired_state_to_pb rounds it
-            v.force_artifact or "",
-        )
-        piece = self._versions.get(key)
-        if piece is None:
-            sealed = registry_pb2.SealedVersion(
-                name=key[0],
-                version=key[1],
-                manifest_signature=bytes.fromhex(key[2]),
-                serve=key[3],
-                artifact=key[4],
-                stage=key[5],
-                serve_at_ms=key[6],
-                force_artifact=key[7],
+        parts = [node, head]
+        pieces = self._versions
+        for v in state.versions:  # inline: this loop is most of a seal's cost
+            m = v.manifest
+            key = (
+                # The signature covers name, version and content; an unsigned manifest has none.
+                m.signature or (m.name, m.version),
+                v.serve,
+                v.verdict.artifact if v.verdict is not None else "",
+                v.stage,
+                round(v.serve_at * 1000) if v.serve_at is not None else 0,  # as desired_state_to_pb rounds it
+                v.force_artifact or "",
             )
-            piece = _put(self._versions, key, registry_pb2.DesiredSeal(versions=[sealed]).SerializeToString())
-        return piece
+            parts.append(pieces.get(key) or _put(pieces, key, _version_piece(m, key)))
+        parts.append(tail)
+        return b"".join(parts)
+
+
+def _version_piece(m: Manifest, key: _VersionKey) -> bytes:
+    """One version's entry of ``DesiredSeal.versions``, serialized."""
+    _, serve, artifact, stage, serve_at_ms, force_artifact = key
+    sealed = registry_pb2.SealedVersion(
+        name=m.name,
+        version=m.version,
+        manifest_signature=bytes.fromhex(m.signature),
+        serve=serve,
+        artifact=artifact,
+        stage=stage,
+        serve_at_ms=serve_at_ms,
+        force_artifact=force_artifact,
+    )
+    return registry_pb2.DesiredSeal(versions=[sealed]).SerializeToString()
 
 
 def _put(cache: dict[_K, bytes], key: _K, value: bytes) -> bytes:
@@ -135,7 +144,7 @@ class SealBatcher:
         self._window_s = window_s
         self._max_batch = max_batch
         self._encoder = SealEncoder()
-        self._waiting: list[tuple[DesiredState, str, asyncio.Future[tuple[bytes, SignedTree, int]]]] = []
+        self._waiting: list[tuple[registry_pb2.DesiredState, DesiredState, str, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
         #: Signatures made so far (one per batch).
         self.signatures = 0
@@ -143,31 +152,31 @@ class SealBatcher:
     async def seal(self, pb: registry_pb2.DesiredState, state: DesiredState, node_id: str) -> None:
         """Set ``pb``'s seal and proof: ``pb`` is ``state`` converted, sent to ``node_id``."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[bytes, SignedTree, int]] = loop.create_future()
-        self._waiting.append((state, node_id, future))
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiting.append((pb, state, node_id, future))
         if len(self._waiting) >= self._max_batch:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self._window_s, self._flush)
-        seal, signed, index = await future
-        signed.attach(pb, index, seal)
+        await future
 
     def _flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        waiting = [w for w in self._waiting if not w[2].done()]  # a stream closed meanwhile: no leaf
+        waiting = [w for w in self._waiting if not w[3].done()]  # a stream closed meanwhile: no leaf
         self._waiting = []
         if not waiting:
             return
         try:
             seals, signed = seal_batch(
-                self._encoder, [(s, n) for s, n, _ in waiting], int(time.time() * 1000), self._sign
+                self._encoder, [(s, n) for _, s, n, _ in waiting], int(time.time() * 1000), self._sign
             )
+            signed.attach([pb for pb, _, _, _ in waiting], seals)
         except Exception as exc:  # every waiting stream fails with it, none waits forever
-            for _, _, future in waiting:
+            for *_, future in waiting:
                 future.set_exception(exc)
             return
         self.signatures += 1
-        for index, ((_, _, future), seal) in enumerate(zip(waiting, seals, strict=True)):
-            future.set_result((seal, signed, index))
+        for *_, future in waiting:
+            future.set_result(None)

@@ -23,16 +23,17 @@ def _rfc6962_root(leaves: list[bytes]) -> bytes:
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 33])
 def test_every_leaf_proves_the_rfc6962_root(size: int) -> None:
     leaves = LEAVES[:size]
-    tree = MerkleTree([leaf_hash(x) for x in leaves])
+    tree = MerkleTree(leaves)
     assert tree.root == _rfc6962_root(leaves) and tree.size == size
+    packed = tree.packed_paths()
     for i, leaf in enumerate(leaves):
         path = tree.path(i)
-        assert len(path) <= (size - 1).bit_length()
+        assert len(path) <= (size - 1).bit_length() and packed[i] == b"".join(path)
         assert root_from_path(leaf, i, size, path) == tree.root
 
 
 def test_a_wrong_leaf_path_or_index_proves_another_root() -> None:
-    tree = MerkleTree([leaf_hash(x) for x in LEAVES[:13]])
+    tree = MerkleTree(LEAVES[:13])
     path = tree.path(5)
     assert root_from_path(LEAVES[6], 5, 13, path) != tree.root  # a swapped leaf
     flipped = [path[0][:-1] + bytes([path[0][-1] ^ 1]), *path[1:]]
@@ -51,7 +52,7 @@ def test_a_wrong_leaf_path_or_index_proves_another_root() -> None:
     ],
 )
 def test_a_path_that_cannot_be_one_is_refused(index: int, size: int, path_change: int) -> None:
-    tree = MerkleTree([leaf_hash(x) for x in LEAVES[:13]])
+    tree = MerkleTree(LEAVES[:13])
     path = tree.path(min(index, 12))
     path = path[:-1] if path_change < 0 else path + [bytes(32)] * path_change
     with pytest.raises(ProofError):
@@ -59,16 +60,17 @@ def test_a_path_that_cannot_be_one_is_refused(index: int, size: int, path_change
 
 
 def test_a_path_element_that_is_no_hash_is_refused() -> None:
-    tree = MerkleTree([leaf_hash(x) for x in LEAVES[:4]])
+    tree = MerkleTree(LEAVES[:4])
     with pytest.raises(ProofError):
         root_from_path(LEAVES[0], 0, 4, [tree.path(0)[0] + b"\x00", tree.path(0)[1]])
 
 
 def test_an_inner_node_offered_as_a_leaf_proves_nothing() -> None:
     """Domain separation: the two children of an inner node, as a leaf's bytes, do not hash to it."""
-    tree = MerkleTree([leaf_hash(x) for x in LEAVES[:4]])
-    left, right = node_hash(leaf_hash(LEAVES[0]), leaf_hash(LEAVES[1])), node_hash(
-        leaf_hash(LEAVES[2]), leaf_hash(LEAVES[3])
+    tree = MerkleTree(LEAVES[:4])
+    left, right = (
+        node_hash(leaf_hash(LEAVES[0]), leaf_hash(LEAVES[1])),
+        node_hash(leaf_hash(LEAVES[2]), leaf_hash(LEAVES[3])),
     )
     assert node_hash(left, right) == tree.root
     assert root_from_path(left + right, 0, 1, []) != tree.root

@@ -22,7 +22,7 @@ FORMS: list[SealForm] = ["tree", "single"]
 @pytest.mark.parametrize("form", FORMS)
 def test_a_sealed_state_opens_for_its_node_with_the_key_that_sealed_it(form: SealForm) -> None:
     state = sealed_state(form=form)
-    assert state.HasField("seal_proof") == (form == "tree") and bool(state.seal_signature) == (form == "single")
+    assert bool(state.seal_root_signature) == (form == "tree") and bool(state.seal_signature) == (form == "single")
     seal = open_seal(state, "edge-1", raw_public_key(KEY))
     assert (seal.node_id, seal.generation, seal.issued_at_ms) == ("edge-1", 7, ISSUED_AT_MS)
     assert [(v.name, v.version, v.serve) for v in seal.versions] == [("mlp", "1", True)]
@@ -33,7 +33,7 @@ def _unsealed(state: registry_pb2.DesiredState) -> None:
 
 
 def _signature_dropped(state: registry_pb2.DesiredState) -> None:
-    state.ClearField("seal_proof")
+    state.ClearField("seal_root_signature")
     state.ClearField("seal_signature")
 
 
@@ -92,8 +92,8 @@ def test_a_seal_for_another_node_or_by_another_key_is_refused(form: SealForm) ->
 
 def test_one_signature_seals_every_node_of_a_change_and_each_opens_only_its_own() -> None:
     states = sealed_together([f"edge-{i}" for i in range(5)])
-    assert len({s.seal_proof.root_signature for s in states.values()}) == 1
-    assert [s.seal_proof.leaf_index for s in states.values()] == list(range(5))
+    assert len({s.seal_root_signature for s in states.values()}) == 1
+    assert [s.seal_leaf_index for s in states.values()] == list(range(5))
     for node_id, state in states.items():
         assert open_seal(state, node_id, raw_public_key(KEY)).node_id == node_id
     # edge-3's seal with its own valid proof, handed to edge-1: a seal for edge-3.
@@ -105,32 +105,37 @@ def test_one_signature_seals_every_node_of_a_change_and_each_opens_only_its_own(
 def test_a_seal_with_another_leafs_proof_or_a_changed_proof_is_refused() -> None:
     states = sealed_together([f"edge-{i}" for i in range(5)])
     key = raw_public_key(KEY)
+    other = states["edge-2"]
 
-    swapped = registry_pb2.DesiredState()
-    swapped.CopyFrom(states["edge-1"])
-    swapped.seal_proof.CopyFrom(states["edge-2"].seal_proof)  # edge-1's seal, edge-2's place in the tree
-    bit_flipped = _copy(states["edge-1"], lambda p: p.path.__setitem__(0, bytes([p.path[0][0] ^ 1]) + p.path[0][1:]))
-    moved = _copy(states["edge-1"], lambda p: setattr(p, "leaf_index", 0))
-    resized = _copy(states["edge-1"], lambda p: setattr(p, "tree_size", 6))  # the same path fits a tree of 6
-    for state in (swapped, bit_flipped, moved, resized):
-        with pytest.raises(SealError) as refused:
-            open_seal(state, "edge-1", key)
-        assert refused.value.reason == "signature"
+    def swap(s: registry_pb2.DesiredState) -> None:  # edge-1's seal at edge-2's place in the tree
+        s.seal_leaf_index, s.seal_path = other.seal_leaf_index, other.seal_path
 
-    outside = _copy(states["edge-1"], lambda p: setattr(p, "leaf_index", 5))
-    truncated = _copy(states["edge-1"], lambda p: p.path.pop())
-    for state in (outside, truncated):
-        with pytest.raises(SealError) as refused:
-            open_seal(state, "edge-1", key)
-        assert refused.value.reason == "proof"
+    refused_as = {
+        "signature": [
+            _copy(states["edge-1"], swap),
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_path", bytes([s.seal_path[0] ^ 1]) + s.seal_path[1:])),
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_leaf_index", 0)),
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_tree_size", 6)),  # the same path fits a tree of 6
+        ],
+        "proof": [
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_leaf_index", 5)),  # outside the tree
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_path", s.seal_path[:-32])),  # one hash short
+            _copy(states["edge-1"], lambda s: setattr(s, "seal_path", s.seal_path[:-1])),  # not whole hashes
+        ],
+    }
+    for reason, tampered in refused_as.items():
+        for state in tampered:
+            with pytest.raises(SealError) as refused:
+                open_seal(state, "edge-1", key)
+            assert refused.value.reason == reason
 
 
 def _copy(
-    state: registry_pb2.DesiredState, change: Callable[[registry_pb2.SealProof], object]
+    state: registry_pb2.DesiredState, change: Callable[[registry_pb2.DesiredState], object]
 ) -> registry_pb2.DesiredState:
     copy = registry_pb2.DesiredState()
     copy.CopyFrom(state)
-    change(copy.seal_proof)
+    change(copy)
     return copy
 
 
@@ -140,15 +145,14 @@ def test_signatures_of_the_two_forms_never_stand_for_each_other() -> None:
     single = sealed_state(form="single")
     assert single.seal_signature == KEY.sign(SEAL_CONTEXT + single.seal)
     assert single.seal_signature != KEY.sign(single.seal)
-    tree = sealed_state(form="tree")
-    proof = tree.seal_proof
-    root = node_hash(node_hash(proof.path[0], leaf_hash(tree.seal)), proof.path[1])
-    assert proof.root_signature == KEY.sign(tree_message(root, 3))
+    tree = sealed_state(form="tree")  # the middle leaf of three
+    root = node_hash(node_hash(tree.seal_path[:32], leaf_hash(tree.seal)), tree.seal_path[32:])
+    assert tree.seal_root_signature == KEY.sign(tree_message(root, 3))
     assert tree_message(root, 3) == SEAL_TREE_CONTEXT + root + (3).to_bytes(8, "big")
     forged = registry_pb2.DesiredState()
     forged.CopyFrom(single)
-    forged.seal_proof.tree_size = 1
-    forged.seal_proof.root_signature = single.seal_signature
+    forged.seal_tree_size = 1
+    forged.seal_root_signature = single.seal_signature
     with pytest.raises(SealError) as refused:
         open_seal(forged, "edge-1", raw_public_key(KEY))
     assert refused.value.reason == "signature"

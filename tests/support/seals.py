@@ -20,7 +20,9 @@ ISSUED_AT_MS = 1_765_000_000_000
 SealForm = Literal["tree", "single"]
 
 
-def unsealed_state(generation: int = 7, key: Ed25519PrivateKey = SEAL_KEY, serve: bool = True) -> registry_pb2.DesiredState:
+def unsealed_state(
+    generation: int = 7, key: Ed25519PrivateKey = SEAL_KEY, serve: bool = True
+) -> registry_pb2.DesiredState:
     """A desired state of one signed manifest, not sealed yet."""
     manifest = Manifest(
         name="mlp",

@@ -24,7 +24,9 @@ KEY = Ed25519PrivateKey.generate()
 
 def _manifest(version: str) -> Manifest:
     chunk = ChunkRef(digest="cd" * 32, size=4, offset=0)
-    m = Manifest(name="mlp", version=version, sha256="ab" * 32, size=4, chunks=[chunk], created_at="2026-12-05T00:00:00Z")
+    m = Manifest(
+        name="mlp", version=version, sha256="ab" * 32, size=4, chunks=[chunk], created_at="2026-12-05T00:00:00Z"
+    )
     return sign_manifest(m, KEY)
 
 
@@ -60,13 +62,21 @@ def test_a_seal_from_cached_pieces_is_the_seal_of_the_state_sent(variant: int) -
     assert encoder.seal(_state(4, variant), "another", 1) != expected
 
 
+def test_unsigned_manifests_of_other_versions_get_their_own_seal_pieces() -> None:
+    encoder = SealEncoder()
+    for version in ("1", "2"):
+        unsigned = _manifest(version).model_copy(update={"signature": ""})
+        state = DesiredState(generation=3, versions=[VersionAssignment(manifest=unsigned, serve=True, placement={})])
+        assert encoder.seal(state, "n", 1) == seal_of(desired_state_to_pb(state), "n", 1)
+
+
 async def test_states_waiting_together_share_one_signature_and_each_opens_for_its_node() -> None:
     batcher = SealBatcher(KEY.sign, window_s=0.01)
     states = {f"node-{i}": _state(10 + i % 2, i) for i in range(40)}
     pbs = {n: desired_state_to_pb(s) for n, s in states.items()}
     await asyncio.gather(*(batcher.seal(pbs[n], s, n) for n, s in states.items()))
     assert batcher.signatures == 1
-    assert {pb.seal_proof.tree_size for pb in pbs.values()} == {40}
+    assert {pb.seal_tree_size for pb in pbs.values()} == {40}
     for node_id, pb in pbs.items():
         assert open_seal(pb, node_id, raw_public_key(KEY)).node_id == node_id
     with pytest.raises(SealError):
@@ -75,7 +85,7 @@ async def test_states_waiting_together_share_one_signature_and_each_opens_for_it
     # A lone state later (a node joining): its own tree of one, its own signature.
     late = desired_state_to_pb(_state(12, 3))
     await batcher.seal(late, _state(12, 3), "late")
-    assert batcher.signatures == 2 and late.seal_proof.tree_size == 1 and not late.seal_proof.path
+    assert batcher.signatures == 2 and late.seal_tree_size == 1 and not late.seal_path
     assert open_seal(late, "late", raw_public_key(KEY)).generation == 12
 
 
@@ -87,7 +97,7 @@ async def test_a_stream_that_closes_while_waiting_leaves_the_others_sealed() -> 
     await asyncio.sleep(0)
     waits[1].cancel()
     await asyncio.gather(waits[0], waits[2])
-    assert batcher.signatures == 1 and pbs[2].seal_proof.tree_size == 2 and not pbs[1].seal
+    assert batcher.signatures == 1 and pbs[2].seal_tree_size == 2 and not pbs[1].seal
     assert open_seal(pbs[2], "n2", raw_public_key(KEY)).node_id == "n2"
 
 
@@ -96,4 +106,4 @@ async def test_a_full_batch_is_signed_at_once() -> None:
     pbs = [registry_pb2.DesiredState() for _ in range(8)]
     seals = [batcher.seal(pb, _state(2, 1), f"n{i}") for i, pb in enumerate(pbs)]
     await asyncio.wait_for(asyncio.gather(*seals), timeout=10)  # a 60 s window would time out
-    assert batcher.signatures == 2 and {pb.seal_proof.tree_size for pb in pbs} == {4}
+    assert batcher.signatures == 2 and {pb.seal_tree_size for pb in pbs} == {4}

@@ -86,7 +86,7 @@ def test_a_tampered_state_on_disk_is_refused_and_counted(tmp_path: Path, corrupt
     elif corrupt == "garbage":
         path.write_bytes(b"\xff" * 40)
     else:
-        pb.ClearField("seal_proof")
+        pb.ClearField("seal_root_signature")
         pb.ClearField("seal_signature")
         path.write_bytes(pb.SerializeToString())
     again = guard(tmp_path)
