@@ -83,6 +83,8 @@ class SignedTree:
     def __init__(self, tree: MerkleTree, signature: bytes) -> None:
         self.tree = tree
         self.signature = signature
+        self._size = tree.size
+        self._paths: list[bytes] | None = None
 
     @classmethod
     def over(cls, seals: Sequence[bytes], sign: Callable[[bytes], bytes]) -> SignedTree:
@@ -90,19 +92,15 @@ class SignedTree:
         tree = MerkleTree(seals)
         return cls(tree, sign(tree_message(tree.root, tree.size)))
 
-    def attach(self, states: Sequence[registry_pb2.DesiredState], seals: Sequence[bytes]) -> None:
-        """Set on ``states[i]`` its seal ``seals[i]`` (leaf i of this tree) and the ``seal_*``
-        fields of its proof. All at once: the paths share their upper parts
-        (``MerkleTree.packed_paths``), and at 10k nodes the loop is a third of the batch's cost."""
-        if len(states) != self.tree.size or len(seals) != self.tree.size:
-            raise ValueError(f"{len(states)} states and {len(seals)} seals for a tree of {self.tree.size}")
-        size, signature = self.tree.size, self.signature
-        for index, (state, seal, path) in enumerate(zip(states, seals, self.tree.packed_paths(), strict=True)):
-            state.seal = seal
-            state.seal_leaf_index = index
-            state.seal_tree_size = size
-            state.seal_path = path
-            state.seal_root_signature = signature
+    def attach(self, state: registry_pb2.DesiredState, index: int, seal: bytes) -> None:
+        """Set ``state.seal`` to ``seal``, leaf ``index`` of this tree, and the ``seal_*`` fields of its proof."""
+        if self._paths is None:  # every leaf's at once: they share their upper parts
+            self._paths = self.tree.packed_paths()
+        state.seal = seal
+        state.seal_leaf_index = index
+        state.seal_tree_size = self._size
+        state.seal_path = self._paths[index]
+        state.seal_root_signature = self.signature
 
 
 def seal_states(
@@ -111,7 +109,9 @@ def seal_states(
     """Seal every ``(state, node_id)`` in the tree form, all under one signature: set each
     state's ``seal`` and the ``seal_*`` fields of its proof."""
     seals = [seal_of(state, node_id, issued_at_ms) for state, node_id in states]
-    SignedTree.over(seals, sign).attach([state for state, _ in states], seals)
+    signed = SignedTree.over(seals, sign)
+    for index, ((state, _), seal) in enumerate(zip(states, seals, strict=True)):
+        signed.attach(state, index, seal)
 
 
 def _sealed(v: registry_pb2.VersionAssignment) -> registry_pb2.SealedVersion:

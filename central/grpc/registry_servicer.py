@@ -111,8 +111,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
             async with aclosing(self._edges.watch(request.node_id, request.since_generation)) as states:
                 async for state in states:
                     await self._authorize(context, request.node_id)  # a token revoked mid-stream gets no more
+                    # Sealed with the other streams' states first, converted after: the message
+                    # is built only once the batch is signed, and sent at once.
+                    sealed = await self._sealer.seal(state, request.node_id)
                     pb = desired_state_to_pb(state)
-                    await self._sealer.seal(pb, state, request.node_id)  # with the other streams' states
+                    sealed.attach(pb)
                     yield pb
         except CentralError as exc:
             await abort(context, exc)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from central.distribution.desired_state import DesiredState
@@ -133,6 +134,19 @@ def seal_batch(
     return seals, SignedTree.over(seals, sign)
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """One node's seal, its place in the tree it was signed in, and that tree."""
+
+    seal: bytes
+    index: int
+    tree: SignedTree
+
+    def attach(self, pb: registry_pb2.DesiredState) -> None:
+        """Set the seal and its proof on ``pb``, the state's message."""
+        self.tree.attach(pb, self.index, self.seal)
+
+
 class SealBatcher:
     """Seals states for the streams that wait in ``seal``, one signature per window."""
 
@@ -144,39 +158,38 @@ class SealBatcher:
         self._window_s = window_s
         self._max_batch = max_batch
         self._encoder = SealEncoder()
-        self._waiting: list[tuple[registry_pb2.DesiredState, DesiredState, str, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[DesiredState, str, asyncio.Future[Sealed]]] = []
         self._timer: asyncio.TimerHandle | None = None
         #: Signatures made so far (one per batch).
         self.signatures = 0
 
-    async def seal(self, pb: registry_pb2.DesiredState, state: DesiredState, node_id: str) -> None:
-        """Set ``pb``'s seal and proof: ``pb`` is ``state`` converted, sent to ``node_id``."""
+    async def seal(self, state: DesiredState, node_id: str) -> Sealed:
+        """``state``'s seal for ``node_id``, once the batch it joined is signed."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._waiting.append((pb, state, node_id, future))
+        future: asyncio.Future[Sealed] = loop.create_future()
+        self._waiting.append((state, node_id, future))
         if len(self._waiting) >= self._max_batch:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self._window_s, self._flush)
-        await future
+        return await future
 
     def _flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        waiting = [w for w in self._waiting if not w[3].done()]  # a stream closed meanwhile: no leaf
+        waiting = [w for w in self._waiting if not w[2].done()]  # a stream closed meanwhile: no leaf
         self._waiting = []
         if not waiting:
             return
         try:
             seals, signed = seal_batch(
-                self._encoder, [(s, n) for _, s, n, _ in waiting], int(time.time() * 1000), self._sign
+                self._encoder, [(s, n) for s, n, _ in waiting], int(time.time() * 1000), self._sign
             )
-            signed.attach([pb for pb, _, _, _ in waiting], seals)
         except Exception as exc:  # every waiting stream fails with it, none waits forever
             for *_, future in waiting:
                 future.set_exception(exc)
             return
         self.signatures += 1
-        for *_, future in waiting:
-            future.set_result(None)
+        for index, ((*_, future), seal) in enumerate(zip(waiting, seals, strict=True)):
+            future.set_result(Sealed(seal, index, signed))

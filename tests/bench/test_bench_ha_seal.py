@@ -19,7 +19,8 @@ def test_ha_seal_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     for key in (
         "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "seal_cpu_s_per_change_cold", "speedup",
         "seal_cpu_us_per_join", "seal_cpu_us_per_join_old", "edge_open_us", "edge_open_us_old",
-        "proof_bytes_mean", "signatures_per_change", "change_wall_s", "cpu_flags", "machine", "met",
+        "proof_bytes_mean", "signatures_per_change", "state_ready_s_p50", "state_ready_s_p50_old", "cpu_flags",
+        "machine", "met",
     ):  # fmt: skip
         assert key in data, key
     assert data["nodes"] == 40 and data["targets"] == TARGETS and not data["errors"]

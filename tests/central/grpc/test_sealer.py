@@ -70,11 +70,18 @@ def test_unsigned_manifests_of_other_versions_get_their_own_seal_pieces() -> Non
         assert encoder.seal(state, "n", 1) == seal_of(desired_state_to_pb(state), "n", 1)
 
 
+async def _sealed(batcher: SealBatcher, state: DesiredState, node_id: str) -> registry_pb2.DesiredState:
+    """What the servicer does: seal, then convert and attach."""
+    sealed = await batcher.seal(state, node_id)
+    pb = desired_state_to_pb(state)
+    sealed.attach(pb)
+    return pb
+
+
 async def test_states_waiting_together_share_one_signature_and_each_opens_for_its_node() -> None:
     batcher = SealBatcher(KEY.sign, window_s=0.01)
     states = {f"node-{i}": _state(10 + i % 2, i) for i in range(40)}
-    pbs = {n: desired_state_to_pb(s) for n, s in states.items()}
-    await asyncio.gather(*(batcher.seal(pbs[n], s, n) for n, s in states.items()))
+    pbs = dict(zip(states, await asyncio.gather(*(_sealed(batcher, s, n) for n, s in states.items())), strict=True))
     assert batcher.signatures == 1
     assert {pb.seal_tree_size for pb in pbs.values()} == {40}
     for node_id, pb in pbs.items():
@@ -83,8 +90,7 @@ async def test_states_waiting_together_share_one_signature_and_each_opens_for_it
         open_seal(pbs["node-1"], "node-2", raw_public_key(KEY))
 
     # A lone state later (a node joining): its own tree of one, its own signature.
-    late = desired_state_to_pb(_state(12, 3))
-    await batcher.seal(late, _state(12, 3), "late")
+    late = await _sealed(batcher, _state(12, 3), "late")
     assert batcher.signatures == 2 and late.seal_tree_size == 1 and not late.seal_path
     assert open_seal(late, "late", raw_public_key(KEY)).generation == 12
 
@@ -92,18 +98,17 @@ async def test_states_waiting_together_share_one_signature_and_each_opens_for_it
 async def test_a_stream_that_closes_while_waiting_leaves_the_others_sealed() -> None:
     batcher = SealBatcher(KEY.sign, window_s=0.05)
     state = _state(2, 1)
-    pbs = [desired_state_to_pb(state) for _ in range(3)]
-    waits = [asyncio.ensure_future(batcher.seal(pb, state, f"n{i}")) for i, pb in enumerate(pbs)]
+    waits = [asyncio.ensure_future(_sealed(batcher, state, f"n{i}")) for i in range(3)]
     await asyncio.sleep(0)
     waits[1].cancel()
-    await asyncio.gather(waits[0], waits[2])
-    assert batcher.signatures == 1 and pbs[2].seal_tree_size == 2 and not pbs[1].seal
-    assert open_seal(pbs[2], "n2", raw_public_key(KEY)).node_id == "n2"
+    first, third = await asyncio.gather(waits[0], waits[2])
+    assert open_seal(first, "n0", raw_public_key(KEY)).node_id == "n0"
+    assert batcher.signatures == 1 and third.seal_tree_size == 2 and third.seal_leaf_index == 1
+    assert open_seal(third, "n2", raw_public_key(KEY)).node_id == "n2"
 
 
 async def test_a_full_batch_is_signed_at_once() -> None:
     batcher = SealBatcher(KEY.sign, window_s=60, max_batch=4)
-    pbs = [registry_pb2.DesiredState() for _ in range(8)]
-    seals = [batcher.seal(pb, _state(2, 1), f"n{i}") for i, pb in enumerate(pbs)]
-    await asyncio.wait_for(asyncio.gather(*seals), timeout=10)  # a 60 s window would time out
+    waits = [_sealed(batcher, _state(2, 1), f"n{i}") for i in range(8)]
+    pbs = await asyncio.wait_for(asyncio.gather(*waits), timeout=10)  # a 60 s window would time out
     assert batcher.signatures == 2 and {pb.seal_tree_size for pb in pbs} == {4}
