@@ -17,8 +17,8 @@ keeps a seal's signature from ever verifying as a manifest's or an endorsement's
 Two forms carry the signature. The *tree* form (what central sends): the seals of many nodes
 are the leaves of a Merkle tree (``fleetwire.merkle``), central signs ``SEAL_TREE_CONTEXT``,
 the root and the leaf count once, and each node gets its seal, its leaf's audit path and that
-signature (``DesiredState.seal_path`` and its neighbours). A fleet-wide change then costs central one signature
-instead of one per node. The *single* form (``seal_signature`` over ``SEAL_CONTEXT + seal``)
+signature (``DesiredState.seal_path`` and the fields beside it). A fleet-wide change then
+costs central one signature instead of one per node. The *single* form (``seal_signature`` over ``SEAL_CONTEXT + seal``)
 is what centrals before the tree form sent, and what an edge's state file may still hold: it
 is accepted too, and is no weaker. Either way, what the edge acts on is checked against the
 seal's bytes, which name the node and the generation: a path handed to another node opens a
@@ -66,7 +66,9 @@ def seal_of(state: registry_pb2.DesiredState, node_id: str, issued_at_ms: int) -
 def seal_state(
     state: registry_pb2.DesiredState, node_id: str, issued_at_ms: int, sign: Callable[[bytes], bytes]
 ) -> None:
-    """Set ``state.seal`` and ``state.seal_signature`` (``sign``: the manifest key's raw Ed25519 signing)."""
+    """Seal ``state`` alone, in the single form: set ``state.seal`` and ``state.seal_signature``
+    (``sign``: the manifest key's raw Ed25519 signing). Central no longer sends this form; tests
+    and benchmarks make it to show it is still accepted, and to compare."""
     seal = seal_of(state, node_id, issued_at_ms)
     state.seal = seal
     state.seal_signature = sign(SEAL_CONTEXT + seal)
