@@ -22,8 +22,9 @@ manifest, and each of its chunks in the bucket).
 Keys: ``replicas``, ``nodes``, ``pushes_acked``, ``pushes_lost``, ``leader_takeover_s`` (kill →
 a live replica reports leading), ``edge_reattach_s_p99`` (kill → the edges that were on the
 killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
-``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``; ``cpu_flags`` and
-``machine`` say where it ran.
+``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``,
+``seal_cpu_s_per_change`` (and ``_old``: ``bench._ha_seal`` at ``--nodes``, in process once the
+fleet is down); ``cpu_flags`` and ``machine`` say where it ran.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 import psycopg
 
 from bench._fleet import sigterm_raises, write_result
+from bench._ha_seal import seal_keys
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
@@ -60,6 +62,7 @@ TARGETS = {
     "missed_deaths": 0,
     "leader_takeover_s": 5.0,
     "heartbeat_share_max_over_mean": 1.25,
+    "seal_cpu_s_per_change": 0.05,
 }
 _WIDTH = 32  # the test MLP's input width
 
@@ -369,6 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "silenced": len(silent),
         "heartbeats_handled": handled,
         "heartbeat_share_max_over_mean": round(share, 3),
+        **seal_keys(args.nodes),  # central's CPU to seal one fleet-wide change (bench._ha_seal), after the run
         "errors": errors,
     }
     met = {key: (result[key] <= target) if result[key] is not None else False for key, target in TARGETS.items()}

@@ -8,7 +8,6 @@ only (``DesiredStateService.allows_version`` / ``allows_chunk``): PERMISSION_DEN
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -16,12 +15,12 @@ import grpc
 
 from central.errors import BadRequest, CentralError
 from central.grpc.converters import desired_state_to_pb, node_from_pb
+from central.grpc.sealer import SealBatcher
 from central.grpc.status import abort
 from central.handlers import EdgeHandlers
 from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
-from fleetwire.sealing import seal_state
 from fleetwire.transfer import check_site
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
@@ -34,6 +33,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     def __init__(self, edges: EdgeHandlers) -> None:
         self._edges = edges
         self._guard = edges.guard
+        self._sealer = SealBatcher(edges.seal)
 
     async def _authorize(self, context: grpc.aio.ServicerContext, node_id: str | None) -> str | None:
         """The calling node's id, once it may act as ``node_id`` (None: as any node); None
@@ -111,8 +111,11 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
             async with aclosing(self._edges.watch(request.node_id, request.since_generation)) as states:
                 async for state in states:
                     await self._authorize(context, request.node_id)  # a token revoked mid-stream gets no more
+                    # Sealed with the other streams' states first, converted after: the message
+                    # is built only once the batch is signed, and sent at once.
+                    sealed = await self._sealer.seal(state, request.node_id)
                     pb = desired_state_to_pb(state)
-                    seal_state(pb, request.node_id, int(time.time() * 1000), self._edges.seal)
+                    sealed.attach(pb)
                     yield pb
         except CentralError as exc:
             await abort(context, exc)

@@ -54,7 +54,7 @@ class StateGuard:
         self.generation = 0
         #: When central issued the state held (Unix seconds; None: none held).
         self.issued_at: float | None = None
-        #: Refused states by reason (unsigned, signature, node, generation, content, unreadable).
+        #: Refused states by reason (unsigned, signature, proof, node, generation, content, unreadable).
         self.refusals: Counter[str] = Counter()
 
     def admit(self, pb: registry_pb2.DesiredState) -> EdgeDesiredState:

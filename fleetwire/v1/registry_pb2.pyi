@@ -662,6 +662,10 @@ class DesiredState(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     SEAL_FIELD_NUMBER: _builtins.int
     SEAL_SIGNATURE_FIELD_NUMBER: _builtins.int
+    SEAL_LEAF_INDEX_FIELD_NUMBER: _builtins.int
+    SEAL_TREE_SIZE_FIELD_NUMBER: _builtins.int
+    SEAL_PATH_FIELD_NUMBER: _builtins.int
+    SEAL_ROOT_SIGNATURE_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     placement_enabled: _builtins.bool
     """false: fetch everything from the origin"""
@@ -669,6 +673,19 @@ class DesiredState(_message.Message):
     """a serialized DesiredSeal of this state"""
     seal_signature: _builtins.bytes
     """Ed25519 by the manifest key over fleetwire.sealing.SEAL_CONTEXT + seal"""
+    seal_leaf_index: _builtins.int
+    """The tree form, set instead of seal_signature when central sealed many nodes' states under one
+    signature (fleetwire.sealing): seal is leaf seal_leaf_index of a Merkle tree of seal_tree_size
+    seals (RFC 6962 shape and hashing, fleetwire.merkle), and seal_path its audit path. The root
+    is not sent: the edge recomputes it from seal and the path, so a wrong path or a swapped seal
+    gives another root and the signature fails. Plain fields rather than a sub-message: central
+    sets them on every node's state, and a sub-message costs it about twice as much per node.
+    """
+    seal_tree_size: _builtins.int
+    seal_path: _builtins.bytes
+    """bottom up: its SHA-256 hashes (32 bytes each), concatenated"""
+    seal_root_signature: _builtins.bytes
+    """Ed25519 by the manifest key over fleetwire.sealing.SEAL_TREE_CONTEXT"""
     @_builtins.property
     def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___VersionAssignment]: ...
     @_builtins.property
@@ -685,10 +702,14 @@ class DesiredState(_message.Message):
         limits: Global___TransferLimits | None = ...,
         seal: _builtins.bytes = ...,
         seal_signature: _builtins.bytes = ...,
+        seal_leaf_index: _builtins.int = ...,
+        seal_tree_size: _builtins.int = ...,
+        seal_path: _builtins.bytes = ...,
+        seal_root_signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "limits", b"limits", "peers", b"peers", "placement_enabled", b"placement_enabled", "seal", b"seal", "seal_signature", b"seal_signature", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "limits", b"limits", "peers", b"peers", "placement_enabled", b"placement_enabled", "seal", b"seal", "seal_leaf_index", b"seal_leaf_index", "seal_path", b"seal_path", "seal_root_signature", b"seal_root_signature", "seal_signature", b"seal_signature", "seal_tree_size", b"seal_tree_size", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for key in (
         "replicas", "nodes", "pushes_acked", "pushes_lost", "leader_takeover_s", "edge_reattach_s_p99",
         "gateway_requests", "gateway_errors", "false_deaths", "missed_deaths", "heartbeat_share_max_over_mean",
-        "cpu_flags", "machine", "targets", "met",
+        "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "cpu_flags", "machine", "targets", "met",
     ):  # fmt: skip
         assert key in data, key
     assert data["targets"] == TARGETS and data["replicas"] == 3 and data["nodes"] == 200

@@ -147,6 +147,7 @@ async def test_every_state_is_sealed_for_its_node_and_starts_above_the_edges_gen
     assert isinstance(first, registry_pb2.DesiredState) and first.generation == held + 1
     seal = open_seal(first, "sealed", reply.manifest_public_key)
     assert seal.generation == first.generation and seal.issued_at_ms > 0
+    assert first.seal_root_signature and not first.seal_signature  # the tree form: one signature per batch
     with pytest.raises(SealError):
         open_seal(first, "another-node", reply.manifest_public_key)
     assert (await push(api, "tiny", small_model_file)).status_code == 201

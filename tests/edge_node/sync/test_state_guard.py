@@ -12,7 +12,7 @@ from edge_node.sync.trust import ManifestTrust
 from fleetwire.signing import raw_public_key
 from fleetwire.v1 import registry_pb2
 from support.seals import SEAL_KEY as KEY
-from support.seals import sealed_state
+from support.seals import sealed_state, sealed_together
 
 
 def guard(data_dir: Path) -> StateGuard:
@@ -45,6 +45,28 @@ def test_an_older_state_or_another_under_the_same_generation_is_refused(tmp_path
     assert registry_pb2.DesiredState.FromString((tmp_path / STATE_FILE).read_bytes()).generation == 6
 
 
+def test_a_state_file_sealed_by_an_older_central_is_restored_and_a_tree_sealed_state_follows(tmp_path: Path) -> None:
+    """Centrals before the tree form signed each state alone; the file such a central left is
+    still this node's: it is restored, and central's next (tree-sealed) state is admitted."""
+    guard(tmp_path).admit(sealed_state(generation=5, form="single"))
+    again = guard(tmp_path)
+    restored = again.restore()
+    assert restored is not None and restored.generation == 5 and not again.refusals
+    assert again.admit(sealed_state(generation=6)).generation == 6
+
+
+def test_a_replayed_tree_sealed_state_of_an_older_change_is_refused(tmp_path: Path) -> None:
+    """A whole older change, validly signed (one root, a proof for every node), replayed: this
+    node's leaf names its older generation."""
+    old, new = sealed_together(["edge-1", "edge-2"], generation=4), sealed_together(["edge-1", "edge-2"], generation=5)
+    g = guard(tmp_path)
+    g.admit(new["edge-1"])
+    for replayed in (old["edge-1"], old["edge-2"], new["edge-2"]):
+        with pytest.raises(StateRefused):
+            g.admit(replayed)
+    assert g.refusals == {"generation": 1, "node": 2} and g.generation == 5
+
+
 def test_a_refused_state_is_not_kept(tmp_path: Path) -> None:
     g = guard(tmp_path)
     g.admit(sealed_state(generation=5))
@@ -64,6 +86,7 @@ def test_a_tampered_state_on_disk_is_refused_and_counted(tmp_path: Path, corrupt
     elif corrupt == "garbage":
         path.write_bytes(b"\xff" * 40)
     else:
+        pb.ClearField("seal_root_signature")
         pb.ClearField("seal_signature")
         path.write_bytes(pb.SerializeToString())
     again = guard(tmp_path)
