@@ -117,6 +117,12 @@ FIGURES: dict[tuple[str, str], Figure] = {
         "overhead_ratio", "<=", "warm restart to ready / bare interpreter importing onnxruntime and numpy",
         "floor: {floor_s:.3f} s; warm {warm_ready_s:.2f} s",
     ),
+    ("warm_start", "big_over_small"): Figure(
+        "big_over_small", "<=", "warm restart to ready: big model / digits model",
+        "big model {big_mb} MiB: {big_warm_ready_s:.2f} s ({big_warm_bytes_rehashed:,} B re-hashed), digits"
+        " {small_warm_ready_s:.2f} s; re-hashing every start (before): {big_over_small_rehash:.2f}"
+        " ({big_warm_rehash_ready_s:.2f} s, {big_warm_rehash_bytes_rehashed:,} B)",
+    ),
     ("failover", "kill_detect_s"): Figure(
         "kill_detect_s", "<=", "killed edge marked dead (s)", "heartbeat interval {heartbeat_interval_s} s"
     ),

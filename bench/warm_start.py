@@ -28,8 +28,16 @@ the run, so both see the same load. ``overhead_ratio`` = ``warm_ready_s`` / ``fl
 imports, HTTP server, settings, disk checks, session creation). ``cpu_flags`` and
 ``machine`` say where it ran.
 
+The size section (``bench._warm_size``; ``--big-mb 0`` skips it) asks whether a warm restart
+slows down with the model: ``big_over_small`` = warm ready with a ``--big-mb`` MiB model
+(default 2048: a random embedding table in external data) / warm ready with the digits
+model (target <= 1.5), and ``big_over_small_rehash``, the same with every file re-hashed at
+start (``MODELFLEET_VERSIONS__REHASH_ALL``: the behaviour before the verified records),
+measured in the same run.
+
 Usage: ``python -m bench.warm_start --json out.json [--model bench|digits]
-[--width 2048 --layers 7] [--repeats 3] [--timeout-s 120] [--require-int8]``
+[--width 2048 --layers 7] [--repeats 3] [--timeout-s 120] [--require-int8]
+[--big-mb 2048] [--big-timeout-s 900]``
 """
 
 from __future__ import annotations
@@ -46,71 +54,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, Proc, parse_env_pairs, sigterm_raises, write_result
+from bench._edge_start import median_of, time_start
+from bench._fleet import RANDOM_MODEL_THRESHOLD, Fleet, parse_env_pairs, sigterm_raises, write_result
+from bench._warm_size import size_section
 from bench.report import machine
 from bench.zoo import cpu_flags
-from modelfleet.up.ports import free_port
 from modelfleet.zoo import build_bench_model, build_digits
 
-TARGETS = {"ratio": 0.2, "overhead_ratio": 1.5}
+TARGETS = {"ratio": 0.2, "overhead_ratio": 1.5, "big_over_small": 1.5}
 VERSION = "v1"
-_POLL_S = 0.005
 #: The floor: the inference runtime's own start, which no edge can go under.
 FLOOR_CODE = "import onnxruntime, numpy"
 #: Floor processes timed beside each warm restart.
 FLOOR_RUNS = 3
-
-
-def _get_ok(client: httpx.Client, url: str) -> bool:
-    try:
-        return client.get(url).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def time_start(fleet: Fleet, node_id: str, model: str, timeout_s: float) -> dict[str, Any]:
-    """Start ``node_id`` (on its data dir) and time it to healthz, ready line, complete, serving."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc: Proc = fleet.start_edge(node_id, http_port=port, wait_ready=False)
-    t0 = proc.started_at
-    marks: dict[str, float | None] = {"healthz_s": None, "ready_line_s": None, "ready_s": None}
-    deadline = t0 + timeout_s
-    with httpx.Client(timeout=httpx.Timeout(5.0, connect=1.0)) as client:
-        while marks["ready_s"] is None:
-            now = time.monotonic()
-            if marks["healthz_s"] is None and _get_ok(client, base + "/healthz"):
-                marks["healthz_s"] = time.monotonic() - t0
-            if marks["ready_line_s"] is None and b" ready http=" in proc.stdout_path.read_bytes():
-                marks["ready_line_s"] = time.monotonic() - t0
-            if marks["healthz_s"] is not None and _get_ok(client, f"{base}/v2/models/{model}/ready"):
-                marks["ready_s"] = time.monotonic() - t0
-                break
-            if not proc.alive():
-                raise fleet.fail(f"{node_id} exited with {proc.popen.returncode} during start-up", [proc])
-            if now > deadline:
-                break
-            time.sleep(_POLL_S)
-        status: dict[str, Any] = {}
-        if marks["healthz_s"] is not None:
-            r = client.get(base + "/api/v1/status")
-            if r.status_code == 200:
-                status = r.json()
-    fleet.wait_ready_line(proc)  # fills in the proc's addresses (the line is there by now)
-    version: dict[str, Any] = next((v for v in status.get("versions", []) if v.get("name") == model), {})
-    completed_at = version.get("completed_at")
-    complete_s = float(completed_at) - proc.started_wall if completed_at else None
-    result: dict[str, Any] = {
-        **marks,
-        "complete_s": complete_s,
-        "load_s": marks["ready_s"] - complete_s if marks["ready_s"] is not None and complete_s is not None else None,
-        "version_state": version.get("state"),
-        "fetch": status.get("fetch", {}),
-        "error": None if marks["ready_s"] is not None else f"{model} not ready after {timeout_s}s",
-    }
-    return result
 
 
 def time_floor(runs: int = FLOOR_RUNS) -> list[float]:
@@ -126,11 +82,6 @@ def time_floor(runs: int = FLOOR_RUNS) -> list[float]:
 def _ort_cache_files(fleet: Fleet, node_id: str) -> list[str]:
     cache = fleet.edges[node_id].data_dir / "ort-cache"
     return sorted(p.name for p in cache.glob("*.onnx")) if cache.is_dir() else []
-
-
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -167,14 +118,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             warm.append(w)
             floors += time_floor()
             log(f"  repeat {i}: cold {_fmt(c['ready_s'])} s, warm {_fmt(w['ready_s'])} s" + _note(c, w))
-    cold_s, warm_s = _median([c["ready_s"] for c in cold]), _median([w["ready_s"] for w in warm])
+    size = size_section(args, work, log) if args.big_mb > 0 else {}
+    cold_s, warm_s = median_of([c["ready_s"] for c in cold]), median_of([w["ready_s"] for w in warm])
     failed = [r["error"] for r in (*cold, *warm) if r["error"]]
+    failed += [e for part in ("small", "big") for e in size.get(part, {}).get("errors", [])]
+    big_over_small = size.get("big_over_small") if not failed else None
     ratio = warm_s / cold_s if cold_s and warm_s is not None and len(failed) == 0 else None
     floor_s = statistics.median(floors)
     overhead = warm_s / floor_s if warm_s is not None and len(failed) == 0 else None
     breakdown = {
         phase: {
-            key: _median([r[key] for r in runs])
+            key: median_of([r[key] for r in runs])
             for key in ("healthz_s", "ready_line_s", "complete_s", "load_s", "ready_s")
         }
         for phase, runs in (("cold", cold), ("warm", warm))
@@ -189,13 +143,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         "ratio": ratio,
         "floor_s": floor_s,
         "overhead_ratio": overhead,
-        "healthz_floor_s": _median([r["healthz_s"] for r in (*cold, *warm)]),
+        "healthz_floor_s": median_of([r["healthz_s"] for r in (*cold, *warm)]),
         "breakdown": breakdown,
+        **{k: v for k, v in size.items() if k not in ("small", "big", "big_over_small")},
+        "big_over_small": big_over_small,
+        "size": {k: size[k] for k in ("small", "big") if k in size},
         "errors": failed,
         "targets": dict(TARGETS),
         "met": {
             "ratio": ratio is not None and ratio <= TARGETS["ratio"],
             "overhead_ratio": overhead is not None and overhead <= TARGETS["overhead_ratio"],
+            "big_over_small": big_over_small is not None and big_over_small <= TARGETS["big_over_small"],
         },
         "cpu_flags": cpu_flags(),
         "machine": machine(),
@@ -209,6 +167,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "floor_code": FLOOR_CODE,
+            "big_mb": args.big_mb,
+            "big_timeout_s": args.big_timeout_s,
         },
         "runs": {"cold": cold, "warm": warm, "floor_s": floors},
     }
@@ -245,8 +205,23 @@ def print_table(result: dict[str, Any]) -> None:
         f"floor ({FLOOR_CODE}) {_fmt(result['floor_s'])} s; overhead (warm/floor) "
         f"{'-' if overhead is None else f'{overhead:.2f}'} (target <= {targets['overhead_ratio']}) "
         f"{'met' if met['overhead_ratio'] else 'MISSED'}\n"
-        f"cpu flags: {' '.join(result['cpu_flags'])}; {result['machine']}"
+        + _size_lines(result)
+        + f"cpu flags: {' '.join(result['cpu_flags'])}; {result['machine']}"
         + (f"\nerrors: {result['errors']}" if result["errors"] else "")
+    )
+
+
+def _size_lines(result: dict[str, Any]) -> str:
+    """The size section's line: warm ready of each model, with and without the records."""
+    if "small" not in result["size"]:
+        return "size section skipped (--big-mb 0)\n"
+    ratio, before = result["big_over_small"], result["big_over_small_rehash"]
+    return (
+        f"warm ready, {result['big_mb']} MiB table {_fmt(result['big_warm_ready_s'])} s / digits "
+        f"{_fmt(result['small_warm_ready_s'])} s = {'-' if ratio is None else f'{ratio:.2f}'} "
+        f"(target <= {result['targets']['big_over_small']}) {'met' if result['met']['big_over_small'] else 'MISSED'};"
+        f" re-hashing every start: {_fmt(result['big_warm_rehash_ready_s'])} s / "
+        f"{_fmt(result['small_warm_rehash_ready_s'])} s = {'-' if before is None else f'{before:.2f}'}\n"
     )
 
 
@@ -260,6 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=7, help="bench model hidden layers")
     p.add_argument("--repeats", type=int, default=3, help="cold + warm pairs (medians are reported)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="per start, until the model must be served")
+    p.add_argument(
+        "--big-mb",
+        type=int,
+        default=2048,
+        help="size section: the big model's MiB (a random embedding table); 0 skips the section",
+    )
+    p.add_argument(
+        "--big-timeout-s",
+        type=float,
+        default=900.0,
+        help="size section: cold start of each model, until served (the big one is fetched and assembled)",
+    )
     p.add_argument("--require-int8", action="store_true", help="fail (exit 3) unless central serves INT8")
     p.add_argument("--edge-env", action="append", default=[], metavar="K=V", help="extra env var for the edges")
     p.add_argument("--central-env", action="append", default=[], metavar="K=V", help="extra env var for central")
@@ -271,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run, print the table, write the JSON (exit 1 if a start never served)."""
     args = build_parser().parse_args(argv)
-    if args.repeats < 1 or args.timeout_s <= 0:
-        print("--repeats and --timeout-s must be positive", file=sys.stderr)
+    if args.repeats < 1 or args.timeout_s <= 0 or args.big_timeout_s <= 0 or args.big_mb < 0:
+        print("--repeats, --timeout-s and --big-timeout-s must be positive, --big-mb not negative", file=sys.stderr)
         return 2
     try:
         with sigterm_raises():

@@ -55,7 +55,7 @@ class Edge:
         self.settings = settings
         self.node_id = settings.node_id
         self.store = ChunkStore(settings.resolved_cache_dir, size_limit=settings.cache_bytes, holder=self.node_id)
-        self.files = VersionFiles(settings.data_dir / "versions")
+        self.files = VersionFiles(settings.data_dir / "versions", rehash_all=settings.versions.rehash_all)
         self.view = PlacementView(settings.site)
         #: The TLS files, read and checked once here for the channels and both listeners.
         self.tls_material = settings.tls.material() if settings.tls.enabled else None
@@ -260,6 +260,7 @@ class Edge:
             "shadow": self._shadow_status(),
             "cache": asdict(self.store.stats()),
             "fetch": self.fetcher.stats.as_dict(),
+            "verification": self.files.verification.as_dict(),
             "peer": {
                 "chunks_served": self.peer_servicer.chunks_served,
                 "bytes_served": self.peer_servicer.bytes_served,

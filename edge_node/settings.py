@@ -331,6 +331,21 @@ class TransferSettings(BaseModel):
         return TransferCaps(self.serve_bytes_per_s, self.fetch_bytes_per_s, self.busy_serve_bytes_per_s)
 
 
+class VersionSettings(BaseModel):
+    """How assembled versions on disk are checked before they are served again."""
+
+    rehash_all: bool = Field(
+        False,
+        description=(
+            "Re-hash every file of a complete version each time it is checked (every start), ignoring the"
+            " verified records (.verified.json: size, mtime, ctime, inode and digest of each file as last"
+            " verified). Off: only files whose stat changed are read, so a warm start does not read the"
+            " model. On: also catches bytes that changed with no trace in the stat (bit rot, raw writes"
+            " to the device), at the cost of reading the whole model at every start."
+        ),
+    )
+
+
 class EdgeTlsSettings(TlsSettings):
     """TLS on this edge's Peer service (always mutual: a peer must show a certificate signed by
     ca_file), its HTTP API (HTTPS) and its gRPC channels to central and peers (which verify
@@ -411,6 +426,9 @@ class EdgeSettings(BaseSettings):
         ),
     )
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    versions: VersionSettings = Field(
+        default_factory=VersionSettings, description="How assembled versions are checked before serving again."
+    )
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
     generation: EngineSettings = Field(
         default_factory=EngineSettings,

@@ -5,7 +5,8 @@ this node's by ``to_local``), and the stand-ins served meanwhile.
 When a version cannot be made ready (refused for the cache's cap, a full disk) or its flip's
 instant is still ahead right after a restart, nothing may serve the model yet: the newest
 complete version of it on disk is served meanwhile (looked up only then, since the lookup
-re-hashes its files), as long as central's signature on it still verifies."""
+checks its files: re-hashes those its verified record does not vouch for), as long as
+central's signature on it still verifies."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ class ServingHandoff:
         switch_at = self._to_local(serve_at) if serve_at is not None else None
         if switch_at is not None and switch_at > time.time() and not self.serving.serves(manifest.name):
             # Right after a restart nothing serves the model until the instant: the newest other
-            # version on disk does meanwhile (looked up only then: the lookup re-hashes its files).
+            # version on disk does meanwhile (looked up only then: the lookup checks its files).
             self.keep_serving_later(manifest)
         await self.serving.load(manifest, path, switch_at)
 

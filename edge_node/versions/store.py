@@ -9,6 +9,11 @@ only ever sees whole files. The temp files a killed process leaves behind are re
 when the next one opens the directory. A write that fails (a full disk) removes what it
 wrote and raises ``VersionWriteError`` naming the directory.
 
+Checking that a complete artifact is still whole (``is_complete``, at every start) reads only
+the files whose stat moved since they were last verified: ``verified.py`` keeps a record per
+artifact directory, written when its files are assembled or re-hashed, so a warm restart of
+an edge serving a multi-GB model reads none of it.
+
 Edges before artifacts had their own directories kept ``model.onnx`` and ``manifest.json``
 in the version's directory; opening the store moves them into their artifact's directory
 (two renames), so an edge upgraded in place finds its versions and serves them at once."""
@@ -19,12 +24,14 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from edge_node.diskerrors import write_error
+from edge_node.versions.verified import RECORD_TEMP_PREFIX, FileStat, VerificationStats, VerifiedRecord
 from fleetwire import names
 from fleetwire.manifest import MODEL_FILE, ArtifactRef, ChunkRef, Manifest
 
@@ -32,7 +39,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
 #: Prefixes of the temp files written before their atomic rename.
-_TEMP_PREFIXES = (".assemble-", ".manifest-")
+_TEMP_PREFIXES = (".assemble-", ".manifest-", RECORD_TEMP_PREFIX)
 
 __all__ = [
     "MANIFEST_FILE",
@@ -57,9 +64,14 @@ def _write_error(exc: OSError, what: str, directory: Path) -> VersionWriteError:
     return write_error(VersionWriteError, exc, f"cannot write {what} in {directory}")
 
 
-def _file_sha256(path: Path) -> str:
+def _hashed_unchanged(path: Path) -> tuple[str, FileStat | None]:
+    """The sha256 of ``path`` and its stat, or None for the stat when the file changed while
+    it was read (then nothing may be recorded about it)."""
     with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        before = FileStat.of(os.fstat(f.fileno()))
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        after = FileStat.of(os.fstat(f.fileno()))
+    return digest, before if before == after else None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -100,10 +112,16 @@ def _same_files(a: ArtifactRef, b: ArtifactRef) -> bool:
 
 
 class VersionFiles:
-    """Complete model versions on this node's disk, one directory per artifact."""
+    """Complete model versions on this node's disk, one directory per artifact. With
+    ``rehash_all`` every check reads every file again and the verified records are not
+    trusted (what edges did before them: it also catches bytes that rotted under an
+    unchanged stat, at the cost of reading the whole model at every start)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, rehash_all: bool = False) -> None:
         self.root = root
+        self.rehash_all = rehash_all
+        #: What the checks of complete versions read (and trusted unread) since opening.
+        self.verification = VerificationStats()
         root.mkdir(parents=True, exist_ok=True)
         self._remove_stale_temps()
         self._move_legacy_versions()
@@ -159,8 +177,9 @@ class VersionFiles:
 
     def is_complete(self, manifest: Manifest, artifact: str | None = None) -> bool:
         """True when the artifact (None: the served one) was assembled before and every one
-        of its files still has its size and sha256 (re-hashed: a file changed on disk since
-        is assembled again)."""
+        of its files still has its size and sha256: re-hashed unless its verified record
+        vouches for it (same digest, stat unchanged since); a file changed on disk since is
+        assembled again."""
         ref = _artifact(manifest, artifact)
         directory = self.artifact_directory(manifest.name, manifest.version, ref.artifact)
         marker = directory / MANIFEST_FILE
@@ -172,19 +191,52 @@ class VersionFiles:
             return False
         if recorded is None or not _same_files(recorded, ref):
             return False
+        record = VerifiedRecord.load(directory)
+        whole = True
         for file in artifact_files(ref):
-            path = directory / file.path
-            if not path.is_file() or path.stat().st_size != file.size or _file_sha256(path) != file.sha256:
+            if not self._still_whole(record, file):
                 log.warning(
                     "%s:%s %s: %s on disk does not match its manifest; assembling it again",
                     manifest.name, manifest.version, ref.artifact, file.path,
                 )  # fmt: skip
-                return False
+                whole = False
+                break
+        if record.changed:
+            record.save()
+        return whole
+
+    def _still_whole(self, record: VerifiedRecord, file: StoredFile) -> bool:
+        """Whether ``file`` in ``record``'s directory still has its size and sha256: trusted
+        from the record, else re-hashed (and the record renewed or the entry dropped)."""
+        path = record.directory / file.path
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != file.size:
+            record.forget(file.path)
+            return False
+        if not self.rehash_all and record.vouches(file.path, file.sha256, FileStat.of(st)):
+            self.verification.trusted(file.size)
+            return True
+        try:
+            digest, unchanged = _hashed_unchanged(path)
+        except OSError:
+            return False
+        self.verification.rehashed(file.size, digest == file.sha256)
+        if digest != file.sha256:
+            if record.vouches(file.path, file.sha256, FileStat.of(st)):
+                log.warning("%s changed on disk without a trace in its stat (bit rot, a raw write, or a forged %s)",
+                            path, record.path.name)  # fmt: skip
+            record.forget(file.path)
+            return False
+        if unchanged is not None:
+            record.note(file.path, file.sha256, unchanged)
         return True
 
     def latest_complete(self, name: str, exclude: str) -> Manifest | None:
         """The most recently completed version of ``name`` on disk other than ``exclude`` whose
-        files still match its manifest (``is_complete``: re-hashed). ``model_path(name,
+        files still match its manifest (``is_complete``). ``model_path(name,
         version)`` then names the artifact that completed."""
         found: list[tuple[float, Manifest, str]] = []
         for marker in (self.root / name).glob(f"*/*/{MANIFEST_FILE}"):
@@ -213,13 +265,18 @@ class VersionFiles:
         directory = self.artifact_directory(manifest.name, manifest.version, ref.artifact)
         what = f"{manifest.name}:{manifest.version} {ref.artifact} ({ref.total_size} bytes)"
         written: list[Path] = []
+        record = VerifiedRecord(directory)  # the files are verified as they are written
         try:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / MANIFEST_FILE).unlink(missing_ok=True)  # not complete while files change
             for file in artifact_files(ref):
-                written.append(self._assemble_file(directory, file, read, what))
+                path, verified = self._assemble_file(directory, file, read, what)
+                written.append(path)
+                if verified is not None:
+                    record.note(file.path, file.sha256, verified)
             self._write_marker(directory, manifest)
             _fsync_dir(directory)
+            record.save()
             return directory / MODEL_FILE
         except OSError as exc:
             if not (directory / MANIFEST_FILE).is_file():  # not complete: give its room back
@@ -228,8 +285,11 @@ class VersionFiles:
             raise _write_error(exc, what, directory) from exc
 
     @staticmethod
-    def _assemble_file(directory: Path, file: StoredFile, read: Callable[[str], bytes | None], what: str) -> Path:
-        """One file from its chunks: temp name, fsync, sha256 check, rename."""
+    def _assemble_file(
+        directory: Path, file: StoredFile, read: Callable[[str], bytes | None], what: str
+    ) -> tuple[Path, FileStat | None]:
+        """One file from its chunks: temp name, fsync, sha256 check, rename; its path and its
+        stat once renamed (None if something else touched it meanwhile: it is re-hashed later)."""
         fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".assemble-")
         tmp = Path(tmp_name)
         try:
@@ -243,11 +303,16 @@ class VersionFiles:
                     f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+                written = os.fstat(f.fileno())
             if h.hexdigest() != file.sha256:
                 raise AssemblyError(f"{what}: assembled {file.path} has sha256 {h.hexdigest()}")
             final = directory / file.path
             os.replace(tmp, final)
-            return final
+            renamed = final.stat()  # a rename moves ctime: the record keeps the stat after it
+            same = (renamed.st_ino, renamed.st_size, renamed.st_mtime_ns) == (
+                written.st_ino, written.st_size, written.st_mtime_ns,
+            )  # fmt: skip
+            return final, FileStat.of(renamed) if same else None
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -7,7 +7,11 @@ shipped this way). Two ways to make one:
 - ``save_with_external_data``: a model held in memory, saved by ``onnx`` as exporters do.
 - ``write_huge_mlp``: a random MLP of any size whose weights are generated in slices
   and streamed into the ``.data`` file as they are made, so that a model of several GiB
-  never needs its weights in memory at once (the graph itself only points at offsets)."""
+  never needs its weights in memory at once (the graph itself only points at offsets).
+- ``write_embedding_table``: a random embedding table of any size behind one ``Gather``
+  (a language model's first layer), written the same way. ONNX Runtime maps its external
+  data instead of copying or pre-packing it, so its session starts in milliseconds whatever
+  the size: what a benchmark of serving it measures is the server around the model."""
 
 from __future__ import annotations
 
@@ -147,4 +151,45 @@ def write_huge_mlp(directory: Path, *, width: int = 8192, layers: int = 9, class
     path = directory / MODEL_FILE
     onnx.save_model(model, str(path))
     onnx.checker.check_model(str(path))  # by path: reads the external data's references, not its bytes
+    return path
+
+
+#: Columns of ``write_embedding_table``'s table (a hidden size).
+EMBEDDING_COLS = 1024
+
+
+def write_embedding_table(directory: Path, *, total_bytes: int, cols: int = EMBEDDING_COLS, seed: int = 0) -> Path:
+    """A random float32 table ``[rows, cols]`` of about ``total_bytes`` (at least one row) in
+    ``model.onnx.data``, served by ``ids [batch] int64 → rows [batch, cols]``; the graph's path.
+
+    Uniform weights in [-0.5, 0.5) from numpy's default generator, one slice at a time: about
+    a second per GiB to generate, memory one slice, whatever the size."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = max(1, total_bytes // (4 * cols))
+    slice_rows = max(1, SLICE_BYTES // (4 * cols))
+    rng = np.random.default_rng(seed)
+
+    def slices() -> Iterator[np.ndarray]:
+        for start in range(0, rows, slice_rows):
+            block = rng.random((min(slice_rows, rows - start), cols), dtype=np.float32)
+            block -= np.float32(0.5)
+            yield block
+
+    writer = ExternalDataWriter(directory / DATA_FILE)
+    try:
+        table = writer.add("table", (rows, cols), slices())
+    finally:
+        writer.close()
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"], name="embedding/Gather")],
+        "embedding_table",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch"])],
+        [helper.make_tensor_value_info("rows", FLOAT, ["batch", cols])],
+        initializer=[table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name=PRODUCER)
+    model.ir_version = IR_VERSION
+    path = directory / MODEL_FILE
+    onnx.save_model(model, str(path))
+    onnx.checker.check_model(str(path))
     return path

@@ -84,3 +84,20 @@ def test_main_writes_the_markdown_file(tmp_path: Path) -> None:
     assert rows[("failover", "gateway errors through the failures")][2:6] == ["0", "≤ 0", "met", "900 requests sent"]
     assert rows[("failover", "killed edge marked dead (s)")][2:4] == ["0.4", "≤ 1"]
     assert not any(f == "all" for _, f in rows)  # the summary flag is not a figure
+
+
+def test_the_warm_start_size_figure_shows_the_rehash_baseline_beside_it(tmp_path: Path) -> None:
+    results = tmp_path / "out"
+    results.mkdir()
+    _write(results, "warm_start", {
+        "big_mb": 2048, "big_over_small": 1.1, "big_over_small_rehash": 4.5, "big_warm_ready_s": 1.0,
+        "small_warm_ready_s": 0.9, "big_warm_rehash_ready_s": 4.0, "big_warm_bytes_rehashed": 0,
+        "big_warm_rehash_bytes_rehashed": 2147483876, "targets": {"big_over_small": 1.5},
+        "met": {"big_over_small": True},
+    })  # fmt: skip
+    row = _table(render(results))[("warm_start", "warm restart to ready: big model / digits model")]
+    assert row[2:6] == [
+        "1.1", "≤ 1.5", "met",
+        "big model 2048 MiB: 1.00 s (0 B re-hashed), digits 0.90 s; re-hashing every start (before): 4.50"
+        " (4.00 s, 2,147,483,876 B)",
+    ]  # fmt: skip

@@ -91,7 +91,7 @@ def assert_edge_files_sound(
     for file in manifest.get("files", []):
         assert sha256_of(directory / file["path"]) == file["sha256"]
     versions = data_dir / "versions"
-    temps = [p.name for p in versions.rglob("*") if p.name.startswith((".assemble-", ".manifest-"))]
+    temps = [p.name for p in versions.rglob("*") if p.name.startswith((".assemble-", ".manifest-", ".verified-"))]
     assert temps == []  # no half-written file that a later start could load
     digests = {c["digest"] for f in [manifest, *manifest.get("files", [])] for c in f["chunks"]}
     with ChunkStore(data_dir / "cache", size_limit=1 << 40, holder="fault-check") as store:

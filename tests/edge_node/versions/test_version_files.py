@@ -1,11 +1,13 @@
 """VersionFiles: every file of an artifact assembled into ``<version>/<artifact>/``, each
 whole or absent, the marker last; a changed file is noticed; the layout before artifact
-directories is moved in place when an upgraded edge opens its data directory."""
+directories is moved in place when an upgraded edge opens its data directory; a reopened
+store (a warm start) reads only files whose stat moved since they were verified."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from edge_node.versions import VersionFiles
 from edge_node.versions.store import MANIFEST_FILE, AssemblyError
+from edge_node.versions.verified import RECORD_FILE, VerificationStats
 from fleetwire.manifest import ArtifactRef, ChunkRef, FileRef, Manifest, TensorSpec
 from modelfleet.zoo import build_mlp
 from support.external_data import DATA_FILE, build_external_mlp
@@ -80,7 +83,7 @@ def test_an_external_data_artifact_is_assembled_into_its_directory_and_loads(
     path = files.assemble(manifest, chunks.get)
     directory = tmp_path / "versions" / "m" / "1" / "int8"
     assert path == directory / "model.onnx" == files.model_path("m", "1")
-    assert sorted(p.name for p in directory.iterdir()) == sorted([DATA_FILE, MANIFEST_FILE, "model.onnx"])
+    assert sorted(p.name for p in directory.iterdir()) == sorted([DATA_FILE, MANIFEST_FILE, RECORD_FILE, "model.onnx"])
     assert (directory / DATA_FILE).read_bytes() == (source.parent / DATA_FILE).read_bytes()
     assert files.is_complete(manifest) and not files.is_complete(manifest, "fp32")
 
@@ -144,10 +147,11 @@ def test_temp_files_of_a_killed_assembly_are_removed_on_open(
 ) -> None:
     manifest, chunks, _ = setup
     VersionFiles(tmp_path / "versions").assemble(manifest, chunks.get)
-    stale = tmp_path / "versions" / "m" / "1" / "int8" / ".assemble-x1"
-    stale.write_bytes(b"half")
+    stale = [tmp_path / "versions" / "m" / "1" / "int8" / name for name in (".assemble-x1", ".verified-x2")]
+    for path in stale:
+        path.write_bytes(b"half")
     VersionFiles(tmp_path / "versions")
-    assert not stale.exists()
+    assert not any(path.exists() for path in stale)
 
 
 def test_an_edge_upgraded_in_place_finds_its_versions_in_the_old_layout(tmp_path: Path) -> None:
@@ -169,3 +173,112 @@ def test_an_edge_upgraded_in_place_finds_its_versions_in_the_old_layout(tmp_path
     assert files.latest_complete("m", exclude="2") == manifest
     assert list(half.iterdir()) == []
     assert json.loads((old / "int8" / MANIFEST_FILE).read_text())["sha256"] == manifest.sha256
+
+
+# -- verified records: a warm start reads no unchanged file ------------------------------
+
+
+def _total(manifest: Manifest) -> int:
+    return manifest.size + sum(f.size for f in manifest.files)
+
+
+def test_a_reopened_store_trusts_its_record_and_reads_no_unchanged_file(
+    tmp_path: Path, setup: tuple[Manifest, dict[str, bytes], Path]
+) -> None:
+    manifest, chunks, _ = setup
+    VersionFiles(tmp_path / "versions").assemble(manifest, chunks.get)
+    assert (tmp_path / "versions" / "m" / "1" / "int8" / RECORD_FILE).is_file()
+
+    warm = VersionFiles(tmp_path / "versions")  # a restart
+    assert warm.is_complete(manifest) and warm.latest_complete("m", exclude="2") == manifest
+    stats = warm.verification.as_dict()
+    assert stats["files_rehashed"] == stats["bytes_rehashed"] == 0
+    assert stats["files_trusted"] == 4 and stats["bytes_trusted"] == 2 * _total(manifest)
+
+    full = VersionFiles(tmp_path / "versions", rehash_all=True)  # what every start did before records
+    assert full.is_complete(manifest)
+    assert full.verification.as_dict() == {**VerificationStats().as_dict(), "files_rehashed": 2,
+                                           "bytes_rehashed": _total(manifest)}  # fmt: skip
+
+
+def _flip_in_place(path: Path, offset: int, restore_mtime: bool) -> None:
+    """Flip one byte without changing the size or the inode; optionally put atime and mtime back."""
+    before = path.stat()
+    with path.open("r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    if restore_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_ino) == (before.st_size, before.st_ino)
+    assert (after.st_mtime_ns == before.st_mtime_ns) is restore_mtime
+
+
+@pytest.mark.parametrize("restore_mtime", [False, True], ids=["size kept", "size and mtime kept"])
+def test_a_byte_changed_while_the_edge_was_down_is_caught_at_the_next_start(
+    tmp_path: Path, setup: tuple[Manifest, dict[str, bytes], Path], restore_mtime: bool
+) -> None:
+    manifest, chunks, _ = setup
+    VersionFiles(tmp_path / "versions").assemble(manifest, chunks.get)
+    data = tmp_path / "versions" / "m" / "1" / "int8" / DATA_FILE
+    _flip_in_place(data, 100, restore_mtime)
+
+    warm = VersionFiles(tmp_path / "versions")
+    assert not warm.is_complete(manifest)
+    stats = warm.verification.as_dict()  # the graph, unchanged, is trusted; the data file is read
+    assert (stats["files_trusted"], stats["files_rehashed"], stats["files_mismatched"]) == (1, 1, 1)
+    assert warm.latest_complete("m", exclude="2") is None
+    warm.assemble(manifest, chunks.get)
+    assert hashlib.sha256(data.read_bytes()).hexdigest() == manifest.files[0].sha256
+    again = VersionFiles(tmp_path / "versions")
+    assert again.is_complete(manifest) and again.verification.files_rehashed == 0
+
+
+def _record(tmp_path: Path) -> Path:
+    return tmp_path / "versions" / "m" / "1" / "int8" / RECORD_FILE
+
+
+@pytest.mark.parametrize("lie", ["garbage", "another digest", "another inode", "as new as the record"])
+def test_a_record_that_does_not_hold_costs_a_rehash_and_is_renewed(
+    tmp_path: Path, setup: tuple[Manifest, dict[str, bytes], Path], lie: str
+) -> None:
+    manifest, chunks, _ = setup
+    VersionFiles(tmp_path / "versions").assemble(manifest, chunks.get)
+    record = _record(tmp_path)
+    doc = json.loads(record.read_text())
+    if lie == "garbage":
+        record.write_text('{"format": 1, "files": {"model.onnx": {"sha256": 1}}')
+    elif lie in ("another digest", "another inode"):
+        for entry in doc["files"].values():
+            entry["sha256" if lie == "another digest" else "ino"] = "0" * 64 if lie == "another digest" else 1
+        record.write_text(json.dumps(doc))
+    else:  # a coarse-timestamp file system: the record no newer than the files it vouches for
+        os.utime(record, ns=(0, 0))
+
+    warm = VersionFiles(tmp_path / "versions")
+    assert warm.is_complete(manifest)  # the files are whole: read again, found right
+    assert warm.verification.files_trusted == 0 and warm.verification.files_rehashed == 2
+    again = VersionFiles(tmp_path / "versions")
+    assert again.is_complete(manifest) and again.verification.files_trusted == 2
+
+
+def test_bytes_changed_under_an_unchanged_stat_are_caught_only_by_rehash_all(
+    tmp_path: Path, setup: tuple[Manifest, dict[str, bytes], Path]
+) -> None:
+    """The residual risk, stated: a change the stat does not show (bit rot, a raw write to the
+    device; here a record rewritten to vouch for the changed file) passes the record check."""
+    manifest, chunks, _ = setup
+    VersionFiles(tmp_path / "versions").assemble(manifest, chunks.get)
+    data = tmp_path / "versions" / "m" / "1" / "int8" / DATA_FILE
+    _flip_in_place(data, 100, restore_mtime=True)
+    record = _record(tmp_path)
+    doc = json.loads(record.read_text())
+    st = data.stat()
+    doc["files"][DATA_FILE].update(mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, ino=st.st_ino)
+    record.write_text(json.dumps(doc))
+
+    assert VersionFiles(tmp_path / "versions").is_complete(manifest)  # trusted: the documented limit
+    full = VersionFiles(tmp_path / "versions", rehash_all=True)
+    assert not full.is_complete(manifest) and full.verification.files_mismatched == 1
