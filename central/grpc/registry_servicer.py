@@ -41,7 +41,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         if self._guard is None:
             return None
         try:
-            return self._guard.authorize(context.invocation_metadata(), node_id)
+            return await self._guard.authorize(context.invocation_metadata(), node_id)
         except CentralError as exc:
             await abort(context, exc)
             raise  # not reached: abort raises
@@ -75,7 +75,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     ) -> common_pb2.Manifest:
         caller = await self._authorize(context, None)
         try:
-            manifest = self._edges.manifest(caller, request.name, request.version)
+            manifest = await self._edges.manifest(caller, request.name, request.version)
         except CentralError as exc:
             await abort(context, exc)
         return manifest_to_pb(manifest)

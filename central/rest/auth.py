@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord
 from central.rest import browser_login as browser
+from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
 from fleetwire.credentials import parse_bearer
 
@@ -64,18 +65,20 @@ def protects(method: str, path: str, protect_reads: bool) -> bool:
 class OperatorAuth:
     """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
 
-    def __init__(self, app: ASGIApp, store: Tokens, protect_reads: bool = False) -> None:
+    def __init__(self, app: ASGIApp, store: Tokens, calls: StoreCalls, protect_reads: bool = False) -> None:
+        """``calls``: where token look-ups run (worker threads: a PostgreSQL store is a query)."""
         self.app = app
         self.store = store
+        self._calls = calls
         self.protect_reads = protect_reads
 
-    def _operator(self, token: str | None) -> TokenRecord | None:
-        record = self.store.verify(token) if token is not None else None
+    async def _operator(self, token: str | None) -> TokenRecord | None:
+        record = await self._calls(self.store.verify, token) if token is not None else None
         # A node credential is no operator, even if one was copied into this store by hand.
         return record if record is not None and record.role in OPERATOR_ROLES else None
 
-    def _caller(self, scope: Scope) -> TokenRecord | None:
-        return self._operator(caller_token(scope))  # a browser's cookie: reads only
+    async def _caller(self, scope: Scope) -> TokenRecord | None:
+        return await self._operator(caller_token(scope))  # a browser's cookie: reads only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -88,7 +91,7 @@ class OperatorAuth:
         if scope["type"] != "http" or not protects(scope["method"], scope.get("path", ""), self.protect_reads):
             await self.app(scope, receive, send)
             return
-        caller = self._caller(scope)
+        caller = await self._caller(scope)
         if caller is None:
             if scope.get("path") == browser.DASHBOARD_PATH and scope["method"] == "GET":
                 await browser.login_page()(scope, receive, send)  # a person in a browser: a form
@@ -107,7 +110,7 @@ class OperatorAuth:
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /dashboard/login``: a known operator token becomes the browser's cookie."""
         token = await browser.form_token(scope, receive)
-        if token is None or self._operator(token) is None:
+        if token is None or await self._operator(token) is None:
             await browser.login_page("unknown or revoked token")(scope, receive, send)
             return
         await browser.logged_in(token, secure=scope.get("scheme") == "https")(scope, receive, send)
