@@ -129,7 +129,8 @@ class CentralStateCollector(Collector):
         """Node id → digests it owns, in one pass over the placements (``owned_by`` per
         node would cost nodes × chunks on a large fleet)."""
         owned: dict[str, set[str]] = {}
-        for manifest in self._rollouts.active_versions():
+        # The last refresh's versions: re-planning here would read the store on the loop.
+        for manifest in self._desired.manifests:
             for digest, owners in self._placement.placement(manifest.key).items():
                 for owner in owners:
                     owned.setdefault(owner, set()).add(digest)
