@@ -53,7 +53,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         await self._authorize(context, node.node_id)
         if (refusal := _refusal(node)) is not None:
             await abort(context, BadRequest(refusal))
-        answer = self._edges.register(node_from_pb(node))
+        answer = await self._edges.register(node_from_pb(node))
         return registry_pb2.RegisterReply(
             accepted=True,
             message="registered",
@@ -67,7 +67,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnregisterReply:
         await self._authorize(context, request.node_id)
-        self._edges.unregister(request.node_id)
+        await self._edges.unregister(request.node_id)
         return registry_pb2.UnregisterReply()
 
     async def GetManifest(

@@ -59,16 +59,17 @@ class EdgeHandlers:
         self._partitions = partitions
         #: Who is calling, by node token (None: node credentials are not required).
         self.guard = NodeGuard(node_tokens, calls) if node_tokens is not None else None
+        self._calls = calls
 
-    def register(self, record: NodeRecord) -> Registration:
+    async def register(self, record: NodeRecord) -> Registration:
         """Put a node on the ring (again)."""
-        self._directory.register(record)
+        await self._directory.admit(record, self._calls)
         partitions, partition = self._partitions(record.node_id)
         return Registration(self._signer.public_key, self._signer.endorsements, partitions, partition)
 
-    def unregister(self, node_id: str) -> None:
+    async def unregister(self, node_id: str) -> None:
         """Take a node off the ring; its chunks get new owners."""
-        self._directory.unregister(node_id)
+        await self._directory.release(node_id, self._calls)
 
     async def manifest(self, caller: str | None, name: str, version: str) -> Manifest:
         """A version's manifest; with credentials only one of the caller's desired state,
