@@ -65,7 +65,7 @@ bench: $(STAMP)  ## the benchmarks at full size; JSON in bench/out/, the report 
 	$(PY) -m bench.failover --json bench/out/failover.json
 	$(PY) -m bench.heartbeat_scale --nodes 10000 --rate 1 --json bench/out/heartbeat_scale.json
 	bash scripts/ensure_apt.sh postgresql:pg_ctlcluster
-	$(PY) -m bench.central_ha --nodes 10000 --json bench/out/central_ha.json
+	$(PY) -m bench.central_ha --nodes 10000 --pg-restart --json bench/out/central_ha.json
 	$(PY) -m bench.autonomy --json bench/out/autonomy.json
 	$(PY) -m bench.rollout --edges 8 --json bench/out/rollout.json
 	$(PY) -m bench.generate_fleet --json bench/out/generate_fleet.json

@@ -43,6 +43,7 @@ import httpx
 import numpy as np
 import psycopg
 
+from bench import _ha_pg_restart
 from bench._fleet import sigterm_raises, write_result
 from bench._ha_seal import seal_keys
 from bench._replicas import ReplicatedFleet, replica_env
@@ -394,6 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-s", type=float, default=0.5, help="The replicas' ha.tick_s (for the grace at the end).")
     p.add_argument("--sim-procs", type=int, default=2)
     p.add_argument("--connections", type=int, default=4)
+    p.add_argument(
+        "--pg-restart", action="store_true", help="Also /healthz while PostgreSQL restarts (bench._ha_pg_restart)."
+    )
+    _ha_pg_restart.add_arguments(p)
     return p
 
 
@@ -412,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with sigterm_raises():
         result = run(args)
+        if args.pg_restart:
+            _ha_pg_restart.merge_into(result, _ha_pg_restart.run(args))
     print_table(result)
     return write_result(args.json, result)
 

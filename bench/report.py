@@ -164,6 +164,10 @@ FIGURES: dict[tuple[str, str], Figure] = {
     ("central_ha", "heartbeat_share_max_over_mean"): Figure(
         "heartbeat_share_max_over_mean", "<=", "heartbeats per replica, max / mean", "{partitions} partitions"
     ),
+    ("central_ha", "healthz_p99_ms_during_pg_restart"): Figure(
+        "healthz_p99_ms_during_pg_restart", "<=", "/healthz p99 while PostgreSQL restarts (ms)",
+        "store calls on the event loop (before): {healthz_p99_ms_before} ms",
+    ),
     ("sites", "wan_ratio_max"): Figure(
         "wan_ratio_max", "<=", "worst site's WAN bytes in / model size",
         "sites ignored (one ring): {baseline_wan_ratio_max:.2f}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from central.auth.tokens import OPERATOR_ROLES
 from central.dashboard import DashboardService, DashboardSources
@@ -43,6 +43,7 @@ from central.rollout.previewer import RolloutPreviewer
 from central.rollout.promotion import PromotionWatch
 from central.settings import CentralSettings
 from central.storage.factory import open_storage
+from central.storage.offload import StoreCalls
 from fleetwire.manifest import KIND_DECODER, KIND_TENSOR, Manifest
 from fleetwire.mqtt.payloads import Event
 from fleetwire.tls import client_ssl_context
@@ -73,6 +74,8 @@ class Central:
         self._storage = storage = open_storage(settings)
         self._fresh = storage.fresh
         self.blobs, self.store = storage.blobs, storage.metadata
+        #: Where the transports' store calls run: worker threads, never the event loop.
+        self.store_calls = StoreCalls(settings.store.threads)
         self.blobs.remove_temp_files()
         self._events = create_event_log(settings.events, storage.events)
         self.staging = Staging(data / "staging", settings.max_upload_bytes, settings.min_free_disk_bytes)
@@ -90,6 +93,7 @@ class Central:
             _pipeline(settings, self),
             on_change=self._changed_here,
             transaction=storage.transaction,
+            calls=self.store_calls,
         )
         self.registry.remove_orphan_blobs()
         self._membership(settings)
@@ -109,6 +113,7 @@ class Central:
             origin=self.origin,
             partitions=self.mode.heartbeat_partitions,
             node_tokens=self._storage.node_tokens,
+            calls=self.store_calls,
         )
 
     def _membership(self, settings: CentralSettings) -> None:
@@ -210,7 +215,7 @@ class Central:
             self.gateway,
             routing,
             read_timeout_s=g.text_read_timeout_s,
-            names=lambda: [m.name for m in self.registry.list_models()],
+            names=self._model_names,
             catalog=self.registry.describe,
         )
 
@@ -255,23 +260,27 @@ class Central:
                 record_event=record,
             ),
             rollouts=RolloutHandlers(self._rollouts, self._drift, self._promotion),
-            health=HealthHandlers(self.store.reachable, self.mqtt, self.mode),
+            health=HealthHandlers(self.store.reachable, self.mqtt, self.mode, self.store_calls),
             gateway=self.gateway,
             metrics=self._metrics,
             dashboard=self.dashboard,
             operator_tokens=self._storage.operator_tokens,
+            store_calls=self.store_calls,
             catalog=GatedCatalog(self.registry.describe, self._reader_check()),
             text=self.text_gateway,
         )
 
-    def _reader_check(self) -> Callable[[str | None], bool] | None:
+    async def _model_names(self) -> list[str]:
+        return [m.name for m in await self.registry.list_models()]
+
+    def _reader_check(self) -> Callable[[str | None], Awaitable[bool]] | None:
         """With ``auth.protect_reads``: whether a token is an operator's (any role); else None."""
         auth, tokens = self.settings.auth, self._storage.operator_tokens
         if not (auth.enabled and auth.protect_reads) or tokens is None:
             return None
 
-        def is_reader(token: str | None) -> bool:
-            record = tokens.verify(token) if token else None
+        async def is_reader(token: str | None) -> bool:
+            record = await self.store_calls(tokens.verify, token) if token else None
             return record is not None and record.role in OPERATOR_ROLES
 
         return is_reader
@@ -310,7 +319,6 @@ class Central:
             placement=self.placement,
             desired=self._desired,
             registry=self.registry,
-            blobs=self.blobs,
             origin=self.origin,
             gateway=self.gateway,
             rollouts=self._rollouts,
@@ -391,6 +399,7 @@ class Central:
         self._rollouts.close()
         self.liveness.close()
         self.mode.close()
+        self.store_calls.close()  # after the transports stopped: no call is left to start
         self.store.close()
         for tokens in (self._storage.operator_tokens, self._storage.node_tokens):
             if tokens is not None:

@@ -447,6 +447,10 @@ class StoreSettings(BaseModel):
     """PostgreSQL connections each central keeps at most."""
     connect_timeout_s: float = Field(10.0, gt=0)
     """How long central waits for PostgreSQL at start-up (and for a pooled connection) before giving up."""
+    threads: int = Field(8, ge=0, le=256)
+    """Worker threads that run central's store calls off the event loop, so a slow or restarting
+    database never stalls /healthz or the gateway. 0 runs them on the loop (the old behaviour;
+    only bench._ha_pg_restart's baseline sets it)."""
 
     @field_validator("url")
     @classmethod

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from central.auth.tokens import Role
 from central.errors import PermissionDenied, Unauthenticated
+from central.storage.offload import INLINE, StoreCalls
 from central.storage.protocols import Tokens
 from fleetwire.credentials import bearer_from_metadata
 
@@ -26,23 +27,25 @@ _QUOTE = 80
 class NodeGuard:
     """The one check every Registry method runs before doing anything."""
 
-    def __init__(self, store: Tokens) -> None:
+    def __init__(self, store: Tokens, calls: StoreCalls = INLINE) -> None:
+        """``calls``: where the token look-ups run (worker threads: a PostgreSQL store is a query)."""
         self.store = store
+        self._calls = calls
 
-    def caller(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    async def caller(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
         """The node id the call's token is bound to; Unauthenticated without a valid one."""
         token = bearer_from_metadata(metadata)
         if token is None:
             raise Unauthenticated(_MISSING)
-        record = self.store.verify(token)
+        record = await self._calls(self.store.verify, token)
         if record is None or record.role != Role.NODE or not record.node_id:
             raise Unauthenticated(_UNKNOWN)
         return record.node_id
 
-    def authorize(self, metadata: Iterable[tuple[str, str | bytes]] | None, node_id: str | None) -> str:
+    async def authorize(self, metadata: Iterable[tuple[str, str | bytes]] | None, node_id: str | None) -> str:
         """The caller's node id, once it may act as ``node_id`` (None: any node may call;
         empty: the caller itself). PermissionDenied when the ids differ."""
-        caller = self.caller(metadata)
+        caller = await self.caller(metadata)
         if node_id and node_id != caller:
             raise PermissionDenied(
                 f"this node's token is bound to node {caller!r}; it may not act as node {node_id[:_QUOTE]!r}"

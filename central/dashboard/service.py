@@ -87,7 +87,7 @@ class DashboardService:
     async def snapshot(self, rollouts: RolloutSource = _no_rollouts) -> dict[str, Any]:
         """The dashboard document now."""
         listed = await rollouts()
-        return build_snapshot(self._sources, asyncio.get_running_loop().time(), listed)
+        return await build_snapshot(self._sources, asyncio.get_running_loop().time(), listed)
 
     async def _tick_snapshot(self, rollouts: RolloutSource) -> dict[str, Any]:
         """A snapshot for a stream's tick: streams ticking within half an interval of each

@@ -23,7 +23,7 @@ from central.membership.tracker import MembershipTracker
 from central.origin import OriginService
 from central.placement import PlacementService
 from central.registry.service import RegistryService
-from central.storage.protocols import VersionRecord
+from central.storage.protocols import ModelRecord, VersionRecord
 
 __all__ = ["MAX_CHUNK_CELLS", "MAX_EVENTS", "DashboardSources", "build_snapshot", "membership_event"]
 
@@ -125,15 +125,6 @@ def nodes_section(sources: DashboardSources, now: float, placed: Placed) -> list
     ]
 
 
-def recent_versions(registry: RegistryService) -> dict[str, list[VersionRecord]]:
-    """The newest ``MAX_VERSIONS`` versions of every model, newest first."""
-    return {
-        m.name: sorted(registry.list_versions(m.name), key=lambda r: r.seq, reverse=True)[:MAX_VERSIONS]
-        for m in registry.list_models()
-        if m.versions
-    }
-
-
 def _serving(model: str, nodes: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """version -> state -> node ids, from the heartbeats of the nodes not dead."""
     serving: dict[str, dict[str, list[str]]] = {}
@@ -159,10 +150,10 @@ def placed_versions(placement: PlacementService, versions: dict[str, list[Versio
 
 
 def models_section(
-    registry: RegistryService, versions: dict[str, list[VersionRecord]], placed: Placed, nodes: list[dict[str, Any]]
+    models: list[ModelRecord], versions: dict[str, list[VersionRecord]], placed: Placed, nodes: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Models with their newest versions (which are placed on the fleet) and where each stands."""
-    latest = {m.name: m for m in registry.list_models()}
+    latest = {m.name: m for m in models}
     return [
         {
             "name": name,
@@ -233,16 +224,19 @@ def central_section(sources: DashboardSources) -> dict[str, Any]:
     }
 
 
-def build_snapshot(sources: DashboardSources, loop_now: float, rollouts: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages)."""
-    versions = recent_versions(sources.registry)
+async def build_snapshot(
+    sources: DashboardSources, loop_now: float, rollouts: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The whole document; ``loop_now`` is the tracker loop's ``time()`` (state ages). The
+    registry is read first, in a store worker (the newest ``MAX_VERSIONS`` of each model)."""
+    models, versions = await sources.registry.recent(MAX_VERSIONS)
     placed = placed_versions(sources.placement, versions)
     nodes = nodes_section(sources, loop_now, placed)
     return {
         "ts": time.time(),
         "central": central_section(sources),
         "nodes": nodes,
-        "models": models_section(sources.registry, versions, placed, nodes),
+        "models": models_section(models, versions, placed, nodes),
         "language_models": language_models_section(versions, nodes),
         "placement": placement_section(placed),
         "rollouts": rollouts,

@@ -91,6 +91,11 @@ class DesiredStateService:
         self._notifications: set[asyncio.Task[None]] = set()
 
     @property
+    def manifests(self) -> list[Manifest]:
+        """The active versions as of the last ``refresh``."""
+        return self._manifests
+
+    @property
     def generation(self) -> int:
         """Bumped by every change."""
         return self._generation

@@ -6,7 +6,7 @@ adapts the membership tracker (alive nodes and the models their heartbeats repor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -14,7 +14,7 @@ from fleetwire.manifest import Manifest
 
 #: ``(model, version)`` → the stored manifest of that version (None: the model's newest) and
 #: every stored version of the model, or None when the registry has no such model or version.
-ModelCatalog = Callable[[str, str | None], tuple[Manifest, list[str]] | None]
+ModelCatalog = Callable[[str, str | None], Awaitable[tuple[Manifest, list[str]] | None]]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ answered by that node, to anyone, as the gateway is open by design."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from central.gateway.candidates import ModelCatalog
 
@@ -19,14 +19,16 @@ __all__ = ["GatedCatalog"]
 class GatedCatalog:
     """The registry's ``describe``, for every caller or (``is_reader`` set) for readers only."""
 
-    def __init__(self, describe: ModelCatalog, is_reader: Callable[[str | None], bool] | None = None) -> None:
+    def __init__(
+        self, describe: ModelCatalog, is_reader: Callable[[str | None], Awaitable[bool]] | None = None
+    ) -> None:
         """``is_reader(token)``: whether a bearer token (None: none shown) is an operator's;
         None: reads are open, everyone is described everything stored."""
         self._describe = describe
         self._is_reader = is_reader
 
-    def for_caller(self, token: str | None) -> ModelCatalog | None:
+    async def for_caller(self, token: str | None) -> ModelCatalog | None:
         """The catalog this caller may read, or None (it is told only what nodes serve)."""
-        if self._is_reader is None or self._is_reader(token):
+        if self._is_reader is None or await self._is_reader(token):
             return self._describe
         return None

@@ -85,9 +85,9 @@ def catalog_metadata(manifest: Manifest, versions: list[str]) -> dict[str, Any]:
     }
 
 
-def _not_served(model: str, version: str | None, suffix: str, catalog: ModelCatalog | None) -> GatewayResponse:
+async def _not_served(model: str, version: str | None, suffix: str, catalog: ModelCatalog | None) -> GatewayResponse:
     """The registry's metadata of a model no node serves; 404 for its config or an unknown model."""
-    found = catalog(model, version) if catalog is not None and suffix == "" else None
+    found = await catalog(model, version) if catalog is not None and suffix == "" else None
     if found is None:
         return json_answer({"error": f"{_what(model, version)} is not served by any alive node"}, 404)
     return json_answer(catalog_metadata(*found))
@@ -103,7 +103,7 @@ async def node_document(
         return invalid
     candidates = proxy.router.order(model, version)
     if not candidates:
-        return _not_served(model, version, suffix, catalog)
+        return await _not_served(model, version, suffix, catalog)
     timeout = httpx.Timeout(proxy.read_timeout_s, connect=proxy.connect_timeout_s)
     path = _model_path(model, version, suffix)
     reason = ""

@@ -244,11 +244,11 @@ class GatewayProxy:
         finally:
             self.outstanding -= 1
 
-    def unknown(self, model: str, version: str | None) -> GatewayResponse | None:
+    async def unknown(self, model: str, version: str | None) -> GatewayResponse | None:
         """A 404 when the catalog has never heard of ``model`` (``version``); None otherwise."""
-        if self._catalog is None or self._catalog(model, version) is not None:
+        if self._catalog is None or await self._catalog(model, version) is not None:
             return None
-        if version is not None and self._catalog(model, None) is not None:
+        if version is not None and await self._catalog(model, None) is not None:
             return _error(404, f"model {model!r} has no version {version!r}")
         return _error(404, f"unknown model {model!r}")
 
@@ -284,7 +284,7 @@ class GatewayProxy:
             return refusal
         candidates = self.router.order(model, version, key)
         if not candidates:
-            return self.unknown(model, version) or self._unavailable(
+            return await self.unknown(model, version) or self._unavailable(
                 model, version, self._no_candidates_reason(model, version), None
             )
         rows = request_rows(request_body, _header_length(lowered))

@@ -26,7 +26,7 @@ tried before the first chunk, and as many again after each node that streamed so
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -114,7 +114,7 @@ class TextGateway:
         routing: TextRouting,
         *,
         read_timeout_s: float = 60.0,
-        names: Callable[[], Iterable[str]] | None = None,
+        names: Callable[[], Awaitable[Iterable[str]]] | None = None,
         catalog: ModelCatalog | None = None,
     ) -> None:
         """``names`` (every model central's registry holds) and ``catalog`` (a version's
@@ -126,7 +126,7 @@ class TextGateway:
         self._names = names
         self._catalog = catalog
 
-    def language_models(self) -> list[dict[str, Any]]:
+    async def language_models(self) -> list[dict[str, Any]]:
         """OpenAI's model objects of every language model some live node serves: the
         registry's versions of kind ``decoder`` that a node reports ready."""
         source = self.proxy.router.source
@@ -134,10 +134,10 @@ class TextGateway:
             names = sorted(self.routing.loads.language_models())
             return [_model_object(n, 0) for n in names if source.candidates(n, None)]
         out = []
-        for name in sorted(set(self._names())):
-            described = self._catalog(name, None)
+        for name in sorted(set(await self._names())):
+            described = await self._catalog(name, None)
             for version in reversed(described[1] if described is not None else []):
-                found = self._catalog(name, version)
+                found = await self._catalog(name, version)
                 if found is not None and found[0].is_language_model and source.candidates(name, version):
                     out.append(_model_object(name, _unix(found[0].created_at)))
                     break
@@ -197,7 +197,7 @@ class TextGateway:
             raise StreamBroken(reason)
         if refusal is not None:
             raise refusal
-        if not tried and self.proxy.unknown(call.model, None) is not None:
+        if not tried and await self.proxy.unknown(call.model, None) is not None:
             raise TextRefused(_json(404, call.shaper.error(404, f"unknown model {call.model!r}", "model_not_found")))
         self.proxy.stats.unavailable += 1
         message = f"no node can serve model {call.model!r}: {reason}"

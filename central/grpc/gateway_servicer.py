@@ -87,7 +87,7 @@ class GatewayInferenceServicer(grpc_predict_v2_pb2_grpc.GRPCInferenceServiceServ
         return pb.ModelReadyResponse(ready=answer.status == 200)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
-        catalog = self.catalog.for_caller(_bearer(context)) if self.catalog is not None else None
+        catalog = await self.catalog.for_caller(_bearer(context)) if self.catalog is not None else None
         answer = await node_document(self.proxy, request.name, _version_of(request.version), "", catalog)
         body = answer.body
         if answer.status != 200:

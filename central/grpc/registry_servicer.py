@@ -41,7 +41,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         if self._guard is None:
             return None
         try:
-            return self._guard.authorize(context.invocation_metadata(), node_id)
+            return await self._guard.authorize(context.invocation_metadata(), node_id)
         except CentralError as exc:
             await abort(context, exc)
             raise  # not reached: abort raises
@@ -53,7 +53,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         await self._authorize(context, node.node_id)
         if (refusal := _refusal(node) or _runtime_refusal(request)) is not None:
             await abort(context, BadRequest(refusal))
-        answer = self._edges.register(node_from_pb(request))
+        answer = await self._edges.register(node_from_pb(request))
         return registry_pb2.RegisterReply(
             accepted=True,
             message="registered",
@@ -67,7 +67,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
         self, request: registry_pb2.UnregisterRequest, context: grpc.aio.ServicerContext
     ) -> registry_pb2.UnregisterReply:
         await self._authorize(context, request.node_id)
-        self._edges.unregister(request.node_id)
+        await self._edges.unregister(request.node_id)
         return registry_pb2.UnregisterReply()
 
     async def GetManifest(
@@ -75,7 +75,7 @@ class RegistryServicer(registry_pb2_grpc.RegistryServicer):
     ) -> common_pb2.Manifest:
         caller = await self._authorize(context, None)
         try:
-            manifest = self._edges.manifest(caller, request.name, request.version)
+            manifest = await self._edges.manifest(caller, request.name, request.version)
         except CentralError as exc:
             await abort(context, exc)
         return manifest_to_pb(manifest)

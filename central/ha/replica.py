@@ -71,6 +71,9 @@ class Replica:
         self._flush_task: asyncio.Task[None] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
         self._sync_handle: asyncio.TimerHandle | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+        #: The newest generation the watcher reported (a sync under way may have read an older one).
+        self._wanted_gen = 0
         self._last_sync = 0.0
         self._config_gen = -1
         self._written_placement: dict[str, Any] | None = None
@@ -85,7 +88,7 @@ class Replica:
     async def start(self, *, http_url: str, grpc_address: str) -> None:
         """Read the fleet, join the replicas (leadership, partitions) and follow the generation."""
         s = self._settings
-        self._sync_now()
+        await self._sync_now()
         self.control = ControlThread(
             lambda relay: ReplicaControl(
                 self._url,
@@ -116,6 +119,9 @@ class Replica:
         if self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         await self._flush()
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            await asyncio.gather(self._sync_task, return_exceptions=True)
         if self.control is not None:
             await self.control.stop()
         await self._watcher.stop()
@@ -295,34 +301,45 @@ class Replica:
     # ----------------------------------------------------------------- fleet in
 
     def _on_generation(self, gen: int) -> None:
-        if gen <= self.view.gen or self._sync_handle is not None or self._closed:
+        self._wanted_gen = max(self._wanted_gen, gen)
+        if gen <= self.view.gen or self._sync_handle is not None or self._sync_task is not None or self._closed:
             return
         wait = max(0.0, self._last_sync + _SYNC_MIN_INTERVAL_S - time.monotonic())
         self._sync_handle = asyncio.get_running_loop().call_later(wait, self._sync_soon)
 
     def _sync_soon(self) -> None:
         self._sync_handle = None
+        self._sync_task = asyncio.get_running_loop().create_task(self._sync())
+
+    async def _sync(self) -> None:
+        """One sync; again when a newer generation came while it read (the watcher reports each once)."""
         try:
-            self._sync_now()
-        except Exception as exc:  # the store is away: try again (the watcher reports a generation once)
+            await self._sync_now()
+        except Exception as exc:  # the store is away: try again
             self.write_errors += 1
             log.warning("reading the fleet state failed: %s; retrying", exc)
             if not self._closed:
                 self._sync_handle = asyncio.get_running_loop().call_later(1.0, self._sync_soon)
+            return
+        finally:
+            self._sync_task = None
+        if self._wanted_gen > self.view.gen:
+            self._on_generation(self._wanted_gen)
 
-    def _sync_now(self) -> None:
+    async def _sync_now(self) -> None:
         """Re-read what changed in the fleet state; mirror the ring (when registrations or deaths
-        changed it) and re-read rollouts; then re-place."""
+        changed it) and re-read rollouts; then re-place. The read runs in a worker thread: a
+        snapshot of a large fleet, or a wait for a restarting PostgreSQL, never holds the loop."""
         self._last_sync = time.monotonic()
         if not self.view.gen:
-            snap = self.fleet.snapshot()
-            if snap is None:
+            snap = await asyncio.to_thread(self.fleet.snapshot)
+            if snap is None or self._closed:
                 return
             self.view.apply(snap)
             ring_changed = replan = True
         else:
-            changes = self.fleet.changes(self.view.gen)
-            if changes is None:
+            changes = await asyncio.to_thread(self.fleet.changes, self.view.gen)
+            if changes is None or self._closed:
                 return
             ring_changed = self.view.apply_changes(changes)
             replan = ring_changed or changes.placement is not None or changes.config_gen != self._config_gen

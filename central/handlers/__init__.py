@@ -15,6 +15,7 @@ from central.handlers.health import HealthHandlers
 from central.handlers.registry import PushOptions, PushRequest, RegistryHandlers
 from central.handlers.rollouts import RolloutHandlers
 from central.observability import CentralMetrics
+from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
 
 __all__ = [
@@ -45,6 +46,8 @@ class ApiHandlers:
     dashboard: DashboardService
     #: The REST API's operator tokens (``auth.enabled``), else None.
     operator_tokens: Tokens | None
+    #: Where the API's own store calls (the operator tokens') run: off the event loop.
+    store_calls: StoreCalls
     #: The gateway's description of models no node serves (readers only with ``protect_reads``).
     catalog: GatedCatalog
     #: The gateway's text APIs (OpenAI-compatible, OIP generate) over ``gateway``.

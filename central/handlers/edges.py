@@ -16,6 +16,7 @@ from central.membership.nodes import NodeDirectory, NodeRecord
 from central.origin import OriginService
 from central.registry.service import RegistryService, check_name
 from central.registry.signing import ManifestSigner
+from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
 from fleetwire.manifest import Manifest
 from fleetwire.signing import KeyEndorsement
@@ -45,9 +46,11 @@ class EdgeHandlers:
         origin: OriginService,
         partitions: Callable[[str], tuple[int, int]],
         node_tokens: Tokens | None,
+        calls: StoreCalls,
     ) -> None:
         """``partitions(node_id)``: the fleet mode's heartbeat partitions; ``node_tokens``: set
-        when ``auth.nodes_required`` (every call then names its node by token)."""
+        when ``auth.nodes_required`` (every call then names its node by token); ``calls``: where
+        the token look-ups run."""
         self._directory = directory
         self._signer = signer
         self._desired = desired
@@ -55,25 +58,26 @@ class EdgeHandlers:
         self._origin = origin
         self._partitions = partitions
         #: Who is calling, by node token (None: node credentials are not required).
-        self.guard = NodeGuard(node_tokens) if node_tokens is not None else None
+        self.guard = NodeGuard(node_tokens, calls) if node_tokens is not None else None
+        self._calls = calls
 
-    def register(self, record: NodeRecord) -> Registration:
+    async def register(self, record: NodeRecord) -> Registration:
         """Put a node on the ring (again)."""
-        self._directory.register(record)
+        await self._directory.admit(record, self._calls)
         partitions, partition = self._partitions(record.node_id)
         return Registration(self._signer.public_key, self._signer.endorsements, partitions, partition)
 
-    def unregister(self, node_id: str) -> None:
+    async def unregister(self, node_id: str) -> None:
         """Take a node off the ring; its chunks get new owners."""
-        self._directory.unregister(node_id)
+        await self._directory.release(node_id, self._calls)
 
-    def manifest(self, caller: str | None, name: str, version: str) -> Manifest:
+    async def manifest(self, caller: str | None, name: str, version: str) -> Manifest:
         """A version's manifest; with credentials only one of the caller's desired state,
         refused before the lookup so that the answer tells nothing about what else is stored."""
         key = (check_name("model name", name), check_name("version", version))
         if caller is not None and not self._desired.allows_version(caller, key):
             raise PermissionDenied(f"{key[0]}:{key[1]} is not in the desired state of node {caller!r}")
-        return self._registry.get(*key).manifest
+        return (await self._registry.get(*key)).manifest
 
     def chunk(self, digest: str, requester: str, failed: set[str], *, verified: bool) -> AsyncIterator[bytes]:
         """An origin chunk in pieces, metered (``verified``: the requester is the token's node)."""

@@ -7,21 +7,28 @@ from typing import Any
 
 from central.fleet_mode import FleetMode
 from central.mqtt.consumer import MembershipConsumer
+from central.storage.offload import StoreCalls
 
 
 class HealthHandlers:
     """``/readyz`` and ``/api/v1/replicas``."""
 
     def __init__(
-        self, store_reachable: Callable[[], bool], consumer: MembershipConsumer | None, mode: FleetMode
+        self,
+        store_reachable: Callable[[], bool],
+        consumer: MembershipConsumer | None,
+        mode: FleetMode,
+        calls: StoreCalls,
     ) -> None:
+        """``calls``: where the store check runs (a worker thread: it may wait for the pool)."""
         self._store_reachable = store_reachable
+        self._calls = calls
         self._consumer = consumer
         self._mode = mode
 
-    def readiness(self) -> dict[str, Any]:
+    async def readiness(self) -> dict[str, Any]:
         """The store, the broker link (when MQTT is on) and the fleet mode's own checks."""
-        checks: dict[str, bool] = {"store": self._store_reachable()}
+        checks: dict[str, bool] = {"store": await self._calls(self._store_reachable)}
         if self._consumer is not None:
             checks["broker"] = self._consumer.connected
         mode_checks, body = self._mode.readiness()

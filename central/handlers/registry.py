@@ -107,9 +107,9 @@ class RegistryHandlers:
         self._desired = desired
         self._record_event = record_event
 
-    def check_push(self, name: str, version: str | None) -> None:
+    async def check_push(self, name: str, version: str | None) -> None:
         """Refuse a push before its body is read (bad name, version taken)."""
-        self._registry.check_request(name, version)
+        await self._registry.check_request(name, version)
 
     async def push(
         self, name: str, pushed: PushRequest, options: PushOptions, *, activate: bool, actor: str
@@ -140,22 +140,20 @@ class RegistryHandlers:
             self._rollouts.activated(name, m.version, actor)
         return {"manifest": m.model_dump(), "report": result.report}
 
-    def describe(self, name: str, version: str | None) -> tuple[Manifest, list[str]] | None:
+    async def describe(self, name: str, version: str | None) -> tuple[Manifest, list[str]] | None:
         """The gateway's catalog: a version's manifest (None: the newest) and every stored
         version of the model; None when the model or that version is unknown."""
-        return self._registry.describe(name, version)
+        return await self._registry.describe(name, version)
 
-    def list_models(self) -> list[dict[str, Any]]:
+    async def list_models(self) -> list[dict[str, Any]]:
         """Every model: name, latest version, how many versions, and what the latest serves
         (``artifact``; ``served_reason`` when it is FP32 because INT8 could not be served)."""
-        return [self._model_summary(vars(m)) for m in self._registry.list_models()]
+        return [self._model_summary(vars(m), r.manifest if r else None) for m, r in await self._registry.latest()]
 
-    def _model_summary(self, model: dict[str, Any]) -> dict[str, Any]:
-        """The model's row with its newest version's served artifact and why it is FP32."""
-        try:
-            manifest = self._registry.get(model["name"], model["latest"]).manifest if model.get("latest") else None
-        except NotFound:  # deleted since the list was read
-            manifest = None
+    @staticmethod
+    def _model_summary(model: dict[str, Any], manifest: Manifest | None) -> dict[str, Any]:
+        """The model's row with its newest version's served artifact and why it is FP32
+        (``manifest`` None: the model's newest version was deleted since the list was read)."""
         artifact = manifest.artifact if manifest else None
         return {
             **model,
@@ -165,13 +163,13 @@ class RegistryHandlers:
             "served_reason": served_reason(manifest) if manifest else None,
         }
 
-    def list_versions(self, name: str) -> list[dict[str, Any]]:
+    async def list_versions(self, name: str) -> list[dict[str, Any]]:
         """The versions of one model, oldest first."""
-        return [version_summary(r) for r in self._registry.list_versions(name)]
+        return [version_summary(r) for r in await self._registry.list_versions(name)]
 
-    def manifest(self, name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
+    async def manifest(self, name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
         """The served manifest of a version, or that of one of its artifacts."""
-        record = self._registry.get(name, version)
+        record = await self._registry.get(name, version)
         if artifact is None:
             return record.manifest.model_dump()
         if artifact not in record.artifacts:

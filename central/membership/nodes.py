@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from central.placement import PlacementService, RingMember
+from central.storage.offload import StoreCalls
 from fleetwire.runtime_limits import RuntimeLimits
 from fleetwire.transfer import DEFAULT_SITE
 
@@ -116,6 +117,15 @@ class NodeDirectory:
     def register(self, record: NodeRecord) -> None:
         """Add or update a node and put it on the ring."""
         self._sink.put(record)  # first: a failed write registers nobody
+        self._registered(record)
+
+    async def admit(self, record: NodeRecord, calls: StoreCalls) -> None:
+        """``register``, with the sink's write (a replica's, to PostgreSQL) in a store worker:
+        an edge's ``Register`` never holds the event loop while the store answers, or does not."""
+        await calls(self._sink.put, record)
+        self._registered(record)
+
+    def _registered(self, record: NodeRecord) -> None:
         self._apply(record)
         log.info("node %s registered (%s)", record.node_id, record.grpc_address)
         self._on_change()
@@ -147,6 +157,14 @@ class NodeDirectory:
     def unregister(self, node_id: str) -> bool:
         """Remove a node; its chunks get new owners. False if it was unknown."""
         self._sink.remove(node_id)
+        return self._left(node_id)
+
+    async def release(self, node_id: str, calls: StoreCalls) -> bool:
+        """``unregister``, with the sink's write in a store worker (see ``admit``)."""
+        await calls(self._sink.remove, node_id)
+        return self._left(node_id)
+
+    def _left(self, node_id: str) -> bool:
         if not self._drop(node_id):
             return False
         log.info("node %s left", node_id)

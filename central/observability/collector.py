@@ -19,10 +19,9 @@ from central.membership.failover import FailoverCoordinator
 from central.membership.tracker import MembershipTracker
 from central.origin import OriginService
 from central.placement import PlacementService
-from central.registry.service import RegistryService
+from central.registry.service import RegistryService, RegistryUsage
 from central.rollout import RolloutService
 from central.rollout.model import NodeProgress, RolloutState
-from central.storage.protocols import ChunkBlobs
 
 __all__ = ["CentralStateCollector"]
 
@@ -62,7 +61,6 @@ class CentralStateCollector(Collector):
         placement: PlacementService,
         desired: DesiredStateService,
         registry: RegistryService,
-        blobs: ChunkBlobs,
         origin: OriginService,
         gateway: GatewayProxy,
         rollouts: RolloutService,
@@ -76,10 +74,16 @@ class CentralStateCollector(Collector):
         self._placement = placement
         self._desired = desired
         self._registry_service = registry
-        self._blobs = blobs
+        #: The registry's figures as last read (``refresh``): the store is read off the loop,
+        #: before a scrape, never inside ``collect`` (which runs on it).
+        self._usage: RegistryUsage | None = None
         self._origin = origin
         self._gateway = gateway
         self._rollouts = rollouts
+
+    async def refresh(self) -> None:
+        """Read the registry's figures (in a store worker): a scrape awaits this first."""
+        self._usage = await self._registry_service.usage()
 
     def collect(self) -> Iterable[Metric]:
         """Every family, read now."""
@@ -125,19 +129,21 @@ class CentralStateCollector(Collector):
         """Node id → digests it owns, in one pass over the placements (``owned_by`` per
         node would cost nodes × chunks on a large fleet)."""
         owned: dict[str, set[str]] = {}
-        for manifest in self._rollouts.active_versions():
+        # The last refresh's versions: re-planning here would read the store on the loop.
+        for manifest in self._desired.manifests:
             for digest, owners in self._placement.placement(manifest.key).items():
                 for owner in owners:
                     owned.setdefault(owner, set()).add(digest)
         return owned
 
     def _registry(self) -> Iterator[Metric]:
-        models = self._registry_service.list_models()
-        yield _gauge("modelfleet_registry_models", "Models in the registry.", len(models))
-        yield _gauge("modelfleet_registry_versions", "Model versions in the registry.", sum(m.versions for m in models))
-        count, size = self._blobs.usage()
-        yield _gauge("modelfleet_registry_blobs", "Chunk blobs stored by central.", count)
-        yield _gauge("modelfleet_registry_blob_bytes", "Bytes of chunk blobs stored by central.", size)
+        u = self._usage
+        if u is None:  # never read yet (a collect without a scrape's refresh)
+            return
+        yield _gauge("modelfleet_registry_models", "Models in the registry.", u.models)
+        yield _gauge("modelfleet_registry_versions", "Model versions in the registry.", u.versions)
+        yield _gauge("modelfleet_registry_blobs", "Chunk blobs stored by central.", u.blobs)
+        yield _gauge("modelfleet_registry_blob_bytes", "Bytes of chunk blobs stored by central.", u.blob_bytes)
 
 
 def _membership(tracker: MembershipTracker) -> Iterator[Metric]:

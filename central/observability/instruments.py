@@ -45,6 +45,7 @@ class CentralMetrics:
     def __init__(self, state: CentralStateCollector, gateway: GatewayProxy, membership: MembershipTracker) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(state)
+        self._state = state
         self._requests = Counter(
             "modelfleet_gateway_requests",
             "Inference requests answered by the gateway, by model and outcome"
@@ -69,6 +70,10 @@ class CentralMetrics:
         self._children: dict[tuple[str, str], Any] = {}
         gateway.observer = self.gateway_request
         membership.subscribe(self._on_transition)
+
+    async def refresh(self) -> None:
+        """Read what comes from the stores (off the loop); a scrape awaits this, then collects."""
+        await self._state.refresh()
 
     def gateway_request(self, model: str, status: int, seconds: float) -> None:
         """Record one answered gateway request (called on every request: cached children)."""

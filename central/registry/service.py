@@ -21,11 +21,22 @@ from typing import Any
 from central.errors import Conflict, InvalidName, NotFound
 from central.registry.pipeline import PushContext, PushPipeline
 from central.registry.staging import StagedUpload
+from central.storage.offload import INLINE, StoreCalls
 from central.storage.protocols import ChunkBlobs, MetadataStore, ModelRecord, VersionExists, VersionRecord
 from fleetwire import names
 from fleetwire.manifest import Manifest
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RegistryUsage:
+    """What the registry holds, for the metrics."""
+
+    models: int
+    versions: int
+    blobs: int
+    blob_bytes: int
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,8 @@ def check_name(kind: str, value: str) -> str:
 
 
 class RegistryService:
-    """Model versions: stored, listed, deleted."""
+    """Model versions: stored, listed, deleted. Its async methods await the store through
+    ``calls`` (worker threads), never on the event loop."""
 
     def __init__(
         self,
@@ -54,10 +66,13 @@ class RegistryService:
         pipeline: PushPipeline,
         on_change: Callable[[], None],
         transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
+        calls: StoreCalls = INLINE,
     ) -> None:
         """``transaction``: opens one transaction of the storage (``Storage.transaction``), so a
-        version and what a push writes beside it (its activation) commit together."""
+        version and what a push writes beside it (its activation) commit together. ``calls``:
+        where store calls run (``Central``'s worker threads; inline for tools and tests)."""
         self.store = store
+        self._calls = calls
         self._transaction = transaction
         self.blobs = blobs
         self.pipeline = pipeline
@@ -65,12 +80,12 @@ class RegistryService:
         # Deletes garbage-collect blobs; a push that reuses a blob must not race that.
         self._mutation = asyncio.Lock()
 
-    def check_request(self, name: str, version: str | None) -> None:
+    async def check_request(self, name: str, version: str | None) -> None:
         """Refuse a bad name, bad label or taken version before the body is read."""
         check_name("model name", name)
         if version:
             check_name("version", version)
-            self.ensure_new(name, version)
+            await self.ensure_new(name, version)
 
     def _next_free_version(self, name: str) -> str:
         seq = self.store.next_seq(name)
@@ -78,9 +93,9 @@ class RegistryService:
             seq += 1
         return str(seq)
 
-    def ensure_new(self, name: str, version: str) -> None:
+    async def ensure_new(self, name: str, version: str) -> None:
         """409 when the version exists already."""
-        if self.store.get_version(name, version) is not None:
+        if await self._calls(self.store.get_version, name, version) is not None:
             raise Conflict(f"model {name!r} already has a version {version!r}")
 
     async def push(
@@ -109,10 +124,10 @@ class RegistryService:
         """
         work_dir: Path | None = None
         try:
-            self.check_request(name, version)
+            await self.check_request(name, version)
             async with self._mutation:
-                label = version or self._next_free_version(name)
-                self.ensure_new(name, label)
+                label: str = version if version else await self._calls(self._next_free_version, name)
+                await self.ensure_new(name, label)
                 # Beside the upload's directory, not in it: the upload holds the model's files only.
                 work_dir = Path(tempfile.mkdtemp(dir=upload.directory.parent, prefix="push-"))
                 ctx = PushContext(
@@ -163,31 +178,62 @@ class RegistryService:
         referenced = self.store.referenced_digests()
         return sum(self.blobs.delete(d) for d in list(self.blobs.digests()) if d not in referenced)
 
-    def list_models(self) -> list[ModelRecord]:
+    async def list_models(self) -> list[ModelRecord]:
         """Every model."""
-        return self.store.list_models()
+        return await self._calls(self.store.list_models)
 
-    def list_versions(self, name: str) -> list[VersionRecord]:
+    async def list_versions(self, name: str) -> list[VersionRecord]:
         """Versions of one model; 404 if it has none."""
         check_name("model name", name)
-        versions = self.store.list_versions(name)
+        versions = await self._calls(self.store.list_versions, name)
         if not versions:
             raise NotFound(f"unknown model {name!r}")
         return versions
 
-    def get(self, name: str, version: str) -> VersionRecord:
+    async def get(self, name: str, version: str) -> VersionRecord:
         """One version; 404 if unknown."""
         check_name("model name", name)
         check_name("version", version)
-        record = self.store.get_version(name, version)
+        record = await self._calls(self.store.get_version, name, version)
         if record is None:
             raise NotFound(f"model {name!r} has no version {version!r}")
         return record
 
-    def describe(self, name: str, version: str | None) -> tuple[Manifest, list[str]] | None:
+    async def latest(self) -> list[tuple[ModelRecord, VersionRecord | None]]:
+        """Every model with its newest version (None if deleted since the list was read), read
+        in one worker call."""
+        return await self._calls(self._latest)
+
+    def _latest(self) -> list[tuple[ModelRecord, VersionRecord | None]]:
+        return [(m, self.store.get_version(m.name, m.latest) if m.latest else None) for m in self.store.list_models()]
+
+    async def recent(self, limit: int) -> tuple[list[ModelRecord], dict[str, list[VersionRecord]]]:
+        """Every model, and the newest ``limit`` versions of each (newest first), read in one
+        worker call (the dashboard's)."""
+        return await self._calls(self._recent, limit)
+
+    def _recent(self, limit: int) -> tuple[list[ModelRecord], dict[str, list[VersionRecord]]]:
+        models = self.store.list_models()
+        versions = {
+            m.name: sorted(self.store.list_versions(m.name), key=lambda r: r.seq, reverse=True)[:limit]
+            for m in models
+            if m.versions
+        }
+        return models, versions
+
+    async def usage(self) -> RegistryUsage:
+        """How many models and versions are stored, and the blobs' count and bytes (one worker call)."""
+        return await self._calls(self._usage)
+
+    def _usage(self) -> RegistryUsage:
+        models = self.store.list_models()
+        blobs, size = self.blobs.usage()
+        return RegistryUsage(len(models), sum(m.versions for m in models), blobs, size)
+
+    async def describe(self, name: str, version: str | None) -> tuple[Manifest, list[str]] | None:
         """The served manifest of ``version`` (None: the model's newest) and the names of every
         stored version, oldest first; None when the model or that version is unknown."""
-        records = self.store.list_versions(name)
+        records = await self._calls(self.store.list_versions, name)
         found = records[-1] if records and version is None else next((r for r in records if r.version == version), None)
         return None if found is None else (found.manifest, [r.version for r in records])
 
@@ -195,10 +241,10 @@ class RegistryService:
         """Delete a version and its unshared blobs (every file of every artifact: ``unique_chunks``
         covers data files and alternatives). Whether the fleet serves it is the rollouts' to say
         (``RolloutService.check_deletable``), checked by the caller first."""
-        record = self.get(name, version)
+        record = await self.get(name, version)
         async with self._mutation:
-            await asyncio.to_thread(self.store.delete_version, name, version)
-            referenced = await asyncio.to_thread(self.store.referenced_digests)
+            await self._calls(self.store.delete_version, name, version)
+            referenced = await self._calls(self.store.referenced_digests)
             for artifact in {**record.artifacts, "_served": record.manifest}.values():
                 for chunk in artifact.unique_chunks():
                     if chunk.digest not in referenced:

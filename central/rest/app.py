@@ -21,20 +21,21 @@ from central.rest.registry_routes import create_registry_router
 from central.rest.rollout_routes import create_rollout_router
 from central.rest.text_routes import create_text_router
 from central.settings import AuthSettings, CentralSettings
+from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
 from fleetwire.body_deadline import BodyDeadline
 
 log = logging.getLogger(__name__)
 
 
-def _install_auth(app: FastAPI, auth: AuthSettings, store: Tokens | None) -> None:
+def _install_auth(app: FastAPI, auth: AuthSettings, store: Tokens | None, calls: StoreCalls) -> None:
     """Operator tokens (``auth.enabled``): outermost, so a refused write reads no body."""
     if not auth.enabled:
         return
     assert store is not None  # opened with the stores when auth is enabled
     if not store.records():
         log.warning("auth is on but %s holds no token: create one with `modelfleet token create`", store.location)
-    app.add_middleware(OperatorAuth, store=store, protect_reads=auth.protect_reads)
+    app.add_middleware(OperatorAuth, store=store, calls=calls, protect_reads=auth.protect_reads)
     _declare_auth(app, auth.protect_reads)
 
 
@@ -72,7 +73,7 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     # Inside auth (a refused write takes no slot), around the whole push: the slot is held
     # until the response ends, streamed (?progress=ndjson) or not, whatever ends it.
     app.add_middleware(UploadLimit, limit=settings.max_concurrent_uploads)
-    _install_auth(app, settings.auth, handlers.operator_tokens)
+    _install_auth(app, settings.auth, handlers.operator_tokens, handlers.store_calls)
     # Outermost: every body, the gateway's included, arrives within body_timeout_s (a push:
     # between two pieces) or the client gets 408 and the connection closes.
     app.add_middleware(
@@ -89,7 +90,11 @@ def create_app(handlers: ApiHandlers, settings: CentralSettings) -> FastAPI:
     app.include_router(create_fleet_router(handlers.fleet, handlers.health))
     app.include_router(create_metrics_router(handlers.metrics))
     auth, tokens = settings.auth, handlers.operator_tokens
-    guard = stream_guard(tokens) if auth.enabled and auth.protect_reads and tokens is not None else None
+    guard = (
+        stream_guard(tokens, handlers.store_calls)
+        if auth.enabled and auth.protect_reads and tokens is not None
+        else None
+    )
     app.include_router(create_dashboard_router(handlers.dashboard, guard))
     app.include_router(create_rollout_router(handlers.rollouts))
     if settings.gateway.enabled:

@@ -9,7 +9,6 @@ show its token in a cookie instead, for reads only (``central.rest.browser_login
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
@@ -18,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord
 from central.rest import browser_login as browser
+from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
 from fleetwire.credentials import parse_bearer
 
@@ -71,10 +71,12 @@ def operator_record(store: Tokens, token: str | None) -> TokenRecord | None:
     return record if record is not None and record.role in OPERATOR_ROLES else None
 
 
-def stream_guard(store: Tokens) -> Callable[[Request], tuple[Callable[[], Awaitable[bool]], str] | None]:
+def stream_guard(
+    store: Tokens, calls: StoreCalls
+) -> Callable[[Request], tuple[Callable[[], Awaitable[bool]], str] | None]:
     """For a long response (the dashboard's event stream) that ``OperatorAuth`` let in with a
-    credential: a check it repeats (is that token still an operator's? off the event loop:
-    PostgreSQL is a blocking call) and the token's name for its log. None for a request
+    credential: a check it repeats (is that token still an operator's? through ``calls``, off
+    the event loop: PostgreSQL is a blocking call) and the token's name for its log. None for a request
     that showed no credential (reads open)."""
 
     def guard(request: Request) -> tuple[Callable[[], Awaitable[bool]], str] | None:
@@ -83,7 +85,7 @@ def stream_guard(store: Tokens) -> Callable[[Request], tuple[Callable[[], Awaita
             return None
 
         async def still_allowed() -> bool:
-            return await asyncio.to_thread(operator_record, store, token) is not None
+            return await calls(operator_record, store, token) is not None
 
         return still_allowed, f"token {actor_of(request)!r}"
 
@@ -93,16 +95,18 @@ def stream_guard(store: Tokens) -> Callable[[Request], tuple[Callable[[], Awaita
 class OperatorAuth:
     """ASGI middleware: 401 without a known token, 403 for a viewer's write."""
 
-    def __init__(self, app: ASGIApp, store: Tokens, protect_reads: bool = False) -> None:
+    def __init__(self, app: ASGIApp, store: Tokens, calls: StoreCalls, protect_reads: bool = False) -> None:
+        """``calls``: where token look-ups run (worker threads: a PostgreSQL store is a query)."""
         self.app = app
         self.store = store
+        self._calls = calls
         self.protect_reads = protect_reads
 
-    def _operator(self, token: str | None) -> TokenRecord | None:
-        return operator_record(self.store, token)
+    async def _operator(self, token: str | None) -> TokenRecord | None:
+        return await self._calls(operator_record, self.store, token) if token is not None else None
 
-    def _caller(self, scope: Scope) -> TokenRecord | None:
-        return self._operator(caller_token(scope))  # a browser's cookie: reads only
+    async def _caller(self, scope: Scope) -> TokenRecord | None:
+        return await self._operator(caller_token(scope))  # a browser's cookie: reads only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -115,7 +119,7 @@ class OperatorAuth:
         if scope["type"] != "http" or not protects(scope["method"], scope.get("path", ""), self.protect_reads):
             await self.app(scope, receive, send)
             return
-        caller = self._caller(scope)
+        caller = await self._caller(scope)
         if caller is None:
             if scope.get("path") == browser.DASHBOARD_PATH and scope["method"] == "GET":
                 await browser.login_page()(scope, receive, send)  # a person in a browser: a form
@@ -134,7 +138,7 @@ class OperatorAuth:
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /dashboard/login``: a known operator token becomes the browser's cookie."""
         token = await browser.form_token(scope, receive)
-        if token is None or self._operator(token) is None:
+        if token is None or await self._operator(token) is None:
             await browser.login_page("unknown or revoked token")(scope, receive, send)
             return
         await browser.logged_in(token, secure=scope.get("scheme") == "https")(scope, receive, send)

@@ -22,7 +22,7 @@ def create_fleet_router(fleet: FleetHandlers, health: HealthHandlers) -> APIRout
     async def readyz() -> JSONResponse:
         """Ready to take traffic: the broker link (when MQTT is on) and, on a replica, the
         control session and the fleet feed are up; says leadership and owned partitions."""
-        body = health.readiness()
+        body = await health.readiness()
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @router.get("/api/v1/replicas")

@@ -174,16 +174,16 @@ def _metadata_router(proxy: GatewayProxy, catalog: GatedCatalog | None = None) -
     async def server_metadata() -> Response:
         return _response(json_answer(document))
 
-    def readable(request: Request) -> ModelCatalog | None:
-        return catalog.for_caller(caller_token(request.scope)) if catalog is not None else None
+    async def readable(request: Request) -> ModelCatalog | None:
+        return await catalog.for_caller(caller_token(request.scope)) if catalog is not None else None
 
     @router.get("/v2/models/{name}", responses=_DOCUMENT)
     async def metadata(name: str, request: Request) -> Response:
-        return _response(await node_document(proxy, name, None, "", readable(request)))
+        return _response(await node_document(proxy, name, None, "", await readable(request)))
 
     @router.get("/v2/models/{name}/versions/{v}", responses=_DOCUMENT)
     async def version_metadata(name: str, v: str, request: Request) -> Response:
-        return _response(await node_document(proxy, name, v, "", readable(request)))
+        return _response(await node_document(proxy, name, v, "", await readable(request)))
 
     @router.get("/v2/models/{name}/config", responses=_DOCUMENT)
     async def config(name: str) -> Response:

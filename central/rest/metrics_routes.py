@@ -17,7 +17,8 @@ def create_metrics_router(metrics: CentralMetrics) -> APIRouter:
 
     @router.get("/metrics", include_in_schema=False)
     async def scrape() -> Response:
-        # On the loop on purpose: the collector reads loop-owned state (tracker, ring).
+        await metrics.refresh()  # the registry's figures, read in a store worker
+        # Collected on the loop on purpose: the collector reads loop-owned state (tracker, ring).
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -50,11 +50,11 @@ def create_registry_router(registry: RegistryHandlers) -> APIRouter:
 
     @router.get("/models")
     async def list_models() -> list[dict[str, Any]]:
-        return registry.list_models()
+        return await registry.list_models()
 
     @router.get("/models/{name}/versions")
     async def list_versions(name: str) -> list[dict[str, Any]]:
-        return registry.list_versions(name)
+        return await registry.list_versions(name)
 
     @router.post("/models/{name:anyname}/versions", status_code=201, response_model=None, responses=PUSH_RESPONSES)
     async def push(name: str, request: Request) -> dict[str, Any] | Response:
@@ -65,7 +65,7 @@ def create_registry_router(registry: RegistryHandlers) -> APIRouter:
         (.npz), ``version``, ``labels`` and ``keep_fp32`` fields. Streamed to disk, never held
         in memory; ``max_upload_bytes`` counts every file."""
         query = request.query_params
-        registry.check_push(name, query.get("version"))
+        await registry.check_push(name, query.get("version"))
         activate = parse_flag("activate", query.get("activate") or "true")
         options = push_options(query)  # threshold, dim: quantization options
         actor = actor_of(request)
@@ -80,7 +80,7 @@ def create_registry_router(registry: RegistryHandlers) -> APIRouter:
 
     @router.get("/models/{name}/versions/{version}", response_model=Manifest)
     async def get_manifest(name: str, version: str, artifact: str | None = None) -> dict[str, Any]:
-        return registry.manifest(name, version, artifact)
+        return await registry.manifest(name, version, artifact)
 
     @router.delete("/models/{name}/versions/{version}", status_code=204)
     async def delete_version(name: str, version: str, request: Request) -> Response:

@@ -122,7 +122,7 @@ def create_text_router(proxy: GatewayProxy, text: TextGateway) -> APIRouter:
 
     @router.get("/v1/models", responses=OPENAI_ERRORS)
     async def models() -> Response:
-        return JSONResponse({"object": "list", "data": text.language_models()})
+        return JSONResponse({"object": "list", "data": await text.language_models()})
 
     @router.post("/v1/completions", responses=OPENAI_ERRORS)
     async def completions(request: Request) -> Response:

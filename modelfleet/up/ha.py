@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from modelfleet.up.errors import UpError
 from modelfleet.up.ports import PortPlan, available
 from modelfleet.up.postgres import PostgresInstance, postgres_bindir
 from modelfleet.up.s3server import S3_SERVER, S3Server
+from modelfleet.up.secure import SecureFleet
 from modelfleet.up.services import CENTRAL_READY, Service, central_args
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "share_signing_key",
     "shared_state",
     "spawn_replicas",
+    "store_tokens",
     "wait_replicas",
 ]
 
@@ -112,12 +114,33 @@ def share_signing_key(source_dir: Path, replica_dirs: list[Path]) -> None:
                 (target / name).unlink(missing_ok=True)
 
 
+def store_tokens(state: SharedState, secure: SecureFleet) -> None:
+    """``--secure``: the admin and node tokens into the replicas' PostgreSQL, where replicated
+    centrals keep them (a new database each run, so new tokens, written to the token files)."""
+    from central.storage.tokens import open_token_store  # the [postgres] extra, checked above
+
+    operators = open_token_store(state.store_url, Path(), "operator")
+    nodes = open_token_store(state.store_url, Path(), "node")
+    try:
+        secure.store_tokens(operators, nodes)
+    finally:
+        operators.close()
+        nodes.close()
+
+
 def spawn_replicas(
-    group: ChildGroup, ports: PortPlan, data_dir: Path, broker: str, state: SharedState, count: int = REPLICAS
+    group: ChildGroup,
+    ports: PortPlan,
+    data_dir: Path,
+    broker: str,
+    state: SharedState,
+    count: int = REPLICAS,
+    secure_env: Callable[[str], dict[str, str]] | None = None,
 ) -> list[Child]:
     """Start ``count`` replicas at once, each in ``data_dir/replicas/<id>``. The first takes
     the planned central ports (8080 and 50051 by default, so the usual URLs work), the others
-    free ones: each binds its own and names them on its ready line."""
+    free ones: each binds its own and names them on its ready line. ``secure_env(replica_id)``:
+    ``--secure``'s settings of that replica (its own MQTT login and certificate)."""
     ids = replica_ids(count)
     dirs = [data_dir / "replicas" / rid for rid in ids]
     share_signing_key(data_dir / "central", dirs)
@@ -125,7 +148,8 @@ def spawn_replicas(
     for i, (rid, replica_dir) in enumerate(zip(ids, dirs, strict=True)):
         http, grpc = (available(ports.central_http), available(ports.central_grpc)) if i == 0 else (0, 0)
         args = [*central_args(replica_dir, http, grpc, broker), "--replica-id", rid]
-        children.append(group.spawn_modelfleet(rid, args, state.central_env()))
+        env = {**state.central_env(), **(secure_env(rid) if secure_env is not None else {})}
+        children.append(group.spawn_modelfleet(rid, args, env))
     return children
 
 

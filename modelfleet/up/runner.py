@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from rich.markup import escape
 
@@ -79,14 +79,6 @@ class UpOptions(BaseModel):
         PortPlan.build(1, value)  # raises ValueError with the allowed range
         return value
 
-    @model_validator(mode="after")
-    def _ha_is_not_secure_yet(self) -> UpOptions:
-        # --secure gives central one MQTT login, and Mosquitto binds client ids to logins:
-        # three replicas on it would close each other's sessions in turn.
-        if self.ha and self.secure:
-            raise ValueError("--ha and --secure cannot be combined yet: the replicas would share one MQTT login")
-        return self
-
 
 def run_up(options: UpOptions, steps: Steps) -> int:
     """Bring the fleet up, report, wait or exit; returns the exit code (0, 1, or 130)."""
@@ -126,7 +118,8 @@ def _bring_up(
     secure = None
     if options.secure:
         with steps.step("credentials (CA and certificates, tokens, MQTT users)") as step:
-            secure = prepare(data.root / "secure", data.root / "central", edge_ids(options.edges))
+            ids = ha.replica_ids() if options.ha else None  # one MQTT login and certificate each
+            secure = prepare(data.root / "secure", data.root / "central", edge_ids(options.edges), ids)
             step.detail = f"in {secure.root}"
     broker, centrals, edges, model, state = _start(options, data, group, shared, steps, secure)
     central = centrals[0]  # the demo talks to the first replica; they share one registry
@@ -184,7 +177,10 @@ def _start(
         with steps.step("PostgreSQL and S3 for the replicas") as step:
             state = shared.enter_context(ha.shared_state(group))
             step.detail = f"PostgreSQL on port {state.postgres.port}, bucket {state.bucket} on {state.s3.endpoint}"
-        central_children = ha.spawn_replicas(group, ports, data.root, broker.address, state)
+            if secure is not None:
+                ha.store_tokens(state, secure)
+        secure_env = secure.central_env if secure is not None else None
+        central_children = ha.spawn_replicas(group, ports, data.root, broker.address, state, secure_env=secure_env)
     else:
         state = None
         central_env = secure.central_env() if secure is not None else None

@@ -57,7 +57,7 @@ def _heartbeat(broker: MosquittoBroker) -> dict[str, Any]:
 
 def _replica(server: CentralServer) -> dict[str, Any]:
     """What ``/readyz`` says about the replica (leadership, epoch, partitions)."""
-    return dict(server.central.handlers.health.readiness()["replica"])
+    return dict(server.central.mode.readiness()[1]["replica"])
 
 
 def _leaders(replicas: list[CentralServer]) -> list[str]:

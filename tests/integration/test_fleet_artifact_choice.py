@@ -136,8 +136,9 @@ async def _infer(edge: EdgeServer) -> None:
 
 
 def _chunks_of(server: CentralServer, artifact: str) -> set[str]:
-    manifest = server.central.registry.get("m", "1").manifest
-    found = manifest.artifact_named(artifact)
+    record = server.central.store.get_version("m", "1")
+    assert record is not None
+    found = record.manifest.artifact_named(artifact)
     assert found is not None
     return {c.digest for c in found.all_chunks()}
 

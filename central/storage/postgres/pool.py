@@ -5,13 +5,13 @@ here, so every store is migrated the same way whichever of them opens first."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from central.storage.offload import request_wait
 from central.storage.postgres.migrate import apply_migrations
 
 
@@ -31,30 +31,23 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-#: The longest an event-loop thread waits for a pooled connection. Most of central's store calls
-#: are quick and made on the loop; while PostgreSQL is away each would otherwise wait the full
-#: pool timeout (seconds) and freeze every request of the process, ``/readyz`` included.
+#: The longest a request's thread (the event loop's, or a ``StoreCalls`` worker's) waits for a
+#: pooled connection. While PostgreSQL is away a request would otherwise wait the full pool
+#: timeout (seconds): on the loop that froze every request of the process, ``/readyz``
+#: included; in a worker it would hold the worker and answer the client late.
 ON_LOOP_WAIT_S = 0.25
-#: What an event-loop thread waits once the pool's last connection attempt failed: only for a
+#: What a request's thread waits once the pool's last connection attempt failed: only for a
 #: connection that is ready now (a zero timeout would refuse even that).
 _REFUSED_WAIT_S = 0.01
 _RECONNECT_SERIES_S = 2.0
 
 
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 class LoopSafePool(ConnectionPool[Any]):
-    """A pool whose waits are short on an event-loop thread: there it gives up after
-    :data:`ON_LOOP_WAIT_S`, or at once when its last attempt to connect failed (PostgreSQL is
-    down or restarting), so an outage costs the loop milliseconds per call, not the pool
-    timeout. Worker threads (``asyncio.to_thread``, the push pipeline) wait the full timeout as
-    before, so a request that can afford to wait still rides out a restart."""
+    """A pool whose waits are short on a request's thread (``offload.request_wait``): there it
+    gives up after :data:`ON_LOOP_WAIT_S`, or at once when its last attempt to connect failed
+    (PostgreSQL is down or restarting), so an outage costs a request milliseconds and a 503,
+    not the pool timeout. Other threads (the push pipeline's commit) wait the full timeout as
+    before, so work that can afford to wait still rides out a restart."""
 
     def __init__(self, conninfo: str, **kwargs: Any) -> None:
         self.last_connect_failed = False
@@ -86,8 +79,8 @@ class LoopSafePool(ConnectionPool[Any]):
             return False
 
     def getconn(self, timeout: float | None = None) -> Any:
-        """A connection; on an event-loop thread, within a short wait (see the class)."""
-        if not _on_event_loop():
+        """A connection; on a request's thread, within a short wait (see the class)."""
+        if not request_wait():
             return super().getconn(timeout)
         wait = _REFUSED_WAIT_S if self.last_connect_failed else ON_LOOP_WAIT_S
         try:

@@ -44,7 +44,7 @@ async def snapshot_of(tmp_path: Path, tracker: MembershipTracker, nodes: NodeDir
             shared=LocalMode().shared_liveness,
             replicas=LocalMode().replicas,
         )
-        return build_snapshot(sources, asyncio.get_running_loop().time(), None)
+        return await build_snapshot(sources, asyncio.get_running_loop().time(), None)
     finally:
         await gateway.close()
         tracker.close()

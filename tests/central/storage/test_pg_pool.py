@@ -1,6 +1,6 @@
-"""The pool central's PostgreSQL stores share: an event loop never waits long for it while the
-server is away, a worker thread still waits the full timeout, and the pool finds a restarted
-server as soon as someone asks."""
+"""The pool central's PostgreSQL stores share: an event loop (or a ``StoreCalls`` worker, which
+serves a request) never waits long for it while the server is away, another thread still waits
+the full timeout, and the pool finds a restarted server as soon as someone asks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import pytest
 from psycopg_pool import PoolTimeout
 
+from central.storage.offload import StoreCalls
 from central.storage.postgres.pool import ON_LOOP_WAIT_S, LoopSafePool, open_pool
 from modelfleet.up.postgres import PostgresInstance
 
@@ -38,6 +39,26 @@ def _query_on_loop(pool: LoopSafePool) -> float:
     return asyncio.run(run())
 
 
+def _query_in_store_worker(pool: LoopSafePool) -> str:
+    """The error a ``SELECT 1`` run through ``StoreCalls`` fails with (it must fail), and the
+    name of the thread it ran on."""
+
+    def select() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+
+    async def run() -> str:
+        calls = StoreCalls(2)
+        try:
+            with pytest.raises(PoolTimeout) as failed:
+                await calls(select)
+            return str(failed.value)
+        finally:
+            calls.close()
+
+    return asyncio.run(run())
+
+
 def test_an_outage_costs_the_loop_milliseconds_a_thread_the_full_wait_and_a_restart_is_found_at_once(
     postgres: PostgresInstance, postgres_url: str
 ) -> None:
@@ -54,6 +75,9 @@ def test_an_outage_costs_the_loop_milliseconds_a_thread_the_full_wait_and_a_rest
             assert not pool.reachable()
             later = [_query_on_loop(pool) for _ in range(5)]
             assert max(later) < 0.2, later  # known down: only a connection ready now would do
+            # A store worker serves a request: the same short wait (the pool's own refusal, not
+            # psycopg's "couldn't get a connection after 3.00 sec").
+            assert "PostgreSQL pool 't'" in _query_in_store_worker(pool)
             t0 = time.monotonic()
             with pytest.raises(PoolTimeout, match=r"after 3\.00 sec"), pool.connection() as conn:
                 conn.execute("SELECT 1")  # off the loop: the full wait, as before
