@@ -71,15 +71,17 @@ def operator_record(store: Tokens, token: str | None) -> TokenRecord | None:
     return record if record is not None and record.role in OPERATOR_ROLES else None
 
 
-def stream_guard(
-    store: Tokens, calls: StoreCalls
-) -> Callable[[Request], tuple[Callable[[], Awaitable[bool]], str] | None]:
+#: What ``stream_guard`` gives a stream: a check it repeats and the credential's name for its log.
+StreamCheck = tuple[Callable[[], Awaitable[bool]], str]
+
+
+def stream_guard(store: Tokens, calls: StoreCalls) -> Callable[[Request], StreamCheck | None]:
     """For a long response (the dashboard's event stream) that ``OperatorAuth`` let in with a
     credential: a check it repeats (is that token still an operator's? through ``calls``, off
-    the event loop: PostgreSQL is a blocking call) and the token's name for its log. None for a request
-    that showed no credential (reads open)."""
+    the event loop: PostgreSQL is a blocking call) and the token's name for its log. None for
+    a request that showed no credential (reads open)."""
 
-    def guard(request: Request) -> tuple[Callable[[], Awaitable[bool]], str] | None:
+    def guard(request: Request) -> StreamCheck | None:
         token = caller_token(request.scope)
         if token is None:
             return None
