@@ -319,18 +319,21 @@ class Replica:
             if snap is None:
                 return
             self.view.apply(snap)
-            ring_changed = replan = True
+            ring_changed = replan = config_changed = True
         else:
             changes = self.fleet.changes(self.view.gen)
             if changes is None:
                 return
             ring_changed = self.view.apply_changes(changes)
-            replan = ring_changed or changes.placement is not None or changes.config_gen != self._config_gen
+            config_changed = changes.config_gen != self._config_gen
+            replan = ring_changed or changes.placement is not None or config_changed
             self._config_gen = changes.config_gen
         parts = self._parts
         if not replan:
             return  # liveness only: the gateway routes from the view already
         parts.book.reload()
+        if config_changed:  # a rollout step, a push, a decision: what every replica serves from
+            parts.reload_decisions()
         if ring_changed:
             parts.directory.mirror(self.view.members())
         parts.changed()
