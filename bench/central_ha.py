@@ -22,8 +22,9 @@ manifest, and each of its chunks in the bucket).
 Keys: ``replicas``, ``nodes``, ``pushes_acked``, ``pushes_lost``, ``leader_takeover_s`` (kill →
 a live replica reports leading), ``edge_reattach_s_p99`` (kill → the edges that were on the
 killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
-``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``; ``cpu_flags`` and
-``machine`` say where it ran.
+``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``,
+``decisions_lost_on_leader_kill`` (and ``decisions``: its section, ``bench._ha_decisions``,
+on a small fleet of its own after the main run); ``cpu_flags`` and ``machine`` say where it ran.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 import psycopg
 
 from bench._fleet import sigterm_raises, write_result
+from bench._ha_decisions import run_decisions
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
@@ -60,6 +62,7 @@ TARGETS = {
     "missed_deaths": 0,
     "leader_takeover_s": 5.0,
     "heartbeat_share_max_over_mean": 1.25,
+    "decisions_lost_on_leader_kill": 0,
 }
 _WIDTH = 32  # the test MLP's input width
 
@@ -345,6 +348,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 s.send("stop")
             for s in sims:
                 s.stop()
+        decisions = run_decisions(pg, s3, broker, work, _log)
     result: dict[str, Any] = {
         "bench": "central_ha",
         "machine": machine(),
@@ -369,6 +373,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "silenced": len(silent),
         "heartbeats_handled": handled,
         "heartbeat_share_max_over_mean": round(share, 3),
+        "decisions_lost_on_leader_kill": decisions["decisions_lost_on_leader_kill"],
+        "decisions": decisions,
         "errors": errors,
     }
     met = {key: (result[key] <= target) if result[key] is not None else False for key, target in TARGETS.items()}
