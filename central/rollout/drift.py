@@ -242,7 +242,9 @@ class DriftWatch:
         if changed:
             self._on_change()
 
-    def _judge_version(self, key: Key) -> bool:
+    def _judge_version(self, key: Key, *, act: bool = True) -> bool:
+        """Judge ``key``'s counts (the figures the report shows) and, with ``act``, act on the
+        flags; True when a desired state changed."""
         manifest = self._manifest_of(*key)
         if manifest is None:
             return False
@@ -268,7 +270,7 @@ class DriftWatch:
             own = {n: judge_node(counts[n].info, threshold, z) for n in nodes}
             self._nodes.setdefault(key, {}).update(own)
             flagged = nodes if pooled.flagged else [n for n, v in own.items() if v.flagged]
-            if flagged:
+            if flagged and act:
                 verdict = pooled if pooled.flagged else own[flagged[0]]
                 changed |= self._act(key, artifact, flagged, verdict, policy, fleet=pooled.flagged)
         return changed
@@ -302,11 +304,7 @@ class DriftWatch:
         self._emit(Event(type="int8_drift", ts=_ms(), node_id=new[0] if len(new) == 1 else None, detail=detail))
         if policy == "report":
             return False
-        if (
-            policy == "rollback"
-            and fleet
-            and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
-        ):
+        if policy == "rollback" and fleet and self._rolled_back(model, version, verdict):
             try:
                 self._forget(key, self._fence())  # rolled out again later, it is judged afresh
             except Exception as exc:
@@ -317,6 +315,16 @@ class DriftWatch:
         fallback = {"model": model, "version": version, "artifact": REFERENCE, "nodes": new}
         self._emit(Event(type="int8_fallback", ts=_ms(), detail=fallback))
         return True
+
+    def _rolled_back(self, model: str, version: str, verdict: ShadowVerdict) -> bool:
+        """Roll back the rollout that brought the version; False (the nodes fall back instead)
+        when there is none, or the rollback could not be written (another replica wrote the
+        rollout meanwhile, or this one no longer leads)."""
+        try:
+            return self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
+        except Exception as exc:
+            log.warning("%s:%s not rolled back (%s); its flagged nodes fall back to %s", model, version, exc, REFERENCE)
+            return False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -354,6 +362,8 @@ class DriftWatch:
         """What central knows of ``model:version`` on live traffic, per node and pooled."""
         key = (model, version)
         self._pull()
+        if not self._leading():  # the figures as the leader judges them; deciding is the leader's
+            self._judge_version(key, act=False)
         manifest = self._manifest_of(model, version)
         counts = self._counts.get(key, {})
         verdicts = self._nodes.get(key, {})
