@@ -312,7 +312,8 @@ class Replica:
 
     def _sync_now(self) -> None:
         """Re-read what changed in the fleet state; mirror the ring (when registrations or deaths
-        changed it) and re-read rollouts; then re-place."""
+        changed it), re-read rollouts and decisions (when the configuration generation moved:
+        every write of either bumps it); then re-place."""
         self._last_sync = time.monotonic()
         if not self.view.gen:
             snap = self.fleet.snapshot()
@@ -331,8 +332,8 @@ class Replica:
         parts = self._parts
         if not replan:
             return  # liveness only: the gateway routes from the view already
-        parts.book.reload()
-        if config_changed:  # a rollout step, a push, a decision: what every replica serves from
+        if config_changed:  # a rollout step, a push, a decision: only these bump it
+            parts.book.reload()
             parts.reload_decisions()
         if ring_changed:
             parts.directory.mirror(self.view.members())
