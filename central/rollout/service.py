@@ -205,9 +205,17 @@ class RolloutService:
 
     def activated(self, model: str, version: str, actor: str | None = None) -> None:
         """A plain push (by ``actor``): ``version`` is what every node serves now, past rollouts aside."""
-        for r in self._book.in_progress(model):  # one started while the push was running
-            reason = f"superseded by a push of version {version}"
-            self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
+
+        def supersede() -> None:
+            for r in self._book.in_progress(model):  # one started while the push was running
+                reason = f"superseded by a push of version {version}"
+                self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
+
+        try:  # the version is committed already: re-read rather than answer the push with a 409
+            supersede()
+        except StaleRollout:
+            self._book.reload()
+            supersede()
         self._book.set_release(model, version, supersede=True)
 
     def check_deletable(self, model: str, version: str) -> None:
