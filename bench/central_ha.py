@@ -24,7 +24,9 @@ a live replica reports leading), ``edge_reattach_s_p99`` (kill → the edges tha
 killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
 ``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``,
 ``seal_cpu_s_per_change`` (and ``_old``: ``bench._ha_seal`` at ``--nodes``, in process once the
-fleet is down); ``cpu_flags`` and ``machine`` say where it ran.
+fleet is down), ``decisions_lost_on_leader_kill`` (and ``decisions``: its section,
+``bench._ha_decisions``, on a small fleet of its own after the main run); ``cpu_flags`` and
+``machine`` say where it ran.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import psycopg
 from bench import _ha_pg_restart
 from bench._fleet import sigterm_raises, write_result
 from bench._ha_seal import seal_keys
+from bench._ha_decisions import run_decisions
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
@@ -64,6 +67,7 @@ TARGETS = {
     "leader_takeover_s": 5.0,
     "heartbeat_share_max_over_mean": 1.25,
     "seal_cpu_s_per_change": 0.05,
+    "decisions_lost_on_leader_kill": 0,
 }
 _WIDTH = 32  # the test MLP's input width
 
@@ -349,6 +353,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 s.send("stop")
             for s in sims:
                 s.stop()
+        decisions = run_decisions(pg, s3, broker, work, _log)
     result: dict[str, Any] = {
         "bench": "central_ha",
         "machine": machine(),
@@ -374,6 +379,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "heartbeats_handled": handled,
         "heartbeat_share_max_over_mean": round(share, 3),
         **seal_keys(args.nodes),  # central's CPU to seal one fleet-wide change (bench._ha_seal), after the run
+        "decisions_lost_on_leader_kill": decisions["decisions_lost_on_leader_kill"],
+        "decisions": decisions,
         "errors": errors,
     }
     met = {key: (result[key] <= target) if result[key] is not None else False for key, target in TARGETS.items()}

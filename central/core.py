@@ -141,7 +141,8 @@ class Central:
         self.text_gateway = self._text_gateway(settings)
         self._rollouts = self._rollout_service(settings)
         #: Which artifact each hardware class serves, as the first node of the class timed it.
-        self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here)
+        records, counts, mode = self._storage.decisions, self.mode.shadow_counts(), self.mode
+        self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here, records=records)
         #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
         self._drift = DriftWatch(
             self._manifest_of,
@@ -149,6 +150,10 @@ class Central:
             on_change=self._changed_here,
             roll_back=self._rollouts.roll_back_version,
             assigned=self._serves,
+            records=records,
+            counts=counts,
+            leading=lambda: mode.leads(),
+            fence=lambda: mode.leader_epoch(),
         )
         self._rollouts.forced = self._drift.forced
         #: Pending INT8 candidates judged on live traffic; promoted or rejected in a new manifest.
@@ -160,6 +165,8 @@ class Central:
             emit=self._events.record,
             holders=self._holders,
             assigned=self._serves,
+            counts=counts,
+            leading=lambda: mode.leads(),
         )
         self._unsubscribe = [
             self.liveness.watch_heartbeats(self.text_gateway.routing.loads.harvest),
@@ -181,7 +188,9 @@ class Central:
             transaction=self._storage.transaction,
         )
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
-        self._transfer = TransferPolicy(settings.transfer, self._site_of, on_change=self._changed)
+        self._transfer = TransferPolicy(
+            settings.transfer, self._site_of, on_change=self._changed, records=self._storage.decisions
+        )
         self._desired = DesiredStateService(
             self.placement,
             self._rollouts.active_versions,
@@ -235,8 +244,8 @@ class Central:
             on_change=self._changed_here,
             interval_s=r.interval_s,
             stuck_after_s=r.stuck_after_s,
-            reread=lambda: mode.reread(book),
             leading=mode.leads,
+            epoch=mode.leader_epoch,
             flip_rules=FlipRules(r.flip_lead_s, r.flip_max_clock_offset_s, r.flip_max_clock_error_s),
         )
         previewer = RolloutPreviewer(book, self.store, fleet, self.placement, self.directory, self._verdict_artifact)
@@ -294,7 +303,15 @@ class Central:
             book=self._rollout_book,
             controller=self._rollout_controller,
             changed=self._changed,
+            reload_decisions=self._reload_decisions,
         )
+
+    def _reload_decisions(self) -> None:
+        """Another replica stored a decision (or a leader change left this one to judge): take
+        the fallbacks, verdicts and transfer policy as stored."""
+        self._drift.reload()
+        self.verdicts.reload()
+        self._transfer.reload()
 
     def _dashboard_sources(self) -> DashboardSources:
         return DashboardSources(
@@ -397,6 +414,7 @@ class Central:
         self._drift.stop()
         self._promotion.stop()
         self._rollouts.close()
+        self._storage.decisions.close()
         self.liveness.close()
         self.mode.close()
         self.store_calls.close()  # after the transports stopped: no call is left to start

@@ -5,16 +5,22 @@ none of them sets stays unset and the edge keeps its own setting. ``replace`` sw
 whole policy (``PUT /api/v1/transfer``) and calls ``on_change``, which re-sends every
 node its desired state, so a change reaches every connected edge at once.
 
-The policy lives in this process's memory and starts from the ``transfer`` settings:
-a restart goes back to them, and on a replicated central each replica keeps its own
-(the metadata store has no key-value table to share it through yet)."""
+The policy starts from the ``transfer`` settings; a ``replace`` is kept (``DecisionRecords``,
+kind ``transfer``) and wins over them from then on, so a restart keeps it and, on a replicated
+central, every replica takes it at its next read (the write bumps the fleet generation). Two
+operators replacing it at once: the later write wins, as for any ``PUT``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from central.settings import TransferSettings
+from central.storage.memory import MemoryDecisionRecords
+from central.storage.protocols import DecisionRecords
 from fleetwire.transfer import DEFAULT_SITE, TransferCaps
+
+#: The ``DecisionRecords`` kind, and the one key of it.
+KIND, KEY = "transfer", "policy"
 
 
 class TransferPolicy:
@@ -25,11 +31,21 @@ class TransferPolicy:
         settings: TransferSettings,
         site_of: Callable[[str], str | None],
         on_change: Callable[[], None] = lambda: None,
+        records: DecisionRecords | None = None,
     ) -> None:
-        """``site_of(node_id)``: the site a node registered with (None: not registered)."""
+        """``site_of(node_id)``: the site a node registered with (None: not registered);
+        ``records``: where a replaced policy is kept (None: memory only)."""
         self._settings = settings
         self._site_of = site_of
         self._on_change = on_change
+        self._records: DecisionRecords = records if records is not None else MemoryDecisionRecords()
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the stored policy, if an operator ever replaced it."""
+        stored = self._records.load(KIND).get(KEY)
+        if stored is not None:
+            self._settings = TransferSettings.model_validate(stored)
 
     @property
     def settings(self) -> TransferSettings:
@@ -37,7 +53,8 @@ class TransferPolicy:
         return self._settings
 
     def replace(self, settings: TransferSettings) -> None:
-        """Put ``settings`` in force and re-send every node its desired state."""
+        """Store ``settings``, put them in force and re-send every node its desired state."""
+        self._records.write(KIND, {KEY: settings.model_dump(mode="json")})
         self._settings = settings
         self._on_change()
 

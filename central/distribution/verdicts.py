@@ -6,9 +6,11 @@ version, hardware class) and puts it in the desired state of every node of that 
 (``VersionAssignment.verdict``), which then fetches only the chosen artifact instead of
 timing them all. First one wins: a verdict never flips under nodes already serving it.
 
-Kept in memory, bounded (``max_entries``, oldest dropped first) and only for active
-versions: after a restart of central the heartbeats of nodes that serve a version bring
-its verdicts back within one interval (a node that reuses a verdict reports it too).
+Kept (``DecisionRecords``, kind ``verdict``) so that a restart, and on replicas every replica
+and the next leader, keeps each class's verdict: the store, not the process that heard it,
+says which of two racing first verdicts stands (an insert that keeps the first; every replica
+takes it on its next read). In memory only for active versions, bounded (``max_entries``,
+oldest dropped first); the stored rows stay, one per version and class.
 A choice counts only when the node's heartbeat and its registration name the same class,
 so a node cannot speak for a class it did not register with; a verdict is attributed to the
 node whose heartbeat reported it (``from_node`` in a heartbeat is the edge's own story and is
@@ -16,12 +18,18 @@ never believed), so no node can put a verdict in another's name."""
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from central.storage.memory import MemoryDecisionRecords
+from central.storage.protocols import DecisionRecords
 from fleetwire.mqtt.fast import AnyHeartbeat
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["MAX_VERDICTS", "SHARED_SOURCES", "ArtifactVerdict", "VerdictBook"]
 
@@ -31,6 +39,8 @@ MAX_VERDICTS = 4096
 SHARED_SOURCES = frozenset({"measured", "verdict"})
 
 VersionKey = tuple[str, str]
+#: The ``DecisionRecords`` kind.
+KIND = "verdict"
 
 
 @dataclass(frozen=True)
@@ -58,14 +68,29 @@ class VerdictBook:
         registered_class: Callable[[str], str | None],
         on_new: Callable[[], None] | None = None,
         max_entries: int = MAX_VERDICTS,
+        records: DecisionRecords | None = None,
     ) -> None:
         """``registered_class(node_id)``: the class a node registered with (None: unknown);
-        ``on_new``: called after a verdict is first recorded (desired states change)."""
+        ``on_new``: called after a verdict is first recorded (desired states change);
+        ``records``: where verdicts are kept (None: memory only)."""
         self._registered_class = registered_class
         self._on_new = on_new
         self._max = max_entries
+        self._records: DecisionRecords = records if records is not None else MemoryDecisionRecords()
         self._verdicts: dict[tuple[str, str, str], ArtifactVerdict] = {}
         self._active: frozenset[VersionKey] | None = None
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the stored verdicts (of active versions), oldest first."""
+        stored = []
+        for raw_key, body in self._records.load(KIND).items():
+            model, version, _ = json.loads(raw_key)
+            if self._active is None or (model, version) in self._active:
+                stored.append(((model, version), ArtifactVerdict(**body)))
+        stored.sort(key=lambda kv: kv[1].at)
+        verdicts = {(k[0], k[1], v.hardware_class): v for k, v in stored[-self._max :]} if self._max else {}
+        self._verdicts = verdicts
 
     def __len__(self) -> int:
         return len(self._verdicts)
@@ -78,6 +103,14 @@ class VerdictBook:
         """Keep ``verdict`` unless the version is not active or its class has one already."""
         book_key = (key[0], key[1], verdict.hardware_class)
         if book_key in self._verdicts or (self._active is not None and key not in self._active):
+            return False
+        try:
+            stored = self._records.add(KIND, json.dumps(list(book_key)), verdict.as_dict())
+        except Exception as exc:  # the store away: the node reports it again next beat
+            _log.warning("verdict for %s not stored (%s)", book_key, exc)
+            return False
+        if not stored:  # another replica's came first: take that one
+            self.reload()
             return False
         while len(self._verdicts) >= self._max:
             del self._verdicts[next(iter(self._verdicts))]

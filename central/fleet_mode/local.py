@@ -14,7 +14,9 @@ from central.membership.failover import FailoverCoordinator
 from central.membership.nodes import LocalRegistrations, NodeDirectory, NodeSink
 from central.membership.tracker import MembershipTracker
 from central.registry.signing import ManifestSigner
-from central.rollout import DirectoryFleet, RolloutBook, RolloutController
+from central.rollout import DirectoryFleet, RolloutController
+from central.storage.memory import LocalShadowCounts
+from central.storage.protocols import ShadowCounts
 
 
 class TrackerNodeSource:
@@ -34,6 +36,7 @@ class LocalMode:
     def __init__(self) -> None:
         self.registrations: NodeSink = LocalRegistrations()
         self._controller: RolloutController | None = None
+        self._counts = LocalShadowCounts()
 
     def signer(self, data_dir: Path) -> ManifestSigner:
         """This data dir's key (created on first start)."""
@@ -54,8 +57,13 @@ class LocalMode:
     def changed_here(self) -> None:
         """Nobody else to tell."""
 
-    def reread(self, book: RolloutBook) -> None:
-        """Nobody else writes rollouts."""
+    def leader_epoch(self) -> int | None:
+        """No epoch: nobody else decides."""
+        return None
+
+    def shadow_counts(self) -> ShadowCounts:
+        """In memory: this process hears every heartbeat and judges them."""
+        return self._counts
 
     def leads(self) -> bool:
         """Always."""

@@ -19,6 +19,7 @@ from central.mqtt.consumer import MembershipConsumer
 from central.placement import PlacementService
 from central.registry.signing import ManifestSigner
 from central.rollout import DirectoryFleet, RolloutBook, RolloutController
+from central.storage.protocols import ShadowCounts
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class FleetParts:
     controller: RolloutController
     #: Re-read everything and re-place (coalesced by the caller).
     changed: Callable[[], None]
+    #: Re-read the decisions another replica may have written (fallbacks, verdicts, caps).
+    reload_decisions: Callable[[], None] = lambda: None
 
 
 class SharedLiveness(Protocol):
@@ -81,8 +84,12 @@ class FleetMode(Protocol):
         """A change made by this process (a push, a rollout step): tell whoever shares the state."""
         ...
 
-    def reread(self, book: RolloutBook) -> None:
-        """Before a rollout pass: re-read what another process may have changed."""
+    def leader_epoch(self) -> int | None:
+        """The epoch this process's leader decisions are fenced by (None: alone, unfenced)."""
+        ...
+
+    def shadow_counts(self) -> ShadowCounts:
+        """Where heartbeats' shadow counts go to be judged: this process, or the leader."""
         ...
 
     def leads(self) -> bool:

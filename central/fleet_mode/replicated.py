@@ -23,8 +23,10 @@ from central.membership.failover import FailoverCoordinator
 from central.membership.nodes import NodeDirectory, NodeRecord, NodeSink
 from central.membership.tracker import MembershipTracker
 from central.registry.signing import ManifestSigner
-from central.rollout import DirectoryFleet, RolloutBook
+from central.rollout import DirectoryFleet
 from central.settings import CentralSettings
+from central.storage.postgres.shadow_counts import PostgresShadowCounts
+from central.storage.protocols import ShadowCounts
 from fleetwire.mqtt.topics import partition_of
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class ReplicatedMode:
         assert store.url is not None  # the settings require it with ha.replica_id
         self._settings = settings
         self._fleet = FleetStore(store.url, connect_timeout_s=store.connect_timeout_s)
+        self._counts = PostgresShadowCounts(store.url, connect_timeout_s=store.connect_timeout_s)
         self._view = SharedView()
         self.registrations: NodeSink = SharedRegistrations(self._fleet)
         self._replica: Replica  # set by ``steer``, before anything asks
@@ -87,9 +90,13 @@ class ReplicatedMode:
             self._bump_errors += 1
             log.warning("could not bump the fleet generation: %s", exc)
 
-    def reread(self, book: RolloutBook) -> None:
-        """An operator may just have changed a rollout on another replica."""
-        book.reload()
+    def leader_epoch(self) -> int | None:
+        """The epoch this replica was granted the leadership at (None: it does not lead)."""
+        return self._replica.leader_epoch
+
+    def shadow_counts(self) -> ShadowCounts:
+        """PostgreSQL: written by the replica that hears a node, judged by the leader."""
+        return self._counts
 
     def leads(self) -> bool:
         """Whether this replica leads right now."""
@@ -152,3 +159,4 @@ class ReplicatedMode:
         """Release the shared store."""
         self._replica.close()
         self._fleet.close()
+        self._counts.close()

@@ -26,14 +26,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from central.ha.fencing import check_leader_epoch, check_partition_epoch
+from central.storage.postgres.notify import CHANNEL
 from central.storage.postgres.pool import masked_url, open_pool
 
 _log = logging.getLogger(__name__)
 
 __all__ = ["CHANNEL", "LIVENESS_STATES", "FleetChanges", "FleetSnapshot", "FleetStore", "LivenessRow"]
 
-#: The NOTIFY channel; its payload is the new generation (a wake-up only, never the data).
-CHANNEL = "modelfleet_fleet"
 #: What a partition owner may say about a node.
 LIVENESS_STATES = frozenset({"alive", "suspect", "dead"})
 

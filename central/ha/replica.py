@@ -328,7 +328,8 @@ class Replica:
 
     async def _sync_now(self) -> None:
         """Re-read what changed in the fleet state; mirror the ring (when registrations or deaths
-        changed it) and re-read rollouts; then re-place. The read runs in a worker thread: a
+        changed it) and re-read rollouts and decisions (when the configuration generation moved:
+        every write of either bumps it); then re-place. The read runs in a worker thread: a
         snapshot of a large fleet, or a wait for a restarting PostgreSQL, never holds the loop."""
         self._last_sync = time.monotonic()
         if not self.view.gen:
@@ -336,18 +337,21 @@ class Replica:
             if snap is None or self._closed:
                 return
             self.view.apply(snap)
-            ring_changed = replan = True
+            ring_changed = replan = config_changed = True
         else:
             changes = await asyncio.to_thread(self.fleet.changes, self.view.gen)
             if changes is None or self._closed:
                 return
             ring_changed = self.view.apply_changes(changes)
-            replan = ring_changed or changes.placement is not None or changes.config_gen != self._config_gen
+            config_changed = changes.config_gen != self._config_gen
+            replan = ring_changed or changes.placement is not None or config_changed
             self._config_gen = changes.config_gen
         parts = self._parts
         if not replan:
             return  # liveness only: the gateway routes from the view already
-        parts.book.reload()
+        if config_changed:  # a rollout step, a push, a decision: only these bump it
+            parts.book.reload()
+            parts.reload_decisions()
         if ring_changed:
             parts.directory.mirror(self.view.members())
         parts.changed()

@@ -5,7 +5,8 @@ state change is durable before anyone is told about it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from central.rollout.model import Rollout
 from central.rollout.plan import ServingPlan
@@ -27,6 +28,17 @@ class RolloutBook:
         self._latest_versions = latest_versions
         self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}
         self._releases: dict[str, Release] = store.releases()
+        self._fence: int | None = None
+
+    @contextmanager
+    def fenced(self, epoch: int | None) -> Iterator[None]:
+        """Every ``save`` inside is made as the leader at ``epoch`` (None: unfenced): the
+        store refuses it once another replica leads (a controller pass of a deposed leader)."""
+        self._fence = epoch
+        try:
+            yield
+        finally:
+            self._fence = None
 
     def reload(self) -> None:
         """Re-read every rollout and release pointer: another replica of a replicated central
@@ -59,9 +71,11 @@ class RolloutBook:
         return stored
 
     def save(self, rollout: Rollout) -> None:
-        """Persist a changed rollout."""
+        """Persist a changed rollout, then keep it: a write the store refuses (``StaleRollout``:
+        another replica wrote it meanwhile; ``Fenced``: this one no longer leads) leaves the book
+        as it was, and nobody is told of a step that did not happen."""
+        self._store.update(rollout, self._fence)
         self._rollouts[rollout.id] = rollout
-        self._store.update(rollout)
         self._on_write()
 
     def set_release(self, model: str, stable: str | None, *, supersede: bool) -> None:

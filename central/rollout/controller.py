@@ -18,6 +18,7 @@ from central.rollout.fleet import FleetView
 from central.rollout.labels import matches
 from central.rollout.model import Rollout, RolloutState, utc
 from central.rollout.progress import NextStep, choose_canaries, decide, node_progress, retry, settle, tally
+from central.storage.protocols import StaleRollout
 from fleetwire.mqtt.payloads import Event
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,20 @@ class RolloutController:
         interval_s: float = 0.5,
         stuck_after_s: float = 60.0,
         canary_return_s: float = CANARY_RETURN_S,
-        reread: Callable[[], None] | None = None,
         leading: Callable[[], bool] | None = None,
+        epoch: Callable[[], int | None] | None = None,
         flip_rules: flip.FlipRules | None = None,
     ) -> None:
-        """``reread``: called before every pass (a replicated central re-reads the rollouts that
-        an operator may just have changed on another replica); ``leading``: a pass runs only
-        while it says so (a replica that lost the leadership writes nothing more)."""
+        """``leading``: a pass runs only while it says so (a replica that lost the leadership
+        writes nothing more); ``epoch``: the leader epoch every write of a pass is fenced by
+        (a replica paused past its lease, that has not noticed yet, writes nothing either).
+        A pass reads nothing first: a change made on another replica reaches the book through
+        the fleet generation (``RolloutBook.reload``), and a write made on a stale book is
+        refused (``StaleRollout``), re-read, and decided again at the next pass."""
         self._leading = leading
+        self._epoch = epoch
         self.flip_rules = flip_rules or flip.FlipRules()
         self._book = book
-        self._reread = reread
         self._fleet = fleet
         self._emit = emit
         self._on_change = on_change
@@ -96,17 +100,19 @@ class RolloutController:
     def _evaluate_logged(self) -> None:
         try:
             self.evaluate_all()
+        except StaleRollout as exc:  # another replica wrote it: decide again on what it wrote
+            log.info("%s; re-reading the rollouts", exc)
+            self._book.reload()
         except Exception:  # one bad evaluation must not stop the timer
             log.exception("rollout evaluation failed")
 
     def evaluate_all(self, now: float | None = None) -> None:
-        """Evaluate every in-progress rollout once."""
+        """Evaluate every in-progress rollout once, every write fenced by the leader epoch."""
         if self._leading is not None and not self._leading():
             return
-        if self._reread is not None:
-            self._reread()
-        for rollout in self._book.in_progress():
-            self.evaluate(rollout, time.time() if now is None else now)
+        with self._book.fenced(self._epoch() if self._epoch is not None else None):
+            for rollout in self._book.in_progress():
+                self.evaluate(rollout, time.time() if now is None else now)
 
     def evaluate(self, rollout: Rollout, now: float) -> Rollout:
         """Refresh ``rollout``'s progress, act on the verdict, persist what changed."""

@@ -27,12 +27,20 @@ a pooled flag counts only when it still holds with any single node's counts left
 (``judge_fleet``), so one node's counts never flag another; and only a pooled flag rolls back.
 
 Judged every ``interval_s`` over the versions whose counts changed, not per heartbeat: pooling
-per heartbeat would cost O(nodes²) per interval on a large fleet. The fallbacks are kept in
-memory: after a restart an edge serves INT8 again until its counts flag it again."""
+per heartbeat would cost O(nodes²) per interval on a large fleet.
+
+What is decided is kept (``DecisionRecords``): each flag and fallback (``drift_flag``) and the
+baselines a clear or a rollback set (``drift_baseline``), so a restarted central, and on
+replicas the next leader and every replica serving a node's desired state, keeps serving FP32
+where it fell back. Counts travel through ``ShadowCounts``: in memory on a single central;
+between replicas the one that hears a node's heartbeats writes its counts to PostgreSQL and
+only the leader judges (``leading``), pooled over every node, its decisions fenced by its epoch
+(``fence``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -50,6 +58,8 @@ from central.rollout.shadow_judge import (
     pool,
     token_logprob,
 )
+from central.storage.memory import LocalShadowCounts, MemoryDecisionRecords
+from central.storage.protocols import DecisionRecords, ShadowCountRow, ShadowCounts
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
 from fleetwire.mqtt.payloads import Event, ShadowInfo
@@ -61,8 +71,16 @@ POLICY_LABEL = "modelfleet.drift_policy"
 POLICIES = ("fallback", "rollback", "report", "off")
 #: The artifact a fallback serves.
 REFERENCE = "fp32"
+#: The ``DecisionRecords`` kinds and the ``ShadowCounts`` kind of this watch.
+FLAGS = "drift_flag"
+BASELINES = "drift_baseline"
+COUNTS = "drift"
 
 Key = tuple[str, str]
+
+
+def _record_key(model: str, version: str, node_id: str) -> str:
+    return json.dumps([model, version, node_id])
 
 
 @dataclass(frozen=True)
@@ -94,11 +112,25 @@ class DriftWatch:
         roll_back: Callable[[str, str, str], bool],
         assigned: Callable[[str, Key], bool] | None = None,
         interval_s: float = 0.5,
+        records: DecisionRecords | None = None,
+        counts: ShadowCounts | None = None,
+        leading: Callable[[], bool] = lambda: True,
+        fence: Callable[[], int | None] = lambda: None,
     ) -> None:
         """``manifest_of(name, version)``: the stored manifest; ``roll_back(model, version,
         reason)``: roll back the rollout that brought ``version`` (False: there is none);
         ``assigned(node_id, (model, version))``: whether the node is registered and its desired
-        state has it serve that version (None: every reporter is believed, for tests of judging)."""
+        state has it serve that version (None: every reporter is believed, for tests of judging);
+        ``records``: where flags, fallbacks and baselines are kept (None: memory only);
+        ``counts``: how heartbeats' counts reach the judge (None: within this process);
+        ``leading``: whether this process judges now; ``fence``: the epoch it decides at."""
+        self._records: DecisionRecords = records if records is not None else MemoryDecisionRecords()
+        self._feed: ShadowCounts = counts if counts is not None else LocalShadowCounts()
+        self._leading = leading
+        self._fence = fence
+        self._led = False
+        #: (version, node) → (artifact, raw counts) this process last passed on.
+        self._sent: dict[tuple[Key, str], tuple[str, ShadowInfo]] = {}
         self._manifest_of = manifest_of
         self._assigned = assigned
         self._emit = emit
@@ -116,6 +148,26 @@ class DriftWatch:
         #: node → version → the artifact it must serve.
         self._forced: dict[str, dict[Key, str]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the flags, fallbacks and baselines as stored (another replica, or the run before
+        a restart, decided them); counts already held are judged against the new baselines."""
+        flagged: set[tuple[str, str, str]] = set()
+        forced: dict[str, dict[Key, str]] = {}
+        for raw_key, body in self._records.load(FLAGS).items():
+            model, version, node_id = json.loads(raw_key)
+            flagged.add((model, version, node_id))
+            if body.get("serves"):
+                forced.setdefault(node_id, {})[(model, version)] = str(body["serves"])
+        baseline: dict[Key, dict[str, ShadowInfo]] = {}
+        for raw_key, body in self._records.load(BASELINES).items():
+            model, version, node_id = json.loads(raw_key)
+            baseline.setdefault((model, version), {})[node_id] = ShadowInfo.model_validate(body)
+        self._flagged, self._forced, self._baseline = flagged, forced, baseline
+        for key, nodes in self._counts.items():
+            for node_id, c in nodes.items():
+                nodes[node_id] = NodeCounts(c.artifact, _since(c.raw, baseline.get(key, {}).get(node_id)), c.at, c.raw)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -127,13 +179,21 @@ class DriftWatch:
             key = (m.name, m.version)
             artifact = m.choice.artifact if m.choice is not None else ""
             raw = shadow_info(m.shadow)
-            previous = self._counts.get(key, {}).get(node_id)
-            if previous is not None and previous.raw == raw and previous.artifact == artifact:
+            if self._sent.get((key, node_id)) == (artifact, raw):
                 continue
             if not self._serves(node_id, key):
                 continue
-            info = _since(raw, self._baseline.get(key, {}).get(node_id))
-            self._counts.setdefault(key, {})[node_id] = NodeCounts(artifact, info, time.time(), raw)
+            self._sent[(key, node_id)] = (artifact, raw)
+            row = ShadowCountRow(m.name, m.version, "", node_id, artifact, raw.model_dump(mode="json"), time.time())
+            self._feed.put(COUNTS, [row])
+
+    def _pull(self) -> None:
+        """Take the counts that reached the judge since the last pull."""
+        for row in self._feed.changed(COUNTS):
+            key = (row.model, row.version)
+            raw = ShadowInfo.model_validate(row.raw)
+            info = _since(raw, self._baseline.get(key, {}).get(row.node_id))
+            self._counts.setdefault(key, {})[row.node_id] = NodeCounts(row.artifact, info, row.at, raw)
             self._dirty.add(key)
 
     def _serves(self, node_id: str, key: Key) -> bool:
@@ -163,7 +223,18 @@ class DriftWatch:
         self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
 
     def judge(self) -> None:
-        """Judge the versions whose counts changed since the last pass, and act on new flags."""
+        """Pass on the counts heard here; where this process judges, judge the versions whose
+        counts changed since the last pass and act on new flags. A process that comes to judge
+        (a new leader) first takes the stored decisions and judges every version it has counts of."""
+        self._feed.flush()
+        if not self._leading():
+            self._led = False
+            return
+        if not self._led:
+            self._led = True
+            self.reload()
+            self._dirty.update(self._counts)
+        self._pull()
         dirty, self._dirty = self._dirty, set()
         changed = False
         for key in sorted(dirty):
@@ -171,7 +242,9 @@ class DriftWatch:
         if changed:
             self._on_change()
 
-    def _judge_version(self, key: Key) -> bool:
+    def _judge_version(self, key: Key, *, act: bool = True) -> bool:
+        """Judge ``key``'s counts (the figures the report shows) and, with ``act``, act on the
+        flags; True when a desired state changed."""
         manifest = self._manifest_of(*key)
         if manifest is None:
             return False
@@ -197,7 +270,7 @@ class DriftWatch:
             own = {n: judge_node(counts[n].info, threshold, z) for n in nodes}
             self._nodes.setdefault(key, {}).update(own)
             flagged = nodes if pooled.flagged else [n for n, v in own.items() if v.flagged]
-            if flagged:
+            if flagged and act:
                 verdict = pooled if pooled.flagged else own[flagged[0]]
                 changed |= self._act(key, artifact, flagged, verdict, policy, fleet=pooled.flagged)
         return changed
@@ -210,6 +283,16 @@ class DriftWatch:
         new = [n for n in sorted(nodes) if (model, version, n) not in self._flagged]
         if not new:
             return False
+        # A rollback that happens deletes these records again (``_forget``); one that cannot falls back.
+        body = {"artifact": artifact, "serves": None if policy == "report" else REFERENCE, "policy": policy}
+        try:  # stored first: a flag nobody kept (the store away, a stale leader) is no decision
+            self._records.write(FLAGS, {_record_key(model, version, n): body for n in new}, fence=self._fence())
+        except Exception as exc:
+            log.warning(
+                "%s:%s drift flags on %s not stored (%s); judged again at the next pass", model, version, new, exc
+            )
+            self._dirty.add(key)
+            return False
         self._flagged.update((model, version, n) for n in new)
         detail: dict[str, Any] = {
             "model": model, "version": version, "artifact": artifact, "nodes": new, "fleet": fleet,
@@ -221,18 +304,27 @@ class DriftWatch:
         self._emit(Event(type="int8_drift", ts=_ms(), node_id=new[0] if len(new) == 1 else None, detail=detail))
         if policy == "report":
             return False
-        if (
-            policy == "rollback"
-            and fleet
-            and self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
-        ):
-            self._forget(key)  # rolled out again later, it is judged afresh
+        if policy == "rollback" and fleet and self._rolled_back(model, version, verdict):
+            try:
+                self._forget(key, self._fence())  # rolled out again later, it is judged afresh
+            except Exception as exc:
+                log.warning("%s:%s rolled back; its flags stay until stored (%s)", model, version, exc)
             return False  # the rollback re-plans the fleet itself
         for node_id in new:
             self._forced.setdefault(node_id, {})[key] = REFERENCE
         fallback = {"model": model, "version": version, "artifact": REFERENCE, "nodes": new}
         self._emit(Event(type="int8_fallback", ts=_ms(), detail=fallback))
         return True
+
+    def _rolled_back(self, model: str, version: str, verdict: ShadowVerdict) -> bool:
+        """Roll back the rollout that brought the version; False (the nodes fall back instead)
+        when there is none, or the rollback could not be written (another replica wrote the
+        rollout meanwhile, or this one no longer leads)."""
+        try:
+            return self._roll_back(model, version, f"INT8 drift on live traffic: {verdict.reason}")
+        except Exception as exc:
+            log.warning("%s:%s not rolled back (%s); its flagged nodes fall back to %s", model, version, exc, REFERENCE)
+            return False
 
     # -- output -----------------------------------------------------------------------------
 
@@ -244,23 +336,34 @@ class DriftWatch:
         """Forget ``model:version``'s flags and fallbacks (an operator accepts INT8 again, e.g.
         after the traffic came back); its nodes serve their own choice on the next state."""
         key = (model, version)
+        self._pull()  # every node's counts so far, also on a replica that does not judge
+        self._forget(key, fence=None)  # an operator's call, on whichever replica took it
         nodes = [n for n, forced in self._forced.items() if forced.pop(key, None) is not None]
-        self._forget(key)
         if nodes:
             self._on_change()
         return sorted(nodes)
 
-    def _forget(self, key: Key) -> None:
+    def _forget(self, key: Key, fence: int | None) -> None:
         """Judge ``key`` afresh: its flags go, and the counts so far become the baseline (edges
-        report counts since the version loaded, so the samples before this point stay out)."""
+        report counts since the version loaded, so the samples before this point stay out).
+        Stored first (one transaction): raises when it could not be, and nothing changes."""
+        counts = self._counts.get(key, {})
+        baseline = {n: c.raw for n, c in counts.items()}
+        flags = [_record_key(*f) for f in self._flagged if (f[0], f[1]) == key]
+        kept = {_record_key(*key, n): raw.model_dump(mode="json") for n, raw in baseline.items()}
+        self._records.write(FLAGS, {}, flags, fence=fence, also={BASELINES: kept})
         self._flagged = {f for f in self._flagged if (f[0], f[1]) != key}
-        self._baseline[key] = {n: c.raw for n, c in self._counts.pop(key, {}).items()}
+        self._baseline[key] = baseline
+        self._counts.pop(key, None)
         self._fleet.pop(key, None)
         self._nodes.pop(key, None)
 
     def report(self, model: str, version: str) -> dict[str, Any]:
         """What central knows of ``model:version`` on live traffic, per node and pooled."""
         key = (model, version)
+        self._pull()
+        if not self._leading():  # the figures as the leader judges them; deciding is the leader's
+            self._judge_version(key, act=False)
         manifest = self._manifest_of(model, version)
         counts = self._counts.get(key, {})
         verdicts = self._nodes.get(key, {})

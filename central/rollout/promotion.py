@@ -16,8 +16,10 @@ A single node's counts decide only when that node is the only one serving the ve
 node never promotes or rejects for the others. The decision re-issues the version's signed
 manifest (``central.registry.pending``): durable, shared by replicas, and the edges switch
 to the promoted artifact (each timing it against FP32 as usual) through their sealed
-desired state. The counts themselves are in memory: after a restart the edges' next
-heartbeats (counts since the version loaded) bring them back."""
+desired state. The counts travel through ``ShadowCounts``: in memory on a single central (after
+a restart the edges' next heartbeats, counts since the version loaded, bring them back); between
+replicas, PostgreSQL, written by the replica that hears the node and judged by the leader only,
+so a leader change keeps every node's counts and one replica never decides on its share."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ from central.rollout.shadow_judge import (
     judging_terms,
     pool,
 )
+from central.storage.memory import LocalShadowCounts
+from central.storage.protocols import ShadowCountRow, ShadowCounts
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
 from fleetwire.mqtt.payloads import Event, ShadowInfo
@@ -47,6 +51,8 @@ log = logging.getLogger(__name__)
 __all__ = ["LiveProof", "PromotionWatch", "prove"]
 
 Key = tuple[str, str]
+#: The ``ShadowCounts`` kind of pending candidates' counts.
+COUNTS = "promotion"
 #: ``decide(model, version, artifact, evidence)``: re-issue the manifest; False when no longer pending.
 Decide = Callable[[str, str, str, dict[str, Any]], bool]
 
@@ -128,9 +134,16 @@ class PromotionWatch:
         holders: Callable[[Key], int],
         assigned: Callable[[str, Key], bool] | None = None,
         interval_s: float = 0.5,
+        counts: ShadowCounts | None = None,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         """``holders(key)``: how many nodes serve the version; ``assigned(node, key)``: whether
-        the node's desired state has it serve the version (None: believe every reporter)."""
+        the node's desired state has it serve the version (None: believe every reporter);
+        ``counts``: how heartbeats' counts reach the judge (None: within this process);
+        ``leading``: whether this process judges now."""
+        self._feed: ShadowCounts = counts if counts is not None else LocalShadowCounts()
+        self._leading = leading
+        self._sent: dict[tuple[tuple[str, str, str], str], ShadowInfo] = {}
         self._manifest_of = manifest_of
         self._promote = promote
         self._reject = reject
@@ -152,11 +165,20 @@ class PromotionWatch:
                 continue
             info = shadow_info(m.shadow)
             key = (m.name, m.version, info.candidate)
-            if self._counts.get(key, {}).get(node_id) == info:
+            if self._sent.get((key, node_id)) == info:
                 continue
             if self._assigned is not None and not self._assigned(node_id, (m.name, m.version)):
                 continue
-            self._counts.setdefault(key, {})[node_id] = info
+            self._sent[(key, node_id)] = info
+            artifact = m.choice.artifact if m.choice is not None else ""
+            row = ShadowCountRow(*key, node_id, artifact, info.model_dump(mode="json"), time.time())
+            self._feed.put(COUNTS, [row])
+
+    def _pull(self) -> None:
+        """Take the counts that reached the judge since the last pull."""
+        for row in self._feed.changed(COUNTS):
+            key = (row.model, row.version, row.candidate)
+            self._counts.setdefault(key, {})[row.node_id] = ShadowInfo.model_validate(row.raw)
             self._dirty.add(key)
 
     def start(self) -> None:
@@ -177,7 +199,12 @@ class PromotionWatch:
         self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
 
     def judge(self) -> None:
-        """Judge the candidates whose counts changed; promote or reject the decided ones."""
+        """Pass on the counts heard here; where this process judges (the leader), judge the
+        candidates whose counts changed and promote or reject the decided ones."""
+        self._feed.flush()
+        if not self._leading():
+            return
+        self._pull()
         dirty, self._dirty = self._dirty, set()
         for key in sorted(dirty):
             self._judge(key)
@@ -225,6 +252,7 @@ class PromotionWatch:
     def report(self, model: str, version: str) -> dict[str, Any]:
         """Per candidate of ``model:version``: its status (pending, promoted, rejected), the pooled
         live evidence so far (or that decided), and each node's counts."""
+        self._pull()
         out: dict[str, Any] = {
             artifact: {**last, "per_node": {}}
             for (m, v, artifact), last in self._last.items()

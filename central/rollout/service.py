@@ -17,7 +17,7 @@ from central.rollout.labels import matches
 from central.rollout.model import IN_EFFECT, Rollout, RolloutRequest, utc
 from central.rollout.plan import ServingPlan
 from central.rollout.previewer import RolloutPreviewer
-from central.storage.protocols import MetadataStore
+from central.storage.protocols import MetadataStore, StaleRollout
 from fleetwire.manifest import Manifest
 
 
@@ -83,6 +83,9 @@ class RolloutService:
 
     def promote(self, model: str, actor: str | None = None) -> Rollout:
         """Send the canary rollout of ``model`` to every selected node; 409 unless in canary."""
+        return self._fresh(lambda: self._promote(model, actor))
+
+    def _promote(self, model: str, actor: str | None = None) -> Rollout:
         r = self.get(model)
         if r.scheduled and r.in_progress and not r.stage:
             if r.wave >= len(r.wave_sizes) - 1:
@@ -95,6 +98,9 @@ class RolloutService:
     def retry(self, model: str, nodes: list[str] | None = None, actor: str | None = None) -> Rollout:
         """Count the failed ``nodes`` (None: all of them) of ``model``'s rollout in progress again;
         their edges retry on the new desired state. 409 when nothing failed or it is not in progress."""
+        return self._fresh(lambda: self._retry(model, nodes, actor))
+
+    def _retry(self, model: str, nodes: list[str] | None = None, actor: str | None = None) -> Rollout:
         r = self.get(model)
         if not r.in_progress:
             raise Conflict(f"rollout {r.id} of {model} is {r.state}; only a rollout in progress retries nodes")
@@ -109,6 +115,9 @@ class RolloutService:
         """Switch the staged rollout of ``model`` at ``at`` (Unix seconds, central's clock; None:
         ``lead_s`` from now, the least that reaches every node first). 409 unless it is staging, or
         flipping with its instant still ahead (the flip moves)."""
+        return self._fresh(lambda: self._flip(model, at, actor))
+
+    def _flip(self, model: str, at: float | None = None, actor: str | None = None) -> Rollout:
         r = self.get(model)
         now = time.time()
         if r.state not in ("staging", "flipping"):
@@ -123,6 +132,16 @@ class RolloutService:
                 f"the flip instant {utc(at).isoformat()} has passed (central's clock: {utc(now).isoformat()})"
             )
         return self._controller.flip(r, at, actor)
+
+    def _fresh(self, act: Callable[[], Rollout]) -> Rollout:
+        """An operator's action; when another replica wrote the rollout since this one read it
+        (``StaleRollout``: nothing was written), read the rollouts again and decide once more
+        on what it wrote (a promote of a rollout the leader just completed is then a 409)."""
+        try:
+            return act()
+        except StaleRollout:
+            self._book.reload()
+            return act()
 
     def holding(self, node_id: str) -> NodeHolding:
         """What ``node_id`` stages, the instants it switches at, and artifacts it must serve."""
@@ -141,6 +160,9 @@ class RolloutService:
 
     def rollback(self, model: str, reason: str = "rolled back by the operator", actor: str | None = None) -> Rollout:
         """Take the in-progress or latest completed rollout of ``model`` back."""
+        return self._fresh(lambda: self._rollback(model, reason, actor))
+
+    def _rollback(self, model: str, reason: str = "rolled back by the operator", actor: str | None = None) -> Rollout:
         epoch = self._book.epoch(model)
         effective = [r for r in self._book.rollouts(model) if r.state in IN_EFFECT and r.id > epoch]
         if not effective:
@@ -183,9 +205,17 @@ class RolloutService:
 
     def activated(self, model: str, version: str, actor: str | None = None) -> None:
         """A plain push (by ``actor``): ``version`` is what every node serves now, past rollouts aside."""
-        for r in self._book.in_progress(model):  # one started while the push was running
-            reason = f"superseded by a push of version {version}"
-            self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
+
+        def supersede() -> None:
+            for r in self._book.in_progress(model):  # one started while the push was running
+                reason = f"superseded by a push of version {version}"
+                self._controller.transition(r, "rolled_back", reason, "rollout_rolled_back", actor)
+
+        try:  # the version is committed already: re-read rather than answer the push with a 409
+            supersede()
+        except StaleRollout:
+            self._book.reload()
+            supersede()
         self._book.set_release(model, version, supersede=True)
 
     def check_deletable(self, model: str, version: str) -> None:

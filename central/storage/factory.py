@@ -12,8 +12,9 @@ from pathlib import Path
 
 from central.settings import BlobSettings, CentralSettings
 from central.storage.blobs.local import BlobStore
-from central.storage.protocols import ChunkBlobs, JournalDB, MetadataStore, RolloutRecords, Tokens
+from central.storage.protocols import ChunkBlobs, DecisionRecords, JournalDB, MetadataStore, RolloutRecords, Tokens
 from central.storage.sqlite.database import FILE_NAME, SQLiteDatabase
+from central.storage.sqlite.decisions import SQLiteDecisionStore
 from central.storage.sqlite.events import SQLiteJournalDB
 from central.storage.sqlite.legacy import LEGACY_REGISTRY, import_legacy_files
 from central.storage.sqlite.registry import SQLiteMetadataStore
@@ -35,6 +36,8 @@ class Storage:
 
     metadata: MetadataStore
     rollouts: RolloutRecords
+    #: Drift flags and fallbacks, verdicts, the transfer policy (``DecisionRecords``).
+    decisions: DecisionRecords
     blobs: ChunkBlobs
     #: The event journal's rows; None when ``events.persist`` is off.
     events: JournalDB | None
@@ -51,6 +54,7 @@ class Storage:
         """Close every store (for callers that did not hand the stores on to owners that close them)."""
         self.metadata.close()
         self.rollouts.close()
+        self.decisions.close()
         for closeable in (self.events, self.operator_tokens, self.node_tokens):
             if closeable is not None:
                 closeable.close()
@@ -74,15 +78,16 @@ def _open_sqlite(settings: CentralSettings, fresh: bool, blobs: ChunkBlobs) -> S
     path = settings.data_dir / FILE_NAME
     import_legacy_files(path, settings.data_dir)
     db = SQLiteDatabase(path)
-    metadata, rollouts = SQLiteMetadataStore(db), SQLiteRolloutStore(db)
+    metadata, rollouts, decisions = SQLiteMetadataStore(db), SQLiteRolloutStore(db), SQLiteDecisionStore(db)
     events = SQLiteJournalDB(path) if settings.events.persist else None
-    return Storage(metadata, rollouts, blobs, events, fresh=fresh, transaction=db.transaction)
+    return Storage(metadata, rollouts, decisions, blobs, events, fresh=fresh, transaction=db.transaction)
 
 
 def _open_postgres(settings: CentralSettings, url: str, fresh: bool, blobs: ChunkBlobs) -> Storage:
     """Every store on PostgreSQL, each with its own pool (the first to open applies the migrations);
     the registry's and the rollouts' share transactions (``SharedTransaction``)."""
     try:  # psycopg is the [postgres] extra, which a SQLite central does not need
+        from central.storage.postgres.decisions import PostgresDecisionStore
         from central.storage.postgres.events import PostgresJournalDB
         from central.storage.postgres.registry import PostgresMetadataStore
         from central.storage.postgres.rollouts import PostgresRolloutStore
@@ -95,11 +100,12 @@ def _open_postgres(settings: CentralSettings, url: str, fresh: bool, blobs: Chun
     shared = SharedTransaction()
     metadata = PostgresMetadataStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s, shared=shared)
     rollouts = PostgresRolloutStore(url, pool_size=s.pool_size, connect_timeout_s=s.connect_timeout_s, shared=shared)
+    decisions = PostgresDecisionStore(url, connect_timeout_s=s.connect_timeout_s)
     events = None
     if settings.events.persist:
         replica = settings.ha.replica_id or ""
         events = PostgresJournalDB(url, connect_timeout_s=s.connect_timeout_s, replica=replica)
-    return Storage(metadata, rollouts, blobs, events, fresh=fresh, transaction=metadata.transaction)
+    return Storage(metadata, rollouts, decisions, blobs, events, fresh=fresh, transaction=metadata.transaction)
 
 
 def _tokens(settings: CentralSettings) -> tuple[Tokens | None, Tokens | None]:

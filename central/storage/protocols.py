@@ -8,11 +8,12 @@ types only under ``TYPE_CHECKING``), so every service may import it without a cy
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from central.errors import Conflict
 from fleetwire.manifest import Manifest
 
 if TYPE_CHECKING:  # services import this module: their types only for the checker
@@ -22,12 +23,16 @@ if TYPE_CHECKING:  # services import this module: their types only for the check
 __all__ = [
     "ChunkBlobs",
     "CorruptBlob",
+    "DecisionRecords",
     "JournalDB",
     "JournalRow",
     "MetadataStore",
     "ModelRecord",
     "Release",
     "RolloutRecords",
+    "ShadowCountRow",
+    "ShadowCounts",
+    "StaleRollout",
     "Tokens",
     "VersionExists",
     "VersionRecord",
@@ -125,6 +130,12 @@ class Release:
     epoch: int
 
 
+class StaleRollout(Conflict):
+    """``update`` of a rollout another writer changed since this store last read it: nothing
+    was written (read it again, decide again; an operator gets a 409 and retries). Only where
+    several processes write rollouts."""
+
+
 class RolloutRecords(Protocol):
     """What ``RolloutBook`` needs of a store: rollout rows (JSON bodies) and, per model, the
     version every node serves unless a rollout says otherwise (``Release``)."""
@@ -133,9 +144,82 @@ class RolloutRecords(Protocol):
     def releases(self) -> dict[str, Release]: ...
     def set_release(self, model: str, stable: str | None, epoch: int) -> None: ...
     def insert(self, rollout: Rollout) -> Rollout: ...
-    def update(self, rollout: Rollout) -> None: ...
+    def update(self, rollout: Rollout, fence: int | None = None) -> None:
+        """Persist a rollout's new state. Where several processes share the store: refused
+        (``StaleRollout``) when another wrote it since this store read it, and, with ``fence``
+        (the leader epoch the writer holds), refused (``Fenced``) unless it still leads."""
+        ...
+
     def all(self) -> list[Rollout]: ...
     def max_id(self, model: str) -> int: ...
+
+
+# -- decisions beyond the registry ----------------------------------------------------------
+
+
+class DecisionRecords(Protocol):
+    """What central decided besides versions and rollouts, kept so that a restart (and, on
+    replicas, every replica and the next leader) keeps it: per ``kind`` (``drift_flag``,
+    ``drift_baseline``, ``verdict``, ``transfer``), a map of string keys to JSON bodies.
+
+    ``fence``: the leader epoch a decision of the leader is made at; where replicas share the
+    store the write is refused (``central.ha.fencing.Fenced``) unless that epoch is still the
+    current one. A single central has no epoch and nobody to be fenced by."""
+
+    def load(self, kind: str) -> dict[str, Any]:
+        """Every record of ``kind``."""
+        ...
+
+    def write(
+        self,
+        kind: str,
+        puts: Mapping[str, Any],
+        deletes: Iterable[str] = (),
+        *,
+        fence: int | None = None,
+        also: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Insert or replace ``puts`` and delete ``deletes`` of ``kind`` (and insert or replace
+        ``also``'s records, kind → key → body) in one transaction."""
+        ...
+
+    def add(self, kind: str, key: str, body: Any) -> bool:
+        """Store ``body`` unless ``key`` has a record already (first wins); True if stored."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ShadowCountRow:
+    """The live shadow counts one node last reported for one version (``candidate``: the
+    pending artifact they are for, ``""`` for drift counts of the served artifact)."""
+
+    model: str
+    version: str
+    candidate: str
+    node_id: str
+    artifact: str
+    raw: dict[str, Any]
+    """``ShadowInfo`` as JSON, as the edge sent it."""
+    at: float
+
+
+class ShadowCounts(Protocol):
+    """Where the heartbeats' shadow counts go from the process that heard them to the one that
+    judges them (the leader): in memory on a single central, PostgreSQL between replicas."""
+
+    def put(self, kind: str, rows: Iterable[ShadowCountRow]) -> None:
+        """Note the latest counts (buffered until ``flush``)."""
+        ...
+
+    def flush(self) -> None:
+        """Write what ``put`` buffered (kept for the next flush when the store is away)."""
+        ...
+
+    def changed(self, kind: str) -> list[ShadowCountRow]:
+        """The rows of ``kind`` written since the last call (every row at the first)."""
+        ...
 
 
 # -- API tokens -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """bench.central_ha at a tiny size: three replicas on a private PostgreSQL, S3 server and
 Mosquitto lose their leader and then another replica, and the run reports every key (and, at
-this size too, loses no push, answers every gateway request and declares no live node dead)."""
+this size too, loses no push, answers every gateway request and declares no live node dead);
+its decisions section kills a leader right after it decided one of each kind and loses none."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for key in (
         "replicas", "nodes", "pushes_acked", "pushes_lost", "leader_takeover_s", "edge_reattach_s_p99",
         "gateway_requests", "gateway_errors", "false_deaths", "missed_deaths", "heartbeat_share_max_over_mean",
-        "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "cpu_flags", "machine", "targets", "met",
+        "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "decisions_lost_on_leader_kill", "decisions",
+        "cpu_flags", "machine", "targets", "met",
     ):  # fmt: skip
         assert key in data, key
     assert data["targets"] == TARGETS and data["replicas"] == 3 and data["nodes"] == 200
@@ -35,3 +37,6 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["missed_deaths"] == 0 and data["silenced"] == 2
     assert data["edges_moved"] >= 1 and data["edge_reattach_s_p99"] is not None
     assert data["leader_takeover_s"] < 5
+    made = data["decisions"]["made"]
+    assert made["fallbacks"] >= 1 and made["verdicts"] >= 1 and made["caps"] >= 1 and made["rollout_steps"] >= 1
+    assert data["decisions_lost_on_leader_kill"] == 0, data["decisions"]

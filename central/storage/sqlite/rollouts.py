@@ -63,8 +63,9 @@ class SQLiteRolloutStore:
             conn.execute("UPDATE rollouts SET body = ? WHERE id = ?", (stored.model_dump_json(), stored.id))
         return stored
 
-    def update(self, rollout: Rollout) -> None:
-        """Persist a rollout's new state and progress."""
+    def update(self, rollout: Rollout, fence: int | None = None) -> None:
+        """Persist a rollout's new state and progress (one process writes them: no revision to
+        check, no epoch to fence)."""
         self._db.execute(
             "UPDATE rollouts SET state = ?, body = ? WHERE id = ?",
             (rollout.state, rollout.model_dump_json(), rollout.id),

@@ -4,9 +4,11 @@ heartbeats, only from a node of that class, for active versions, and a bounded n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from central.distribution.verdicts import VerdictBook
+from central.storage.sqlite.decisions import SQLiteDecisionStore
 from fleetwire.mqtt.fast import decode_heartbeat
 
 A = "x86_64/avx2/2c/cpu"
@@ -77,3 +79,18 @@ def test_only_active_versions_and_a_bounded_number_are_kept() -> None:
     assert [v["version"] for v in book.all()] == ["3"]
     book.harvest("edge-a", decode_heartbeat(_heartbeat("edge-a", A, _model("fp32", "measured", A, "1"))))
     assert [v["version"] for v in book.all()] == ["3"]  # version 1 is no longer active
+
+
+def test_two_books_on_one_store_keep_the_first_verdict_and_a_restart_keeps_it(tmp_path: Path) -> None:
+    """Two replicas (two books, one store) hear different first verdicts for one class: the
+    store keeps the first written, and the other replica takes it over its own."""
+    fleet = Fleet()
+    first = VerdictBook(fleet.classes.get, records=SQLiteDecisionStore(tmp_path / "c.sqlite3"))
+    second = VerdictBook(fleet.classes.get, records=SQLiteDecisionStore(tmp_path / "c.sqlite3"))
+    first.harvest("edge-a", decode_heartbeat(_heartbeat("edge-a", A, _model("int8-x", "measured", A))))
+    second.harvest("edge-b", decode_heartbeat(_heartbeat("edge-b", A, _model("fp32", "measured", A))))
+    taken = second.get(("m", "1"), A)
+    assert taken is not None and (taken.artifact, taken.node_id) == ("int8-x", "edge-a")
+    restarted = VerdictBook(fleet.classes.get, records=SQLiteDecisionStore(tmp_path / "c.sqlite3"))
+    kept = restarted.get(("m", "1"), A)
+    assert kept is not None and kept.artifact == "int8-x"

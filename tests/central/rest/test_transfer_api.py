@@ -67,6 +67,23 @@ async def test_caps_start_from_the_settings(tmp_path: Path) -> None:
     assert body["sites"] == {"lab": {"serve_bytes_per_s": 0, "fetch_bytes_per_s": None, "busy_serve_bytes_per_s": None}}
 
 
+async def test_replaced_caps_outlive_a_restart(tmp_path: Path) -> None:
+    """An operator's replacement is kept: the restarted central sends it, not the settings'."""
+    settings = central_settings(tmp_path / "central", transfer={"fleet": {"fetch_bytes_per_s": 5_000_000}})
+    for attempt in range(2):
+        server = CentralServer(settings)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.http_url) as api:
+                if attempt == 0:
+                    put = await api.put("/api/v1/transfer", json={"nodes": {"e1": {"serve_bytes_per_s": 1000}}})
+                    assert put.status_code == 200, put.text
+                body = (await api.get("/api/v1/transfer")).json()
+        finally:
+            await server.stop()
+        assert body["fleet"]["fetch_bytes_per_s"] is None and body["nodes"]["e1"]["serve_bytes_per_s"] == 1000
+
+
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[CentralServer]:
     server = CentralServer(central_settings(tmp_path / "central", auth={"enabled": True}))

@@ -30,6 +30,7 @@ class RolloutHarness:
         self.tracker = MembershipTracker(default_interval_s=60.0)
         storage = open_storage(CentralSettings(data_dir=data_dir, store=store, events={"persist": False}))
         self.registry = storage.metadata
+        self._decisions = storage.decisions
         fleet = DirectoryFleet(self.nodes, self.tracker)
         book = RolloutBook(storage.rollouts, self._latest)
         self.controller = RolloutController(
@@ -80,6 +81,7 @@ class RolloutHarness:
         self.tracker.close()
         self.service.close()
         self.registry.close()
+        self._decisions.close()
 
 
 def ready(version: str, model: str = "m", errors: int = 0) -> ModelInfo:

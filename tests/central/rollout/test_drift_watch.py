@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import itertools
 import time
+from pathlib import Path
 
 import pytest
 
 from central.rollout.drift import DriftWatch
+from central.storage.protocols import DecisionRecords
+from central.storage.sqlite.decisions import SQLiteDecisionStore
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 from fleetwire.mqtt.fast import decode_heartbeat
 from fleetwire.mqtt.payloads import ArtifactChoiceInfo, Event, Heartbeat, ModelInfo, ShadowInfo
@@ -33,7 +36,7 @@ def _manifest(policy: str | None = None) -> Manifest:
 class Watch:
     """A ``DriftWatch`` with what it called recorded."""
 
-    def __init__(self, policy: str | None = None, rollout: bool = True) -> None:
+    def __init__(self, policy: str | None = None, rollout: bool = True, records: DecisionRecords | None = None) -> None:
         self.events: list[Event] = []
         self.changes = 0
         self.rollbacks: list[tuple[str, str, str]] = []
@@ -44,6 +47,7 @@ class Watch:
             emit=self.events.append,
             on_change=self._changed,
             roll_back=self._roll_back,
+            records=records,
         )
 
     def _changed(self) -> None:
@@ -174,3 +178,26 @@ def test_a_language_model_drifting_on_greedy_agreement_falls_back_to_fp32() -> N
     report = watch.report("m", "2")
     assert report["nodes"]["e0"]["token_logprob"]["mean"] == -2.0
     assert report["token_logprob"]["int4-b32"]["tokens"] == 120
+
+
+def test_a_fallback_and_a_clear_outlive_a_restart(tmp_path: Path) -> None:
+    """A restarted central serves FP32 where it fell back, before any node reports again, and
+    after an operator's clear the counts before it stay out (no flag from the old samples)."""
+    db = tmp_path / "central.sqlite3"
+    before = Watch(records=SQLiteDecisionStore(db))
+    before.beat("e0", samples=2000, agree=0)
+    before.watch.judge()
+    assert before.watch.forced("e0") == {("m", "2"): "fp32"}
+
+    after = Watch(records=SQLiteDecisionStore(db))  # restarted: no counts heard yet
+    assert after.watch.forced("e0") == {("m", "2"): "fp32"}
+    after.beat("e0", samples=2010, agree=0)
+    after.watch.judge()
+    assert after.events == [], "a node flagged before the restart is not flagged (nor told) twice"
+    assert after.watch.clear("m", "2") == ["e0"]
+
+    cleared = Watch(records=SQLiteDecisionStore(db))
+    assert cleared.watch.forced("e0") == {}
+    cleared.beat("e0", samples=2015, agree=5)  # the old load's counts go on: five new, all agreeing
+    cleared.watch.judge()
+    assert cleared.events == [] and cleared.watch.forced("e0") == {}, "the cleared samples stay out"

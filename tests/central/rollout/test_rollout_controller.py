@@ -13,6 +13,7 @@ from rollout_harness import RolloutHarness, failed, ready
 from central.errors import Conflict, NotFound
 from central.rollout import RolloutRequest
 from central.settings import StoreSettings
+from central.storage.protocols import StaleRollout
 from fleetwire.mqtt.payloads import ModelInfo
 
 
@@ -205,3 +206,29 @@ async def test_a_push_that_finishes_during_a_rollout_supersedes_it(harness: Roll
     r = harness.service.get("m")
     assert r.state == "rolled_back" and r.reason == "superseded by a push of version 3"
     assert harness.serves("n0") == harness.serves("n1") == "3"
+
+
+@pytest.mark.fleet
+async def test_two_replicas_writing_one_rollout_never_overwrite_each_other(tmp_path: Path, postgres_url: str) -> None:
+    """The leader's controller and an operator on another replica (two books, one PostgreSQL):
+    the controller's pass decided on the state it read before the operator's promotion is
+    refused, not written over it; the leader's own stale promote re-reads once and says why."""
+    store = StoreSettings(url=postgres_url)
+    leader = RolloutHarness(tmp_path / "leader", store)
+    leader.store_version("m", "1")
+    leader.store_version("m", "2", activate=False)
+    leader.add_nodes(["n0", "n1"])
+    canary = leader.service.start("m", _request(canary=0.5, soak_s=3600)).canary_nodes[0]
+    follower = RolloutHarness(tmp_path / "follower", store)
+    follower.add_nodes(["n0", "n1"])
+    assert follower.service.promote("m").state == "rolling"
+    leader.report(canary, ready("2"))
+    with pytest.raises(StaleRollout, match="changed on another replica"):
+        leader.controller.evaluate_all()
+    third = RolloutHarness(tmp_path / "third", store)
+    assert third.service.get("m").state == "rolling", "the promotion stands"
+    third.close()
+    with pytest.raises(Conflict, match="not canary"):
+        leader.service.promote("m")
+    leader.close()
+    follower.close()
