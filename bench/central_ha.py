@@ -47,8 +47,8 @@ import psycopg
 
 from bench import _ha_pg_restart
 from bench._fleet import sigterm_raises, write_result
-from bench._ha_seal import seal_keys
 from bench._ha_decisions import run_decisions
+from bench._ha_seal import seal_keys
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
