@@ -25,6 +25,7 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for key in (
         "replicas", "nodes", "pushes_acked", "pushes_lost", "leader_takeover_s", "edge_reattach_s_p99",
         "gateway_requests", "gateway_errors", "false_deaths", "missed_deaths", "heartbeat_share_max_over_mean",
+        "s3_restart_pushes_lost", "s3_restart_half_listed", "s3_restart_ready_s", "s3_start_s",
         "cpu_flags", "machine", "targets", "met",
     ):  # fmt: skip
         assert key in data, key
@@ -35,3 +36,6 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["missed_deaths"] == 0 and data["silenced"] == 2
     assert data["edges_moved"] >= 1 and data["edge_reattach_s_p99"] is not None
     assert data["leader_takeover_s"] < 5
+    # SeaweedFS SIGKILLed twice under pushes: every acked push still there, byte for byte
+    assert data["s3_restarts"] == 2 and data["s3_restart_pushes_acked"] > 0
+    assert data["s3_restart_pushes_lost"] == 0 and data["s3_restart_half_listed"] == 0, data["s3_restart_problems"]
