@@ -24,8 +24,9 @@ from modelfleet.zoo.synthetic import build_mlp
 
 __all__ = ["S3_TARGETS", "damaged_chunks", "listed_versions", "s3_restart_pushes", "unstored_versions"]
 
-#: What the section must measure (every acked push kept, no version listed without its chunks).
-S3_TARGETS = {"s3_restart_pushes_lost": 0, "s3_restart_half_listed": 0}
+#: What the section must measure: every acked push kept, no version listed without its chunks,
+#: and every push answered 201 or 503 with Retry-After (central itself never goes away here).
+S3_TARGETS = {"s3_restart_pushes_lost": 0, "s3_restart_half_listed": 0, "s3_restart_unclear_answers": 0}
 MODEL = "s3-restarted"
 
 
@@ -91,6 +92,8 @@ class _Pushes:
     work: Path
     acked: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    #: (start, end) of every push, ``time.monotonic()``: which ones a kill cut through
+    spans: list[tuple[float, float]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,6 +108,7 @@ class _Pushes:
                 seed = 1000 * (worker + 1) + sent
                 body = build_mlp(self.work / f"s3-{seed}.onnx", width=256, hidden_layers=3, seed=seed).read_bytes()
                 sent += 1
+                started = time.monotonic()
                 try:
                     r = client.post(
                         f"{proc.http_url}/api/v1/models/{MODEL}/versions",
@@ -113,9 +117,11 @@ class _Pushes:
                     )
                 except httpx.TransportError as exc:
                     with self.lock:
-                        self.refused.append(f"{proc.name}: {type(exc).__name__}")
+                        self.spans.append((started, time.monotonic()))
+                        self.refused.append(f"{proc.name}: UNEXPECTED {type(exc).__name__}")
                     continue
                 with self.lock:
+                    self.spans.append((started, time.monotonic()))
                     if r.status_code == 201:
                         self.acked.append(str(r.json()["manifest"]["version"]))
                     elif r.status_code == 503 and r.headers.get("Retry-After"):
@@ -142,10 +148,11 @@ def s3_restart_pushes(
     threads = [threading.Thread(target=pushes.run, args=(i,), daemon=True) for i in range(pushers)]
     for t in threads:
         t.start()
-    ready_s = []
+    ready_s, kills = [], []
     for _ in range(restarts):
         time.sleep(gap_s)
         acked_before = len(pushes.acked)
+        kills.append(time.monotonic())
         s3.restart()
         assert s3.ready_s is not None
         ready_s.append(round(s3.ready_s, 3))
@@ -163,7 +170,10 @@ def s3_restart_pushes(
         "s3_restart_ready_s": ready_s,
         "s3_restart_pushes_acked": len(pushes.acked),
         "s3_restart_pushes_refused": len(pushes.refused),
+        # pushes under way when the server was killed (each one cut, then completed or refused)
+        "s3_restart_pushes_cut": sum(any(a < k < b for k in kills) for a, b in pushes.spans),
         "s3_restart_pushes_lost": len(lost),
         "s3_restart_half_listed": len(half),
+        "s3_restart_unclear_answers": len(unexpected),
         "s3_restart_problems": (lost + half + unexpected)[:10],
     }

@@ -24,8 +24,9 @@ for byte, with no version listed whose chunks are not all stored.
 Keys: ``replicas``, ``nodes``, ``pushes_acked``, ``pushes_lost``, ``leader_takeover_s`` (kill →
 a live replica reports leading), ``edge_reattach_s_p99`` (kill → the edges that were on the
 killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
-``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``, ``s3_restart_pushes_lost``
-and ``s3_restart_half_listed`` (with ``s3_restart_ready_s``, SIGKILL → serving); ``cpu_flags`` and
+``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``, ``s3_restart_pushes_lost``,
+``s3_restart_half_listed`` and ``s3_restart_unclear_answers`` (with ``s3_restart_ready_s``, SIGKILL →
+serving, and ``s3_restart_pushes_cut``, pushes under way at a kill); ``cpu_flags`` and
 ``machine`` say where it ran.
 """
 

@@ -39,3 +39,4 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     # SeaweedFS SIGKILLed twice under pushes: every acked push still there, byte for byte
     assert data["s3_restarts"] == 2 and data["s3_restart_pushes_acked"] > 0
     assert data["s3_restart_pushes_lost"] == 0 and data["s3_restart_half_listed"] == 0, data["s3_restart_problems"]
+    assert data["s3_restart_unclear_answers"] == 0, data["s3_restart_problems"]
