@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 # rest [dev] (which includes both: after `make up`, `make test` adds the dev tools; after
 # `make test`, `make up` finds its extra installed and only re-links the package).
 STAMP  := $(VENV)/.installed-dev
-# --ha runs central as three replicas on a private PostgreSQL and moto's S3 server.
+# --ha runs central as three replicas on a private PostgreSQL and a SeaweedFS S3 server.
 UP_HA  := $(filter --ha,$(UP_ARGS))
 UP_STAMP := $(VENV)/.installed-$(if $(UP_HA),ha,demo)
 

@@ -4,7 +4,7 @@ another replica, and nothing is lost, nobody is falsely declared dead and the ga
 Usage: ``python -m bench.central_ha --json out.json [--replicas 3] [--nodes 10000] [--rate 1]
 [--edges 2] [--window-s 20] [--silent-fraction 0.01] [--partitions 64]``
 
-What runs (all real processes on loopback): a private PostgreSQL, an S3 server (moto), a
+What runs (all real processes on loopback): a private PostgreSQL, an S3 server (SeaweedFS), a
 private Mosquitto, ``--replicas`` × ``modelfleet central --replica-id rN`` sharing them,
 ``--edges`` real edges that know every replica, and simulated nodes (``bench.heartbeat_scale``'s
 raw-socket simulator) heartbeating at ``--rate`` Hz on their partitioned topics, each with a
@@ -17,12 +17,16 @@ live replica), heartbeats. The share of heartbeats each replica handles is measu
 first third. At a third the leader is SIGKILLed, at two thirds another replica; in the middle
 ``--silent-fraction`` of the simulated nodes fall silent. At the end: liveness as the replicas
 wrote it to PostgreSQL, and every acknowledged push checked on every surviving replica (its
-manifest, and each of its chunks in the bucket).
+manifest, and each of its chunks in the bucket). Last (``bench._ha_s3``): pushes go on while
+the S3 server is SIGKILLed and restarted twice, and every one acked must still be there, byte
+for byte, with no version listed whose chunks are not all stored.
 
 Keys: ``replicas``, ``nodes``, ``pushes_acked``, ``pushes_lost``, ``leader_takeover_s`` (kill →
 a live replica reports leading), ``edge_reattach_s_p99`` (kill → the edges that were on the
 killed replica registered on another), ``gateway_requests``, ``gateway_errors``,
-``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``,
+``false_deaths``, ``missed_deaths``, ``heartbeat_share_max_over_mean``, ``s3_restart_pushes_lost``,
+``s3_restart_half_listed`` and ``s3_restart_unclear_answers`` (with ``s3_restart_ready_s``, SIGKILL →
+serving, and ``s3_restart_pushes_cut``, pushes under way at a kill),
 ``seal_cpu_s_per_change`` (and ``_old``: ``bench._ha_seal`` at ``--nodes``, in process once the
 fleet is down), ``decisions_lost_on_leader_kill`` (and ``decisions``: its section,
 ``bench._ha_decisions``, on a small fleet of its own after the main run); ``cpu_flags`` and
@@ -48,6 +52,7 @@ import psycopg
 from bench import _ha_pg_restart
 from bench._fleet import sigterm_raises, write_result
 from bench._ha_decisions import run_decisions
+from bench._ha_s3 import S3_TARGETS, s3_restart_pushes
 from bench._ha_seal import seal_keys
 from bench._replicas import ReplicatedFleet, replica_env
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
@@ -68,6 +73,7 @@ TARGETS = {
     "heartbeat_share_max_over_mean": 1.25,
     "seal_cpu_s_per_change": 0.05,
     "decisions_lost_on_leader_kill": 0,
+    **S3_TARGETS,
 }
 _WIDTH = 32  # the test MLP's input width
 
@@ -346,6 +352,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             false_deaths = sorted(n for n in dead if n not in silent)
             missed_deaths = sorted(n for n in silent if n not in dead)
             lost = _lost_pushes(fleet, pusher.acked, s3, bucket)
+            s3_restarts = s3_restart_pushes(fleet, s3, bucket, work, log=_log)
             if gateway.failures:
                 marks = f"(window from {t0:.2f}, leader killed at {killed_at:.2f})"
                 errors.append(f"gateway failures {marks}: {[(round(t - t0, 2), w) for t, w in gateway.failures]}")
@@ -378,6 +385,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "silenced": len(silent),
         "heartbeats_handled": handled,
         "heartbeat_share_max_over_mean": round(share, 3),
+        **s3_restarts,
         **seal_keys(args.nodes),  # central's CPU to seal one fleet-wide change (bench._ha_seal), after the run
         "decisions_lost_on_leader_kill": decisions["decisions_lost_on_leader_kill"],
         "decisions": decisions,

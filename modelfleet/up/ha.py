@@ -1,7 +1,7 @@
 """``modelfleet up --ha``: central as three replicas, the way a replicated deployment runs
 it, on one machine. The replicas share what a real deployment would give them: a private
 PostgreSQL (``store.url``: registry, rollouts, events, tokens, leadership) and a bucket on
-moto's S3 server (``blobs.*``: the chunks), and one manifest signing key, since edges pin
+a SeaweedFS S3 server (``blobs.*``: the chunks), and one manifest signing key, since edges pin
 the key they first see and may then be served by any replica.
 
 PostgreSQL and the S3 server live only as long as the fleet: each ``up --ha`` starts from
@@ -21,7 +21,7 @@ from modelfleet.up.children import Child, ChildGroup, wait_ready
 from modelfleet.up.errors import UpError
 from modelfleet.up.ports import PortPlan, available
 from modelfleet.up.postgres import PostgresInstance, postgres_bindir
-from modelfleet.up.s3server import S3_SERVER, S3Server
+from modelfleet.up.s3server import S3_SERVER, S3Server, require_s3_server
 from modelfleet.up.secure import SecureFleet
 from modelfleet.up.services import CENTRAL_READY, Service, central_args
 
@@ -41,7 +41,8 @@ __all__ = [
 #: Three replicas: one may fail or be restarted while the other two keep a majority of
 #: the partitions served (and a Kubernetes PodDisruptionBudget of 2 keeps as many).
 REPLICAS = 3
-#: The ``ha`` extra, as far as ``up`` itself needs it (psycopg for the database, moto for S3).
+#: The ``ha`` extra's modules, as far as ``up`` itself needs them (psycopg for the database,
+#: boto3 for the bucket); SeaweedFS's ``weed`` binary is checked apart.
 HA_MODULES = ("psycopg", *S3_SERVER)
 
 
@@ -49,6 +50,7 @@ def check_prerequisites() -> None:
     """Before anything starts: the ``ha`` extra (MissingExtra) and PostgreSQL's binaries
     (UpError), each with the line that installs it, rather than a failure halfway up."""
     require_extra("ha", "modelfleet up --ha", HA_MODULES)
+    require_s3_server("modelfleet up --ha")
     if postgres_bindir() is None:
         raise UpError(
             "modelfleet up --ha needs PostgreSQL's initdb and pg_ctl: bash scripts/ensure_apt.sh"
@@ -83,7 +85,8 @@ class SharedState:
 def shared_state(group: ChildGroup) -> Iterator[SharedState]:
     """Start PostgreSQL and the S3 server (a child of ``group``) with one bucket; PostgreSQL,
     which daemonizes and so is no child, is stopped and removed when the block ends (after
-    ``group`` has stopped the replicas, when entered before the block that stops them)."""
+    ``group`` has stopped the replicas, when entered before the block that stops them), and
+    so is the S3 server's data."""
     check_prerequisites()
     postgres = PostgresInstance()
     try:
@@ -91,11 +94,13 @@ def shared_state(group: ChildGroup) -> Iterator[SharedState]:
     except RuntimeError as exc:
         postgres.stop()
         raise UpError(f"PostgreSQL did not start: {exc}") from exc
+    s3 = S3Server()
     try:
-        s3 = S3Server().start(group)
+        s3.start(group)
         yield SharedState(postgres, s3, s3.new_bucket())
     finally:
         postgres.stop()
+        s3.stop()
 
 
 def share_signing_key(source_dir: Path, replica_dirs: list[Path]) -> None:

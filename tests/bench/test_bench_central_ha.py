@@ -27,6 +27,7 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "replicas", "nodes", "pushes_acked", "pushes_lost", "leader_takeover_s", "edge_reattach_s_p99",
         "gateway_requests", "gateway_errors", "false_deaths", "missed_deaths", "heartbeat_share_max_over_mean",
         "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "decisions_lost_on_leader_kill", "decisions",
+        "s3_restart_pushes_lost", "s3_restart_half_listed", "s3_restart_ready_s", "s3_start_s",
         "cpu_flags", "machine", "targets", "met",
     ):  # fmt: skip
         assert key in data, key
@@ -40,3 +41,7 @@ def test_central_ha_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str
     made = data["decisions"]["made"]
     assert made["fallbacks"] >= 1 and made["verdicts"] >= 1 and made["caps"] >= 1 and made["rollout_steps"] >= 1
     assert data["decisions_lost_on_leader_kill"] == 0, data["decisions"]
+    # SeaweedFS SIGKILLed twice under pushes: every acked push still there, byte for byte
+    assert data["s3_restarts"] == 2 and data["s3_restart_pushes_acked"] > 0
+    assert data["s3_restart_pushes_lost"] == 0 and data["s3_restart_half_listed"] == 0, data["s3_restart_problems"]
+    assert data["s3_restart_unclear_answers"] == 0, data["s3_restart_problems"]

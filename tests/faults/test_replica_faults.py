@@ -1,5 +1,6 @@
 """Faults of a replicated central, with real processes: replicas SIGKILLed mid-push, mid-rollout
-and while edges fetch; PostgreSQL and the S3 server restarted under them."""
+and while edges fetch; PostgreSQL restarted under them, and the S3 server (SeaweedFS, its data
+on disk) SIGKILLed and restarted mid-push and while edges fetch."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from faults._faults import CENTRAL_ENV, EDGE_ENV, mqtt_envs, wait_until
+from faults._faults import CENTRAL_ENV, EDGE_ENV, mqtt_envs, version, wait_until
 
 from bench._fleet import sha256_of
+from bench._ha_s3 import unstored_versions
 from bench._replicas import ReplicatedFleet, replica_env
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
@@ -24,14 +26,20 @@ PARTITIONS = 8
 
 
 @pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    """A fresh bucket on the session's S3 server."""
+    return s3_server.new_bucket()
+
+
+@pytest.fixture
 def fleet(
-    tmp_path: Path, postgres: PostgresInstance, s3_server: S3Server, mosquitto: MosquittoBroker
+    tmp_path: Path, postgres: PostgresInstance, s3_server: S3Server, bucket: str, mosquitto: MosquittoBroker
 ) -> Iterator[ReplicatedFleet]:
     """Two replicas (more on demand) on a fresh database and bucket; edges know them all."""
     central_mqtt, edge_mqtt = mqtt_envs(mosquitto)
     env = replica_env(
         store_url=postgres.fresh_database(),
-        blob_env=s3_server.blob_env(s3_server.new_bucket()),
+        blob_env=s3_server.blob_env(bucket),
         broker=(mosquitto.host, mosquitto.port),
         partitions=PARTITIONS,
         tick_s=0.2,
@@ -192,30 +200,76 @@ def test_postgresql_restarted_writes_are_refused_with_retry_after_then_resume(
     assert pushed.manifest["sha256"] == again.json()["manifest"]["sha256"]
 
 
-def test_the_s3_server_restarted_mid_upload_refuses_that_push_and_takes_the_next(
-    fleet: ReplicatedFleet, s3_server: S3Server, model_file: Path
-) -> None:
-    replica = fleet.live()[0]
-    half = threading.Event()
-    outcome: dict[str, Any] = {}
+def _pushing(
+    url: str, model_file: Path, half: threading.Event, sent: threading.Event, outcome: dict[str, Any]
+) -> threading.Thread:
+    """A slow push of ``model_file`` to ``url`` in a thread; ``half`` is set once half the body
+    is on the wire, ``sent`` once all of it is; ``outcome`` gets the status, the Retry-After
+    header and the body."""
+
+    def body() -> Iterator[bytes]:
+        yield from _slow_body(model_file, 64 * 1024, 0.01, half)
+        sent.set()
 
     def push() -> None:
         r = httpx.post(
-            f"{replica.http_url}/api/v1/models/mlp/versions",
-            content=_slow_body(model_file, 64 * 1024, 0.02, half),
+            f"{url}/api/v1/models/mlp/versions",
+            params={"version": "2"},
+            content=body(),
             headers={"Content-Type": "application/octet-stream"},
-            timeout=60,
+            timeout=120,
         )
-        outcome["status"], outcome["body"] = r.status_code, r.text
+        outcome.update(status=r.status_code, retry_after=r.headers.get("Retry-After"), body=r.text)
 
-    pusher = threading.Thread(target=push)
+    return threading.Thread(target=push)
+
+
+def test_the_s3_server_killed_mid_push_keeps_what_was_acked_and_lists_no_half_push(
+    fleet: ReplicatedFleet, s3_server: S3Server, bucket: str, model_file: Path, tmp_path: Path
+) -> None:
+    acked = fleet.push("mlp", "1", build_mlp(tmp_path / "v1.onnx", width=384, hidden_layers=4, seed=1))
+    replica = fleet.live()[0]
+    half, sent = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+    pusher = _pushing(replica.http_url, model_file, half, sent, outcome)
     pusher.start()
-    assert half.wait(30)
-    bucket = s3_server.restart()  # moto keeps objects in memory: the restart empties the bucket too
-    pusher.join(60)
+    assert half.wait(30), "the upload never got half-way"
+    s3_server.freeze()  # the rest of the body arrives, its chunks wait on the frozen store...
+    try:
+        assert sent.wait(30), "the upload never finished"
+        time.sleep(0.5)
+    finally:
+        s3_server.restart()  # ... which then crashes (SIGKILL) and comes back on its disk
+    pusher.join(120)
     assert outcome.get("status") in (201, 503), outcome
-    if outcome["status"] == 503:
-        assert _versions(fleet, replica.http_url, "mlp") == [], "a refused push leaves nothing listed"
-    assert bucket
-    pushed = fleet.push("mlp", "2", model_file)
+    if outcome["status"] == 503:  # refused clearly, and nothing of it listed
+        assert outcome["retry_after"] and int(outcome["retry_after"]) >= 1, outcome
+        assert _versions(fleet, replica.http_url, "mlp") == ["1"], "a refused push leaves nothing listed"
+    else:
+        assert _versions(fleet, replica.http_url, "mlp") == ["1", "2"]
+    # acked before the crash: listed everywhere, every chunk in the bucket byte for byte; and no
+    # listed version (the cut push, had it been listed) lacks a chunk
+    assert unstored_versions(fleet, s3_server, bucket, "mlp", [acked.version]) == []
+    assert unstored_versions(fleet, s3_server, bucket, "mlp") == []
+    pushed = fleet.push("mlp", "3", model_file)  # and the store takes the next push
     assert pushed.manifest["sha256"] == sha256_of(model_file)
+
+
+def test_edges_fetching_while_the_s3_server_is_killed_finish_byte_for_byte(
+    fleet: ReplicatedFleet, s3_server: S3Server, bucket: str, model_file: Path
+) -> None:
+    pushed = fleet.push("mlp", "1", model_file)
+    s3_server.freeze()  # the origin's reads hang on the frozen store...
+    try:
+        edges = [fleet.start_edge(f"e{i}") for i in range(2)]
+        wait_until(
+            lambda: all(version(fleet, e.name, "mlp", "1").get("state") == "fetching" for e in edges),
+            30,
+            "both edges fetching",
+        )
+    finally:
+        s3_server.restart()  # ... until it crashes and comes back
+    fleet.wait_complete("mlp", "1", timeout_s=60)
+    for e in edges:
+        assert sha256_of(fleet.model_file(e.name, "mlp", "1")) == pushed.manifest["sha256"]
+    assert unstored_versions(fleet, s3_server, bucket, "mlp", ["1"]) == []

@@ -23,7 +23,7 @@ import pytest
 
 from modelfleet.zoo.digits import INPUT_NAME
 
-#: Three replicas and an edge start on two shared cores; PostgreSQL and moto beside them.
+#: Three replicas and an edge start on two shared cores; PostgreSQL and SeaweedFS beside them.
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(240)]
 
 
