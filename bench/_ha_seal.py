@@ -18,6 +18,12 @@ median reported. The tree form's caches then hold the node ids and the pieces of
 that did not change, as in a running central; the first change after a start fills them from
 nothing and is reported as ``_cold``.
 
+Also measured, per change: building every node's ``DesiredState`` message
+(``build_s_per_change``, ``central.grpc.converters.desired_state_to_pb``: each signed
+manifest converted once, copied into each node's message) against the conversion before
+(``_old``: every manifest converted again for every node, as ``_desired_state_to_pb_before``
+here does), in the same run; the two give equal messages (checked on a sample).
+
 Also measured: a lone state (a node joining or reconnecting) in each form; an edge's check of
 one state in each form (``open_seal``); and the real ``SealBatcher`` under the servicer's
 pattern (every stream woken by one condition; it seals, then converts its state), which says
@@ -25,7 +31,8 @@ how many signatures one change takes and when each node's message is ready, agai
 single form (convert, then seal) in the same pattern.
 
 Keys: ``seal_cpu_s_per_change`` (tree form, warm), ``seal_cpu_s_per_change_old``,
-``seal_cpu_s_per_change_cold``, ``speedup``, ``seal_cpu_us_per_join`` and ``_old``,
+``seal_cpu_s_per_change_cold``, ``speedup``, ``build_s_per_change`` and ``_old``,
+``seal_cpu_us_per_join`` and ``_old``,
 ``edge_open_us`` and ``_old``, ``proof_bytes_mean``, ``signatures_per_change``,
 ``state_ready_s_p50`` / ``_max`` (and ``_old``: the streams' run), ``cpu_flags`` and ``machine``.
 """
@@ -51,10 +58,11 @@ from central.distribution import ArtifactVerdict, DesiredState
 from central.distribution.assignment import VersionAssignment
 from central.grpc.converters import desired_state_to_pb
 from central.grpc.sealer import SealBatcher, SealEncoder, seal_batch
+from fleetwire.convert import manifest_to_pb
 from fleetwire.manifest import ChunkRef, Manifest
 from fleetwire.sealing import open_seal, seal_state
 from fleetwire.signing import raw_public_key, sign_manifest
-from fleetwire.transfer import TransferCaps
+from fleetwire.transfer import DEFAULT_SITE, TransferCaps, caps_to_pb
 from fleetwire.v1 import registry_pb2
 
 TARGETS = {"seal_cpu_s_per_change": 0.05}
@@ -121,6 +129,46 @@ def _cpu(fn: Callable[[], object]) -> float:
     return time.process_time() - started
 
 
+def _desired_state_to_pb_before(state: DesiredState) -> registry_pb2.DesiredState:
+    """``desired_state_to_pb`` as it was before its manifest cache: the baseline of
+    ``build_s_per_change_old``."""
+    return registry_pb2.DesiredState(
+        generation=state.generation,
+        versions=[
+            registry_pb2.VersionAssignment(
+                manifest=manifest_to_pb(v.manifest),
+                serve=v.serve,
+                placement=[registry_pb2.ChunkPlacement(digest=d, owners=owners) for d, owners in v.placement.items()],
+                verdict=None
+                if v.verdict is None
+                else registry_pb2.ArtifactVerdict(
+                    artifact=v.verdict.artifact,
+                    hardware_class=v.verdict.hardware_class,
+                    node_id=v.verdict.node_id,
+                    speedup_b1=v.verdict.speedup_b1,
+                    speedup_b8=v.verdict.speedup_b8,
+                ),
+                stage=v.stage,
+                serve_at_ms=round(v.serve_at * 1000) if v.serve_at is not None else 0,
+                force_artifact=v.force_artifact or "",
+            )
+            for v in state.versions
+        ],
+        peers=[
+            registry_pb2.PeerAddress(node_id=k, grpc_address=a, site=state.peer_sites.get(k, DEFAULT_SITE))
+            for k, a in sorted(state.peers.items())
+        ],
+        placement_enabled=state.placement_enabled,
+        limits=caps_to_pb(state.limits),
+    )
+
+
+def _build(
+    convert: Callable[[DesiredState], registry_pb2.DesiredState], states: list[DesiredState]
+) -> list[registry_pb2.DesiredState]:
+    return [convert(s) for s in states]
+
+
 def _single_form(pbs: list[registry_pb2.DesiredState], node_ids: list[str], sign: Callable[[bytes], bytes]) -> None:
     now = int(time.time() * 1000)
     for pb, node_id in zip(pbs, node_ids, strict=True):
@@ -140,9 +188,9 @@ def _tree_form(
 
 
 def _change(
-    fleet: Fleet, generation: int
+    fleet: Fleet, generation: int, states: list[DesiredState] | None = None
 ) -> tuple[list[DesiredState], list[registry_pb2.DesiredState], list[registry_pb2.DesiredState]]:
-    states = fleet.states(generation)
+    states = states if states is not None else fleet.states(generation)
     return states, [desired_state_to_pb(s) for s in states], [desired_state_to_pb(s) for s in states]
 
 
@@ -229,9 +277,21 @@ def measure_change(fleet: Fleet, encoder: SealEncoder, repeats: int) -> dict[str
     cold = _cpu(lambda: _tree_form(encoder, states, tree, node_ids, sign))  # empty caches
     old_times: list[float] = []
     new_times: list[float] = []
+    build_times: list[float] = []
+    build_old_times: list[float] = []
     for r in range(repeats):  # each a push: one version new to the caches
         fleet.push()
-        states, single, tree = _change(fleet, 2 + r)
+        states = fleet.states(2 + r)
+        builds = [
+            (build_times, functools.partial(_build, desired_state_to_pb, states)),
+            (build_old_times, functools.partial(_build, _desired_state_to_pb_before, states)),
+        ]
+        for times, build in builds if r % 2 == 0 else builds[::-1]:
+            times.append(_cpu(build))
+        states, single, tree = _change(fleet, 2 + r, states)
+        for i in range(0, len(states), max(1, len(states) // 50)):  # the same message either way
+            if tree[i] != _desired_state_to_pb_before(states[i]):
+                raise AssertionError(f"desired_state_to_pb differs from the conversion before for node {i}")
         old_form = functools.partial(_single_form, single, node_ids, sign)
         new_form = functools.partial(_tree_form, encoder, states, tree, node_ids, sign)
         forms = [(old_times, old_form), (new_times, new_form)]
@@ -249,6 +309,10 @@ def measure_change(fleet: Fleet, encoder: SealEncoder, repeats: int) -> dict[str
         "seal_cpu_s_per_change_runs": [round(t, 4) for t in new_times],
         "seal_cpu_s_per_change_old_runs": [round(t, 4) for t in old_times],
         "speedup": round(old / new, 1) if new > 0 else None,
+        "build_s_per_change": round(statistics.median(build_times), 4),
+        "build_s_per_change_old": round(statistics.median(build_old_times), 4),
+        "build_s_per_change_runs": [round(t, 4) for t in build_times],
+        "build_s_per_change_old_runs": [round(t, 4) for t in build_old_times],
         "proof_bytes_mean": round(sum(len(pb.seal_path) for pb in tree) / len(node_ids), 1),
     }
 
@@ -300,6 +364,7 @@ def print_table(r: dict[str, Any]) -> None:
         f"  {'seal_cpu_s_per_change':28} {r['seal_cpu_s_per_change_old']:>16} {r['seal_cpu_s_per_change']:>12}"
         f"  target ≤ {TARGETS['seal_cpu_s_per_change']} {'met' if r['met']['seal_cpu_s_per_change'] else 'MISSED'}"
     )
+    print(f"  {'build_s_per_change':28} {r['build_s_per_change_old']:>16} {r['build_s_per_change']:>12}")
     print(f"  {'seal_cpu_us_per_join':28} {r['seal_cpu_us_per_join_old']:>16} {r['seal_cpu_us_per_join']:>12}")
     print(f"  {'edge_open_us':28} {r['edge_open_us_old']:>16} {r['edge_open_us']:>12}")
     print(

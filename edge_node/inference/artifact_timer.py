@@ -137,7 +137,7 @@ class ArtifactTimer:
         choice = pick(timings, self.hardware_class, self.node_id, self.settings.min_speedup)
         for artifact, (_, key) in candidates.items():  # the losers' optimized copies are never loaded again
             if artifact != choice.artifact:
-                self._factory.cache_path(key).unlink(missing_ok=True)
+                self._factory.discard(key)
         summary = ", ".join(f"{t.artifact} {t.b1_s * 1e3:.2f}/{(t.b8_s or 0) * 1e3:.2f} ms" for t in timings.values())
         log.info("chose %s (%s); b1/b8 medians: %s", choice.artifact, choice.reason, summary)
         return choice

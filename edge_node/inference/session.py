@@ -7,10 +7,21 @@ environment the model was optimized in". So the cache key is the model's identit
 (e.g. its sha256) *plus* the provider list, the onnxruntime version and a fingerprint
 of the host (machine, CPU flags, GPU models). On a restart the cached model is loaded
 with only the cheap ``ORT_ENABLE_BASIC`` level, which cuts session start-up; a cache
-file that fails to load is discarded and rebuilt from the original."""
+entry that fails to load is discarded and rebuilt from the original.
+
+A cache entry is the optimized model file plus, when it has initializers of
+``EXTERNAL_INITIALIZER_MIN_BYTES`` or more, one data file beside it. Without that data
+file ORT would write references to the *original* model's external data
+(``model.onnx.data``) relative to the cache entry, where it does not exist, and every
+warm start would discard the entry and optimize again. Each creation writes its own data
+file (``<entry>.<token>.data``) before the model file is renamed into place, so
+concurrent creators never share one; the replaced entry's data file is removed under a
+lock that loads from the cache share, so no load loses its data file half-way."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -18,6 +29,7 @@ import os
 import platform
 import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +49,9 @@ SESSION_LOG_SEVERITY = 4
 #: Protobuf cannot serialize a single-file model of 2 GiB or more; larger models are
 #: served without the cache rather than failing to load.
 MAX_CACHEABLE_BYTES = 1_800_000_000
+#: Initializers of this size or more go to the cache entry's data file, the rest stay in
+#: the model file (ORT's own default threshold for external initializers).
+EXTERNAL_INITIALIZER_MIN_BYTES = 1024
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _PROVIDER_TAGS = {"TensorrtExecutionProvider": "trt", "CUDAExecutionProvider": "cuda", "CPUExecutionProvider": "cpu"}
 
@@ -84,9 +99,11 @@ class CreatedSession:
 class SessionFactory:
     """Creates sessions for one provider set, caching optimized models in ``cache_dir``.
 
-    Safe to call from several threads: two concurrent creations of the same key each
-    write their own temporary file and atomically rename it (last one wins; both are
-    valid), so a reader never sees a half-written cache file."""
+    Safe to call from several threads and processes: two concurrent creations of the same
+    key each write their own temporary model file and data file and atomically rename the
+    model file (last one wins; both are valid), so a reader never sees a half-written
+    entry. ``cache_dir/.lock`` (flock) orders the rename and the removal of the replaced
+    entry's data file (exclusive) against loads from the cache (shared)."""
 
     def __init__(
         self, cache_dir: Path, providers: list[str], intra_op_threads: int = 0, inter_op_threads: int = 1
@@ -107,14 +124,31 @@ class SessionFactory:
         name = f"{_SAFE.sub('_', key)}.{tags}.ort{ort.__version__}.{host_fingerprint()}.onnx"
         return self.cache_dir / name
 
+    def entry_files(self, key: str) -> list[Path]:
+        """The files of ``key``'s cache entry on disk: the model file and its data files
+        (the live one and any of a creation still in progress)."""
+        cached = self.cache_path(key)
+        return [p for p in (cached, *sorted(self._data_files(cached).values())) if p.exists()]
+
+    def discard(self, key: str) -> None:
+        """Remove ``key``'s cache entry, its data file included (creations in progress
+        keep theirs and install their entry as usual)."""
+        if not self.cache_dir.is_dir():
+            return
+        with self._lock(fcntl.LOCK_EX):
+            cached = self.cache_path(key)
+            cached.unlink(missing_ok=True)
+            self._prune_data(cached, keep=None)
+
     def create(self, model_path: Path, key: str) -> ort.InferenceSession:
         """A session for ``model_path``; ``last_cache_hit`` tells whether it was cached."""
         return self.create_with_info(model_path, key).session
 
     def create_with_info(self, model_path: Path, key: str, total_bytes: int | None = None) -> CreatedSession:
         """A session plus whether the optimized model came from the cache. ``total_bytes``:
-        the model's size with its external-data files (ORT finds them next to ``model_path``;
-        the optimized copy holds them inline, so they count toward what can be cached)."""
+        the model's size with its external-data files (ORT finds them next to ``model_path``).
+        It counts toward ``MAX_CACHEABLE_BYTES`` although the optimized copy's large
+        initializers now go to its data file: caching beyond 2 GiB is untried."""
         cached = self.cache_path(key)
         result = self._from_cache(cached) if cached.is_file() else None
         if result is None:
@@ -138,29 +172,81 @@ class SessionFactory:
     def _session(self, path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
         return ort.InferenceSession(str(path), options, providers=self.providers)
 
+    @contextlib.contextmanager
+    def _lock(self, mode: int) -> Iterator[None]:
+        """``cache_dir/.lock`` held in ``mode`` (``LOCK_SH``/``LOCK_EX``); the dir must exist."""
+        with open(self.cache_dir / ".lock", "a+b") as handle:
+            fcntl.flock(handle, mode)
+            yield  # closing the file releases the lock
+
+    def _data_files(self, cached: Path) -> dict[str, Path]:
+        """The data files written for ``cached`` by any creation, by creation token."""
+        pattern = re.compile(re.escape(cached.name) + r"\.(\d+-[0-9a-f]{8})\.data")
+        found = {}
+        for path in cached.parent.glob(f"{cached.name}.*.data"):
+            match = pattern.fullmatch(path.name)
+            if match:
+                found[match.group(1)] = path
+        return found
+
+    def _prune_data(self, cached: Path, keep: str | None) -> None:
+        """Remove ``cached``'s data files but the one of creation ``keep`` and those of
+        creations still in progress (their temporary model file exists). Hold the lock
+        exclusively: a replaced entry's data file goes, a crashed creation's too."""
+        for token, path in self._data_files(cached).items():
+            if token != keep and not self._tmp_path(cached, token).exists():
+                path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _tmp_path(cached: Path, token: str) -> Path:
+        # The suffix must stay ".onnx": ORT picks the output format from it (".ort" → ORT).
+        return cached.with_name(f".{cached.stem}.{token}.tmp.onnx")
+
     def _from_cache(self, cached: Path) -> CreatedSession | None:
-        """The cached optimized model, or None (and the file removed) if it won't load."""
-        try:
-            session = self._session(cached, self._options(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC))
-        except Exception as exc:
-            log.warning("discarding unusable optimized-model cache %s: %s", cached, exc)
-            cached.unlink(missing_ok=True)
-            return None
-        return CreatedSession(session, True, cached)
+        """The cached optimized model, or None (and the entry removed) if it won't load."""
+        with self._lock(fcntl.LOCK_SH):
+            try:
+                loaded = cached.stat()
+                session = self._session(cached, self._options(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC))
+                return CreatedSession(session, True, cached)
+            except FileNotFoundError:  # removed meanwhile (a discard): nothing to discard
+                return None
+            except Exception as exc:
+                log.warning("discarding unusable optimized-model cache %s: %s", cached, exc)
+        with self._lock(fcntl.LOCK_EX), contextlib.suppress(OSError):
+            now = cached.stat()
+            if (now.st_ino, now.st_mtime_ns) == (loaded.st_ino, loaded.st_mtime_ns):  # not a newer entry
+                cached.unlink()
+                self._prune_data(cached, keep=None)
+        return None
 
     def _optimize(self, model_path: Path, cached: Path, total_bytes: int | None = None) -> CreatedSession:
-        """Load with ENABLE_ALL, writing the optimized model atomically into the cache."""
+        """Load with ENABLE_ALL, writing the optimized model (and its data file) into the
+        cache: the model file appears atomically, its data file before it."""
         options = self._options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         if not self._cacheable(model_path, total_bytes):
             return CreatedSession(self._session(model_path, options), False, None)
-        # The suffix must stay ".onnx": ORT picks the output format from it (".ort" → ORT).
-        tmp = cached.with_name(f".{cached.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.onnx")
+        token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = self._tmp_path(cached, token)
+        data = cached.with_name(f"{cached.name}.{token}.data")
+        tmp.touch()  # marks the creation in progress: no pruning takes its data file meanwhile
         options.optimized_model_filepath = str(tmp)
+        # Relative to the model file; the same directory, so the rename keeps it valid.
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", data.name)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", str(EXTERNAL_INITIALIZER_MIN_BYTES)
+        )
+        installed = False
         try:
             session = self._session(model_path, options)
-            os.replace(tmp, cached)
+            with self._lock(fcntl.LOCK_EX):
+                os.replace(tmp, cached)
+                installed = True
+                self._prune_data(cached, keep=token)
         finally:
             tmp.unlink(missing_ok=True)
+            if not installed:
+                data.unlink(missing_ok=True)
         return CreatedSession(session, False, cached)
 
     def _cacheable(self, model_path: Path, total_bytes: int | None = None) -> bool:

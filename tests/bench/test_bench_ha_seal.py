@@ -18,6 +18,7 @@ def test_ha_seal_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     data = json.loads(out.read_text())
     for key in (
         "seal_cpu_s_per_change", "seal_cpu_s_per_change_old", "seal_cpu_s_per_change_cold", "speedup",
+        "build_s_per_change", "build_s_per_change_old",
         "seal_cpu_us_per_join", "seal_cpu_us_per_join_old", "edge_open_us", "edge_open_us_old",
         "proof_bytes_mean", "signatures_per_change", "state_ready_s_p50", "state_ready_s_p50_old", "cpu_flags",
         "machine", "met",
@@ -26,6 +27,7 @@ def test_ha_seal_bench_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert data["nodes"] == 40 and data["targets"] == TARGETS and not data["errors"]
     assert len(data["seal_cpu_s_per_change_runs"]) == len(data["seal_cpu_s_per_change_old_runs"]) == 2
     assert data["seal_cpu_s_per_change_old"] > 0 and data["seal_cpu_s_per_change"] > 0
+    assert len(data["build_s_per_change_runs"]) == len(data["build_s_per_change_old_runs"]) == 2
     # 40 leaves: paths of 5 or 6 hashes (the tree is 6 deep), and the streams' states were sealed in batches.
     assert 5 * 32 <= data["proof_bytes_mean"] <= 6 * 32
     assert 1 <= data["signatures_per_change"] < 40

@@ -1,7 +1,7 @@
 """A model with external data pushed as a tar.gz of its directory, served FP32 by a real
 fleet: every edge assembles ``model.onnx`` and its data file from chunks and answers
 exactly as ONNX Runtime does on the original; a restarted edge serves it again from disk
-without fetching a byte."""
+without fetching a byte, from its cached optimized session."""
 
 from __future__ import annotations
 
@@ -58,5 +58,7 @@ async def test_a_tar_pushed_model_with_external_data_is_served_by_every_edge(
     await wait_for(lambda: version_state(again, "ext", "1") == "complete", what="ext complete after the restart")
     await wait_for(lambda: again.edge.repository.ready(), what="ext served after the restart")
     assert again.edge.fetcher.stats.as_dict()["bytes_fetched"] == 0
+    # ...and from ORT's optimized copy in its cache, data file and all (it used to be discarded).
+    assert again.edge.repository.get("ext").cache_hit is True
     np.testing.assert_allclose(await _infer(again, x), expected, rtol=1e-5, atol=1e-6)
     assert hashlib.sha256(data).hexdigest() == manifest["files"][0]["sha256"]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -16,6 +19,7 @@ from edge_node.inference.inputs import check_inputs
 from edge_node.inference.session import SessionFactory, dummy_inputs, host_fingerprint, session_specs
 from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_mlp
+from support.external_data import DATA_FILE, build_external_mlp
 
 CPU = ["CPUExecutionProvider"]
 REPO = Path(__file__).resolve().parents[3]
@@ -57,7 +61,9 @@ def test_cache_name_carries_key_providers_version_and_host(tmp_path: Path) -> No
 
 def test_cache_written_atomically_no_temp_left(tmp_path: Path, mlp: Path) -> None:
     SessionFactory(tmp_path, CPU).create(mlp, "k1")
-    assert [p.name for p in tmp_path.iterdir()] == [SessionFactory(tmp_path, CPU).cache_path("k1").name]
+    entry = SessionFactory(tmp_path, CPU).entry_files("k1")
+    assert [p.suffix for p in entry] == [".onnx", ".data"]  # the model file and its data file
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".lock", *(p.name for p in entry)])
 
 
 def test_corrupt_cache_is_discarded_and_rebuilt(tmp_path: Path, mlp: Path) -> None:
@@ -66,6 +72,82 @@ def test_corrupt_cache_is_discarded_and_rebuilt(tmp_path: Path, mlp: Path) -> No
     created = factory.create_with_info(mlp, "k2")
     assert not created.cache_hit
     assert SessionFactory(tmp_path, CPU).create_with_info(mlp, "k2").cache_hit
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``model.onnx`` + ``model.onnx.data``, every tensor in the data file."""
+    return build_external_mlp(tmp_path_factory.mktemp("ext") / "model", width=64, hidden_layers=2)
+
+
+def _data_locations(model_file: Path) -> set[str]:
+    model = onnx.load(str(model_file), load_external_data=False)
+    return {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+
+
+def test_external_data_model_is_a_cache_hit_across_restart(
+    tmp_path: Path, external: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The optimized copy's initializers go to its own data file beside the cache entry; it
+    used to reference ``model.onnx.data`` relative to the cache and be discarded at every start."""
+    x = np.random.default_rng(2).standard_normal((4, 64), dtype=np.float32)
+    first = SessionFactory(tmp_path / "cache", CPU).create_with_info(external, "ext", 40_000)
+    assert not first.cache_hit and first.cache_path is not None
+    locations = _data_locations(first.cache_path)
+    assert len(locations) == 1 and DATA_FILE not in locations
+    assert (first.cache_path.parent / locations.pop()).is_file()
+
+    with caplog.at_level(logging.WARNING, logger="edge_node.inference.session"):
+        again = SessionFactory(tmp_path / "cache", CPU).create_with_info(external, "ext", 40_000)
+    assert again.cache_hit, caplog.text
+    assert "discarding" not in caplog.text
+    assert np.array_equal(logits(again.session, x), logits(first.session, x))
+    plain = ort.InferenceSession(str(external), providers=CPU)
+    np.testing.assert_allclose(logits(again.session, x), logits(plain, x), rtol=1e-5, atol=1e-6)
+
+
+def test_concurrent_creators_leave_one_valid_entry(tmp_path: Path, external: Path) -> None:
+    """Creators of one key racing (each its own factory, as separate processes would be):
+    each writes its own data file; the entry left references the one data file left."""
+    start = threading.Barrier(4)
+    created: list[bool] = []
+
+    def create() -> None:
+        start.wait()
+        created.append(SessionFactory(tmp_path, CPU).create_with_info(external, "race").cache_hit)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(created) == 4
+    factory = SessionFactory(tmp_path, CPU)
+    model_file, *data = factory.entry_files("race")
+    assert [p.name for p in data] == list(_data_locations(model_file))
+    assert not list(tmp_path.glob("*.tmp.onnx"))
+    assert factory.create_with_info(external, "race").cache_hit
+
+
+def test_replaced_and_crashed_data_files_are_pruned(tmp_path: Path, external: Path) -> None:
+    factory = SessionFactory(tmp_path, CPU)
+    cached = factory.cache_path("k")
+    crashed = cached.with_name(f"{cached.name}.1-0000dead.data")  # a creation that died before the rename
+    in_progress = cached.with_name(f"{cached.name}.2-0000beef.data")  # one still writing: its temp file exists
+    crashed.write_bytes(b"x")
+    in_progress.write_bytes(b"y")
+    cached.with_name(f".{cached.stem}.2-0000beef.tmp.onnx").touch()
+    factory.create(external, "k")
+    (live,) = _data_locations(cached)
+    assert sorted(p.name for p in factory.entry_files("k")) == sorted([cached.name, live, in_progress.name])
+
+    cached.write_bytes(b"not a model")  # a broken entry is discarded with its data file, then rebuilt
+    assert not factory.create_with_info(external, "k").cache_hit
+    (rebuilt,) = _data_locations(cached)
+    assert rebuilt != live and not (tmp_path / live).exists() and (tmp_path / rebuilt).is_file()
+
+    factory.discard("k")
+    assert factory.entry_files("k") == [in_progress]
 
 
 def test_bad_model_raises_and_leaves_no_cache(tmp_path: Path) -> None:
