@@ -179,7 +179,10 @@ class DriftWatch:
             key = (m.name, m.version)
             artifact = m.choice.artifact if m.choice is not None else ""
             raw = shadow_info(m.shadow)
-            if self._sent.get((key, node_id)) == (artifact, raw):
+            sent = self._sent.get((key, node_id))
+            if sent is not None and sent[1] == raw and artifact in (sent[0], REFERENCE):
+                # Unchanged counts; a node that fell back to FP32 keeps reporting its INT8's last
+                # counts, which stay that artifact's (not relabelled as FP32's in the report).
                 continue
             if not self._serves(node_id, key):
                 continue
