@@ -170,8 +170,14 @@ class Presence:
 
     async def publish_death(self, client: mqtt.Client, bdseq: int, timeout_s: float) -> bool:
         """Publish ``offline/bdseq`` (a stop) and wait up to ``timeout_s`` for its PUBACK;
-        False when it was not acknowledged (the caller then leaves so the will goes out)."""
+        False when it was not acknowledged (the caller then leaves so the will goes out). A
+        stop that came between a partition move and the switch's reconnect finds this
+        connection's birth on an old status topic: those are cleared first."""
         try:
+            with self.lock:
+                old_topics = sorted(self._old_status_topics)
+            for old in old_topics:
+                client.publish(old, b"", qos=1, retain=True)
             info = client.publish(self.status_topic, status_payload("offline", bdseq), qos=1, retain=True)
             await asyncio.to_thread(info.wait_for_publish, timeout_s)
         except (ValueError, RuntimeError) as exc:
@@ -182,10 +188,15 @@ class Presence:
             return False
         return True
 
-    def begin_switch(self) -> None:
-        """A partition switch disconnects: no heartbeat on the old connection from here on."""
+    def begin_switch(self, client: mqtt.Client) -> None:
+        """A partition switch disconnects: no heartbeat on the old connection from here on.
+        The old status topics are cleared on it first: its DISCONNECT discards the will, so a
+        stop arriving before the new connection's birth would leave "online" retained there."""
         with self.lock:
             self.switching = True
+            if self._live_bdseq is not None:
+                for old in sorted(self._old_status_topics):
+                    client.publish(old, b"", qos=1, retain=True)
             self._live_bdseq = None
 
     def end_switch(self) -> bool:

@@ -245,7 +245,7 @@ class HeartbeatPublisher:
         client = self._client
         if client is None or self._presence.stopping:
             return
-        self._presence.begin_switch()
+        self._presence.begin_switch(client)
         client.disconnect()  # DISCONNECT: the broker discards the will, which names the old topic
         await asyncio.to_thread(client.loop_stop)
         close_wakeup_pair(client)

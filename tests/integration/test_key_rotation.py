@@ -4,8 +4,10 @@ endorsement to the new one and keeps serving, an edge pinned to an unrelated key
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 
 import httpx
@@ -70,7 +72,12 @@ async def test_an_edge_follows_a_rotated_key_and_an_edge_pinned_to_another_key_i
         v2 = await _push(second, build_mlp(tmp_path / "v2.onnx", width=64, hidden_layers=2, head_seed=7))
         verify_manifest(v2, key2)
         await wait_for(lambda: version_state(follower, "mlp", "2") == "complete", what="v2 on the following edge")
-        assert await served_version(follower) == "2"
+        # Complete files come before the swap (its session loads first: seconds on a loaded machine).
+        served, deadline = await served_version(follower), time.monotonic() + 30
+        while served != "2" and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            served = await served_version(follower)
+        assert served == "2"
         # Every state key 2 seals is refused by the other edge: v2 never starts there.
         await wait_for(lambda: stranger.edge.follower.refusals.get("signature", 0) >= 2, what="v2 refused there")
         assert version_state(stranger, "mlp", "2") is None and stranger.edge.follower.state is None
