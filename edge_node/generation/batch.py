@@ -117,12 +117,13 @@ class RunningBatch:
         return out
 
     def prefill_step(self, budget_tokens: int) -> tuple[list[tuple[Sequence, np.ndarray]], int]:
-        """Run the next prompt work: the first chunks of the fresh prompts (nothing cached,
-        nothing run yet) together in one session run (see :func:`plan_chunks`), else the next
-        chunk of the first prompt under way. A prompt waits while one ahead of it computes the
-        blocks they share (each chunk's whole blocks are cached as soon as it ran). Returns the
-        sequences whose prompt is now done with the logits of their last prompt token, and the
-        prompt tokens run."""
+        """Run the next prompt work, at most ``budget_tokens``: the first chunks of the fresh
+        prompts (nothing cached, nothing run yet) together in one session run (see
+        :func:`plan_chunks`), else the prompts under way in row order, one session run each
+        (a chunk with a past runs alone), until the budget is spent. A prompt waits while one
+        ahead of it computes the blocks they share (each chunk's whole blocks are cached as
+        soon as it ran). Returns the sequences whose prompt is now done with the logits of
+        their last prompt token, and the prompt tokens run."""
         for seq in self.prefilling:
             self._catch_up(seq)
         runnable = self._runnable()
@@ -131,16 +132,18 @@ class RunningBatch:
             lengths = plan_chunks([len(s.prompt) for s in fresh], budget_tokens)
             group = fresh[: len(lengths)]
             chunks = [s.prompt[:n] for s, n in zip(group, lengths, strict=True)]
-            logits = self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks)
-        else:
-            seq = runnable[0]
-            lengths = [min(len(seq.prompt) - seq.length, budget_tokens)]
-            group = [seq]
-            logits = self.runner.prefill(
-                self.kv, seq.slot, seq.prompt[seq.length : seq.length + lengths[0]], seq.length
-            )[None]
+            runs = list(self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks))
+        else:  # short continuations share the step's budget: fewer decode steps before their first tokens
+            group, lengths, runs = [], [], []
+            for seq in runnable:
+                n = min(len(seq.prompt) - seq.length, budget_tokens - sum(lengths))
+                if n <= 0:
+                    break
+                runs.append(self.runner.prefill(self.kv, seq.slot, seq.prompt[seq.length : seq.length + n], seq.length))
+                group.append(seq)
+                lengths.append(n)
         done: list[tuple[Sequence, np.ndarray]] = []
-        for seq, n, row in zip(group, lengths, logits, strict=True):
+        for seq, n, row in zip(group, lengths, runs, strict=True):
             seq.length += n
             self._store_prefix(seq, seq.length)
             if seq.length == len(seq.prompt):
