@@ -24,7 +24,21 @@ from modelfleet.zoo.llm import eval_text
 NODE_HEADER = "x-modelfleet-node"
 #: Characters per token of the zoo tokenizer on words drawn from its text (measured: 2.66), to size prompts.
 CHARS_PER_TOKEN = 2.66
-_GENERATED = re.compile(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
+_SAMPLE = re.compile(r"^([a-zA-Z_:]+)\{[^}]*\} ([0-9.e+-]+)$", re.M)
+#: An edge's engine series summed by ``engine_counters``: what a stream's TTFT was spent on there.
+ENGINE_SERIES = {
+    "streams": "vllm:request_queue_time_seconds_count",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "admitted_to_first_s": "vllm:request_prefill_time_seconds_sum",
+    "ttft_edge_s": "vllm:time_to_first_token_seconds_sum",
+    "prefill_run_s": "modelfleet_generation_prefill_seconds_total",
+    "decode_run_s": "modelfleet_generation_decode_seconds_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "prefilled_tokens": "modelfleet_generation_prefilled_tokens_total",
+    "generated_tokens": "vllm:generation_tokens_total",
+    "prefix_block_queries": "vllm:prefix_cache_queries_total",
+    "prefix_block_hits": "vllm:prefix_cache_hits_total",
+}
 
 
 @dataclass
@@ -149,33 +163,85 @@ class Turn:
     streamed: Streamed
 
 
-async def chat_waves(url: str, model: str, plan: ChatPlan) -> list[Turn]:
-    """Every conversation's turn ``t`` at once (a wave) to ``url``'s chat completions, the next
-    wave when all have answered; each turn's messages are the conversation so far (the replies
-    as the client got them)."""
+class Conversations:
+    """A ``ChatPlan``'s conversations, one wave at a time: every conversation's next turn at once,
+    each turn's messages the conversation so far (the replies as the client got them)."""
+
+    def __init__(self, plan: ChatPlan, model: str) -> None:
+        self.plan, self.model = plan, model
+        self._users = plan.users()
+        self._history = [[{"role": "system", "content": plan.system()}] for _ in range(plan.conversations)]
+        self.turns: list[Turn] = []
+        """Every answered turn so far."""
+        self.wall_s = 0.0
+        """Seconds the waves took, from the first request of each to its last answer."""
+
+    @property
+    def done(self) -> int:
+        """Waves sent so far."""
+        return len(self.turns) // self.plan.conversations
+
+    async def wave(self, client: httpx.AsyncClient, url: str) -> None:
+        """Send the next turn of every conversation at once to ``url``'s chat completions; return
+        when all have answered."""
+        t = self.done
+        for c, messages in enumerate(self._history):
+            messages.append({"role": "user", "content": self._users[c][t]})
+        # users do not answer in the same order every turn (in order, equal loads taking turns
+        # would place each conversation where it was before by chance); seeded, so every run and
+        # both policies see the same orders
+        order = list(range(self.plan.conversations))
+        random.Random(self.plan.seed * 1000 + t).shuffle(order)
+        bodies = {c: greedy(self.model, self.plan.reply_tokens, messages=list(self._history[c])) for c in order}
+        started = time.monotonic()
+        answered = await asyncio.gather(*(stream(client, f"{url}/v1/chat/completions", bodies[c]) for c in order))
+        self.wall_s += time.monotonic() - started
+        for c, s in sorted(zip(order, answered, strict=True), key=lambda pair: pair[0]):
+            self._history[c].append({"role": "assistant", "content": s.text})
+            self.turns.append(Turn(c, t, s))
+
+
+def chat_client(plan: ChatPlan) -> httpx.AsyncClient:
+    """A client for a plan's waves: a connection per stream, reads as slow as a long queue."""
     limits = httpx.Limits(max_connections=4 * plan.conversations)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=600.0), limits=limits) as client:
-        return await _waves(client, f"{url}/v1/chat/completions", model, plan)
+    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=600.0), limits=limits)
 
 
-async def _waves(client: httpx.AsyncClient, url: str, model: str, plan: ChatPlan) -> list[Turn]:
-    system, users = plan.system(), plan.users()
-    history = [[{"role": "system", "content": system}] for _ in range(plan.conversations)]
-    turns: list[Turn] = []
-    for t in range(plan.turns):
-        for c, messages in enumerate(history):
-            messages.append({"role": "user", "content": users[c][t]})
-        bodies = [greedy(model, plan.reply_tokens, messages=list(m)) for m in history]
-        answered = await asyncio.gather(*(stream(client, url, b) for b in bodies))
-        for c, s in enumerate(answered):
-            history[c].append({"role": "assistant", "content": s.text})
-            turns.append(Turn(c, t, s))
-    return turns
+def engine_counters(metrics: str) -> dict[str, float]:
+    """``ENGINE_SERIES`` of an edge's ``/metrics`` (every model summed; 0 for a series absent)."""
+    names = {series: key for key, series in ENGINE_SERIES.items()}
+    out = dict.fromkeys(ENGINE_SERIES, 0.0)
+    for name, value in _SAMPLE.findall(metrics):
+        if name in names:
+            out[names[name]] += float(value)
+    return out
 
 
-def generated_tokens(metrics: str) -> int:
-    """``vllm:generation_tokens_total`` of an edge's ``/metrics`` (every model summed)."""
-    return int(sum(float(v) for v in _GENERATED.findall(metrics)))
+def counters_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """What ``engine_counters`` grew by between two readings."""
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def engine_breakdown(per_node: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The nodes' ``engine_counters`` deltas as one breakdown of the time to first token: the mean
+    stream's wait for a row and its admission-to-first-token time (at the edge, over streams), the
+    engine's seconds in prefill runs and decode steps, the share of prompt tokens that were not
+    run (the prefix cache) and of prompt blocks looked up that were found."""
+    total = {k: sum(c[k] for c in per_node.values()) for k in ENGINE_SERIES}
+    streams = total["streams"] or 1.0
+    return {
+        "streams": int(total["streams"]),
+        "queue_mean_s": round(total["queue_s"] / streams, 4),
+        "admitted_to_first_mean_s": round(total["admitted_to_first_s"] / streams, 4),
+        "ttft_edge_mean_s": round(total["ttft_edge_s"] / streams, 4),
+        "prefill_run_s": round(total["prefill_run_s"], 3),
+        "decode_run_s": round(total["decode_run_s"], 3),
+        "prefilled_tokens": int(total["prefilled_tokens"]),
+        "prompt_tokens": int(total["prompt_tokens"]),
+        "prefill_s_per_token_ms": round(1000 * total["prefill_run_s"] / max(1.0, total["prefilled_tokens"]), 3),
+        "prompt_share_from_cache": round(1 - total["prefilled_tokens"] / max(1.0, total["prompt_tokens"]), 4),
+        "prefix_block_hit_rate": round(total["prefix_block_hits"] / max(1.0, total["prefix_block_queries"]), 4),
+    }
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -198,6 +264,11 @@ def turn_summary(turns: Sequence[Turn]) -> dict[str, Any]:
     nodes: dict[str, int] = {}
     for t in ok:
         nodes[t.streamed.node] = nodes.get(t.streamed.node, 0) + 1
+    where = {(t.conversation, t.turn): t.streamed.node for t in ok}
+    moved: dict[int, int] = {}
+    for (c, k), node in where.items():
+        if k > 0 and where.get((c, k - 1), node) != node:
+            moved[k] = moved.get(k, 0) + 1
     return {
         "ttft_p50_s": percentile([t.streamed.ttft for t in ok], 0.5),
         "ttft_p90_s": percentile([t.streamed.ttft for t in ok], 0.9),
@@ -206,6 +277,8 @@ def turn_summary(turns: Sequence[Turn]) -> dict[str, Any]:
         "cached_prompt_share": cached / prompt if prompt else 0.0,
         "first_prompt_tokens": int((usage[0] if usage else {}).get("prompt_tokens") or 0),
         "streams_per_node": dict(sorted(nodes.items())),
+        "turns_on_another_node": sum(moved.values()),
+        "turns_on_another_node_by_turn": {str(k + 1): moved.get(k, 0) for k in sorted(per_turn) if k > 0},
         "errors": [t.streamed.error or "no finish reason" for t in turns if t.streamed.broken],
     }
 

@@ -8,20 +8,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bench._chatload import (
     ChatPlan,
+    Conversations,
     central_text_stats,
     central_url,
-    chat_waves,
-    generated_tokens,
+    chat_client,
+    counters_delta,
+    engine_breakdown,
+    engine_counters,
     greedy,
     kill_round,
     many_streams,
@@ -75,22 +78,60 @@ def serving_fleet(args: argparse.Namespace, central_env: dict[str, str] | None =
         yield fleet
 
 
-def chat_run(args: argparse.Namespace, plan: ChatPlan, policy: str) -> dict[str, Any]:
-    """The chat workload through central routing by ``policy``, on a fleet of its own."""
-    with serving_fleet(args, {"MODELFLEET_GATEWAY__TEXT_ROUTING": policy}) as fleet:
-        before = {n: generated_tokens(fleet.edge_metrics(n)) for n in fleet.edges}
-        started = time.monotonic()
-        turns = asyncio.run(chat_waves(central_url(fleet), MODEL, plan))
-        wall = time.monotonic() - started
-        generated = {n: generated_tokens(fleet.edge_metrics(n)) - before[n] for n in fleet.edges}
-        routed = central_text_stats(fleet).get("routed", {})
-    return {**turn_summary(turns), "generated_per_node": generated, "routed": routed, "wall_s": round(wall, 1)}
+#: The routing policies the affinity section compares: the baseline first.
+POLICIES = ("least_outstanding", "prefix")
+
+
+def fleet_counters(fleet: Fleet) -> dict[str, dict[str, float]]:
+    """Each edge's ``engine_counters`` now."""
+    return {n: engine_counters(fleet.edge_metrics(n)) for n in fleet.edges}
+
+
+#: Each edge's ``engine_counters``, read after each wave (the first before any).
+Readings = list[dict[str, dict[str, float]]]
+
+
+async def interleaved_waves(fleets: dict[str, Fleet], plan: ChatPlan) -> dict[str, tuple[Conversations, Readings]]:
+    """The same conversations through each fleet's central, wave by wave in turn (the fleets
+    never run at once; which goes first alternates), so that both policies see the machine's
+    load of the same minutes; the edges' counters read after every wave."""
+    chats = {p: Conversations(plan, MODEL) for p in fleets}
+    readings = {p: [fleet_counters(f)] for p, f in fleets.items()}
+    async with chat_client(plan) as client:
+        for t in range(plan.turns):
+            for p in list(fleets) if t % 2 == 0 else list(fleets)[::-1]:
+                await chats[p].wave(client, central_url(fleets[p]))
+                readings[p].append(fleet_counters(fleets[p]))
+    return {p: (chats[p], readings[p]) for p in fleets}
+
+
+def policy_figures(chat: Conversations, readings: Readings, fleet: Fleet) -> dict[str, Any]:
+    """One policy's TTFTs, placement and, per wave, where the edges' time to first token went."""
+    first, last = readings[0], readings[-1]
+    generated = {n: int(last[n]["generated_tokens"] - first[n]["generated_tokens"]) for n in first}
+    by_turn = {
+        str(t + 1): engine_breakdown({n: counters_delta(after[n], before[n]) for n in before})
+        for t, (before, after) in enumerate(itertools.pairwise(readings))
+    }
+    return {
+        **turn_summary(chat.turns),
+        "generated_per_node": generated,
+        "routed": central_text_stats(fleet).get("routed", {}),
+        "wall_s": round(chat.wall_s, 1),
+        "edge": engine_breakdown({n: counters_delta(last[n], first[n]) for n in first}),
+        "edge_by_turn": by_turn,
+    }
 
 
 def affinity_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """A multi-turn chat workload with least-outstanding routing, then prefix-aware routing."""
+    """A multi-turn chat workload through a fleet routing by least outstanding and one routing
+    by prefix, both up at once, their waves taking turns."""
     plan = ChatPlan(args.conversations, args.turns, args.system_tokens, args.user_tokens, args.reply_tokens)
-    runs = {policy: chat_run(args, plan, policy) for policy in ("least_outstanding", "prefix")}
+    with contextlib.ExitStack() as stack:
+        fleets = {p: stack.enter_context(serving_fleet(args, {"MODELFLEET_GATEWAY__TEXT_ROUTING": p}))
+                  for p in POLICIES}  # fmt: skip
+        done = asyncio.run(interleaved_waves(fleets, plan))
+        runs = {p: policy_figures(done[p][0], done[p][1], fleets[p]) for p in POLICIES}
     prefix, least = runs["prefix"], runs["least_outstanding"]
     per_node = list(prefix["generated_per_node"].values())
     mean = sum(per_node) / len(per_node)

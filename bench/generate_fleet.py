@@ -26,12 +26,20 @@ pushed as is; each engine gets its share of the cores, without spinning threads:
 
 * ``affinity``: ``--conversations`` chats sharing one ``--system-tokens`` system prompt,
   ``--turns`` turns each of ``--user-tokens`` and ``--reply-tokens`` (greedy), every
-  conversation's turn sent at once (a wave) through central's ``/v1/chat/completions``
-  (streamed), the next wave when all answered. Once with ``gateway.text_routing =
-  "least_outstanding"``, once with ``"prefix"``, each on a fresh fleet (cold caches, same
-  conversations). ``affinity_ttft_ratio``: TTFT p50 prefix / least-outstanding (target <= 0.5);
-  ``load_max_over_mean``: tokens each edge generated under prefix routing (its
-  ``vllm:generation_tokens_total``), the most over the mean (target <= 1.25).
+  conversation's turn sent at once (a wave, in a seeded order that changes every turn) through
+  central's ``/v1/chat/completions`` (streamed), the next wave when all answered. Two fleets
+  are up at once (cold caches, same conversations), one with ``gateway.text_routing =
+  "least_outstanding"``, one with ``"prefix"``; their waves take turns (never at once; which goes
+  first alternates), so both see the machine's load of the same minutes. ``affinity_ttft_ratio``:
+  TTFT p50 prefix / least-outstanding (target <= 0.5); ``load_max_over_mean``: tokens each edge
+  generated under prefix routing (its ``vllm:generation_tokens_total``), the most over the mean
+  (target <= 1.25). Per policy and per wave, where the edges' time to first token went (their
+  queue and prefill histograms, seconds in prefill runs and decode steps, prompt tokens run and
+  taken from the prefix cache) and how many turns ran on another node than the one before.
+  The defaults (24 conversations, a 1,000-token system prompt, 7 turns of 70 user and 48 reply
+  tokens: about 1,900 tokens at the last turn, within the served model's 2,048) make a chat
+  whose own history outgrows each turn's new tokens, as a chat's does (users write ~70 tokens a
+  turn on average in LMSYS-Chat-1M); docs/generation.md has the measured figures of both.
 * ``midstream``: ``--kill-streams`` greedy streams through central; once each has
   ``--kill-after`` tokens the edge most of them run on is SIGKILLed, then started again, until
   ``--kills`` kills have hit streams mid-way (``midstream_kills``). Every stream is compared token
@@ -351,6 +359,12 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"affinity {policy}: TTFT p50 {r['ttft_p50_s']:.3f}s p90 {r['ttft_p90_s']:.3f}s by turn "
                   f"{r['ttft_p50_by_turn_s']}, cached prompt share {r['cached_prompt_share']:.3f}, "
                   f"tokens per node {r['generated_per_node']}")  # fmt: skip
+            e = r["edge"]
+            print(f"  at the edges: queue {e['queue_mean_s']:.3f}s + admitted to first token "
+                  f"{e['admitted_to_first_mean_s']:.3f}s a stream; {e['prefilled_tokens'] / max(1, e['streams']):.0f} "
+                  f"prompt tokens run a stream ({e['prompt_share_from_cache']:.3f} from the prefix cache); "
+                  f"prefill runs {e['prefill_run_s']:.1f}s, decode steps {e['decode_run_s']:.1f}s; "
+                  f"{r['turns_on_another_node']} turns on another node than the one before")  # fmt: skip
     if "midstream" in result:
         m = result["midstream"]
         print(f"midstream: {m['rounds']} rounds, {m['streams']} streams, {m['resumed']} resumed by central")
@@ -395,9 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--serve-edges", type=int, default=3, help="edges of the serving sections")
     p.add_argument("--conversations", type=int, default=24, help="affinity: conversations")
-    p.add_argument("--turns", type=int, default=4, help="affinity: turns per conversation")
+    p.add_argument("--turns", type=int, default=7, help="affinity: turns per conversation")
     p.add_argument("--system-tokens", type=int, default=1000, help="affinity: tokens of the shared system prompt")
-    p.add_argument("--user-tokens", type=int, default=150, help="affinity: tokens of each user message")
+    p.add_argument("--user-tokens", type=int, default=70, help="affinity: tokens of each user message")
     p.add_argument("--reply-tokens", type=int, default=48, help="affinity: tokens of each reply")
     p.add_argument("--kills", type=int, default=20, help="midstream: SIGKILLs of an edge with streams on it")
     p.add_argument("--kill-streams", type=int, default=4, help="midstream: streams running at each kill")

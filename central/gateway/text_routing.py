@@ -17,9 +17,14 @@ which costs nothing while it keeps up.
 A node's load is the larger of what its last heartbeat said (``ModelInfo.generation``:
 running + waiting) and the requests this gateway has in flight to it: the heartbeat sees
 every client, the gateway's count sees the last second (a sum would count the gateway's own
-requests twice). The chosen node (1 or 2) keeps its place only while its load is at most
+requests twice). The chosen node (1 or 2) keeps its place while its load is at most
 ``least + max(2, 25 % of least)``; beyond it the least loaded node goes first, so a popular
-prefix spreads instead of queueing on one node."""
+prefix spreads instead of queueing on one node — unless (2) waiting is cheaper than moving:
+the ``excess`` requests over the bound, each taken to cost about the request's own prefill
+there (its blocks the node lacks), cost fewer blocks than the prefix the least loaded node
+lacks and would prefill again (``worth_waiting``). A burst of a conversations' next turns
+then no longer moves a long conversation because its node's share of the burst arrived
+first, while a node far behind still sheds requests whose prefix is cheap to rebuild."""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from central.gateway.prefix_index import PrefixIndex
 from central.gateway.router import GatewayRouter
 from fleetwire.mqtt.fast import AnyHeartbeat
 
-__all__ = ["GenerationLoads", "TextRouting", "load_bound"]
+__all__ = ["GenerationLoads", "TextRouting", "load_bound", "worth_waiting"]
 
 #: Extra requests over the least loaded node a preferred node may have and keep its place.
 SLACK_REQUESTS = 2
@@ -42,6 +47,16 @@ SLACK_SHARE = 0.25
 def load_bound(least: int) -> float:
     """The most load a preferred node may have when the least loaded node has ``least``."""
     return least + max(SLACK_REQUESTS, SLACK_SHARE * least)
+
+
+def worth_waiting(excess: float, blocks: int, matches: dict[str, int], preferred: Candidate, least: Candidate) -> bool:
+    """Whether a request should stay on ``preferred`` although its load is ``excess`` over the
+    bound: the requests it would wait behind there, each about as much prefill as its own
+    (the blocks ``preferred`` lacks, plus the tail short of a block), cost less than the blocks
+    of its prefix the least loaded node lacks and would prefill again."""
+    own = blocks - matches[preferred.node_id] + 1
+    recomputed = matches[preferred.node_id] - matches[least.node_id]
+    return excess * own <= recomputed
 
 
 class GenerationLoads:
@@ -108,6 +123,7 @@ class TextRouting:
         by_load = sorted(usable, key=lambda c: loads[c.node_id])  # stable: the router's turn breaks ties
         bound = load_bound(loads[by_load[0].node_id])
         preferred, reason = None, "least"
+        matches: dict[str, int] = {}
         if session is not None:
             owner = self.router.owner(model, version, session)
             preferred = next((c for c in usable if c.node_id == owner), None)
@@ -119,7 +135,8 @@ class TextRouting:
                 preferred, reason = best, "prefix"
         if preferred is None:
             return Choice(by_load, "least")
-        if loads[preferred.node_id] > bound:
+        excess = loads[preferred.node_id] - bound
+        if excess > 0 and not (matches and worth_waiting(excess, len(hashes), matches, preferred, by_load[0])):
             return Choice(by_load, "load")
         return Choice([preferred, *(c for c in by_load if c is not preferred)], reason)
 

@@ -72,38 +72,81 @@ class RunningBatch:
         self.prefilling.append(seq)
         return True
 
-    def _cached_prefix(self, seq: Sequence) -> list[np.ndarray]:
+    def _cached_prefix(self, seq: Sequence, known: int | None = None) -> list[np.ndarray]:
         # At least the last prompt token is run again: its logits give the first token.
         if self.cache is None:
             return []
-        return self.cache.lookup(seq.prompt, (len(seq.prompt) - 1) // self.budget.block_tokens)
+        return self.cache.lookup(seq.prompt, (len(seq.prompt) - 1) // self.budget.block_tokens, known)
 
     def _longest(self) -> int:
         return max((s.length for s in self.running), default=0)
 
+    def _catch_up(self, seq: Sequence) -> None:
+        """A prompt that has run nothing of its own yet takes the blocks that other prompts
+        cached since it was admitted (a burst sharing a system prompt computes it once)."""
+        size = self.budget.block_tokens
+        if self.cache is None or seq.length != seq.cached:
+            return
+        known = seq.cached // size
+        hits = self._cached_prefix(seq, known)
+        for i in range(known, len(hits)):
+            self.kv.write(seq.slot, i * size, hits[i])
+        if len(hits) > known:
+            seq.length = seq.cached = len(hits) * size
+
+    def _follows(self, seq: Sequence, ahead: list[Sequence]) -> bool:
+        """Whether ``seq``, which has run nothing of its own yet, should wait because a prompt
+        ``ahead`` of it is about to compute (and cache) the same next block: it then takes it
+        from the cache instead of computing it again."""
+        if self.cache is None or seq.length != seq.cached:
+            return False
+        end = seq.length + self.budget.block_tokens  # its next block, whole, short of the last token
+        if end > len(seq.prompt) - 1:
+            return False
+        head = seq.prompt[:end]
+        return any(o.length < end <= len(o.prompt) and o.prompt[:end] == head for o in ahead)
+
+    def _runnable(self) -> list[Sequence]:
+        """The prefilling prompts that may run now, in row order: all but those that follow a
+        prompt ahead (earlier, or already under way) computing the blocks they share."""
+        out = []
+        for i, seq in enumerate(self.prefilling):
+            ahead = [*self.prefilling[:i], *(o for o in self.prefilling[i + 1 :] if o.length > o.cached)]
+            if not self._follows(seq, ahead):
+                out.append(seq)
+        return out
+
     def prefill_step(self, budget_tokens: int) -> tuple[list[tuple[Sequence, np.ndarray]], int]:
-        """Run the next prompt work: the first chunks of the fresh prompts (nothing cached,
-        nothing run yet) together in one session run (see :func:`plan_chunks`), else the next
-        chunk of the first prompt under way. Returns the sequences whose prompt is now done
-        with the logits of their last prompt token, and the prompt tokens run."""
-        fresh = [s for s in self.prefilling if s.length == 0]
+        """Run the next prompt work, at most ``budget_tokens``: the first chunks of the fresh
+        prompts (nothing cached, nothing run yet) together in one session run (see
+        :func:`plan_chunks`), else the prompts under way in row order, one session run each
+        (a chunk with a past runs alone), until the budget is spent. A prompt waits while one
+        ahead of it computes the blocks they share (each chunk's whole blocks are cached as
+        soon as it ran). Returns the sequences whose prompt is now done with the logits of
+        their last prompt token, and the prompt tokens run."""
+        for seq in self.prefilling:
+            self._catch_up(seq)
+        runnable = self._runnable()
+        fresh = [s for s in runnable if s.length == 0]
         if fresh:
             lengths = plan_chunks([len(s.prompt) for s in fresh], budget_tokens)
             group = fresh[: len(lengths)]
             chunks = [s.prompt[:n] for s, n in zip(group, lengths, strict=True)]
-            logits = self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks)
-        else:
-            seq = self.prefilling[0]
-            lengths = [min(len(seq.prompt) - seq.length, budget_tokens)]
-            group = [seq]
-            logits = self.runner.prefill(
-                self.kv, seq.slot, seq.prompt[seq.length : seq.length + lengths[0]], seq.length
-            )[None]
+            runs = list(self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks))
+        else:  # short continuations share the step's budget: fewer decode steps before their first tokens
+            group, lengths, runs = [], [], []
+            for seq in runnable:
+                n = min(len(seq.prompt) - seq.length, budget_tokens - sum(lengths))
+                if n <= 0:
+                    break
+                runs.append(self.runner.prefill(self.kv, seq.slot, seq.prompt[seq.length : seq.length + n], seq.length))
+                group.append(seq)
+                lengths.append(n)
         done: list[tuple[Sequence, np.ndarray]] = []
-        for seq, n, row in zip(group, lengths, logits, strict=True):
+        for seq, n, row in zip(group, lengths, runs, strict=True):
             seq.length += n
+            self._store_prefix(seq, seq.length)
             if seq.length == len(seq.prompt):
-                self._store_prefix(seq, len(seq.prompt))
                 done.append((seq, row))
         self.prefilled_tokens += sum(lengths)
         return done, sum(lengths)

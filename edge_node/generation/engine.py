@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -153,6 +154,7 @@ class GenerationEngine:
             text=TextStream(self.tokenizer.decode, params.stop, prompt[own:]),
             deliver=self._scheduler.deliver,
             limit=len(prompt) + params.max_tokens,
+            arrived=time.perf_counter(),
         )
         stream: asyncio.Queue[Delivery] = asyncio.Queue()
         self._queues[seq] = stream
@@ -189,4 +191,6 @@ class GenerationEngine:
             prompt_tokens=self._scheduler.prompt_tokens,
             generation_tokens=self._scheduler.generation_tokens,
             prefilled_tokens=batch.prefilled_tokens,
+            prefill_seconds=self._scheduler.prefill_seconds,
+            decode_seconds=self._scheduler.decode_seconds,
         )

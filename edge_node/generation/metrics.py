@@ -76,6 +76,14 @@ class GenerationMetrics:
             "vllm:e2e_request_latency_seconds", "Whole request latency, first byte to last token.", [_LABEL],
             registry=registry, buckets=_E2E_BUCKETS,
         )  # fmt: skip
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds", "Time a request waited for a batch row and KV room.", [_LABEL],
+            registry=registry, buckets=_TTFT_BUCKETS,
+        )  # fmt: skip
+        self.prefill = Histogram(
+            "vllm:request_prefill_time_seconds", "Time from a request's admission to its first token.", [_LABEL],
+            registry=registry, buckets=_TTFT_BUCKETS,
+        )  # fmt: skip
         self.success = Counter(
             "vllm:request_success", "Requests that finished, by finish reason.", [_LABEL, "finished_reason"],
             registry=registry,
@@ -85,6 +93,11 @@ class GenerationMetrics:
     def step(self, model: str, seconds: float, *, first: bool) -> None:
         """One step of a stream arrived ``seconds`` after the previous one (or the request)."""
         (self.ttft if first else self.itl).labels(model).observe(seconds)
+
+    def first_token(self, model: str, queued_s: float, prefill_s: float) -> None:
+        """Where a stream's time to first token went: waiting for room, then prefill."""
+        self.queue.labels(model).observe(queued_s)
+        self.prefill.labels(model).observe(prefill_s)
 
     def finished(self, model: str, seconds: float, reason: str) -> None:
         """A stream ended with ``reason`` after ``seconds``."""
@@ -108,6 +121,21 @@ class _EngineCollector(Collector):
             "hits": CounterMetricFamily(
                 "vllm:prefix_cache_hits", "Prompt KV blocks found in the prefix cache.", labels=[_LABEL]
             ),
+            "prefill_s": CounterMetricFamily(
+                "modelfleet_generation_prefill_seconds",
+                "Seconds the engine spent running prefill chunks.",
+                labels=[_LABEL],
+            ),
+            "decode_s": CounterMetricFamily(
+                "modelfleet_generation_decode_seconds",
+                "Seconds the engine spent running decode steps.",
+                labels=[_LABEL],
+            ),
+            "prefilled": CounterMetricFamily(
+                "modelfleet_generation_prefilled_tokens",
+                "Prompt tokens run through the model (cache misses).",
+                labels=[_LABEL],
+            ),
             "running": GaugeMetricFamily("vllm:num_requests_running", "Sequences in the batch.", labels=[_LABEL]),
             "waiting": GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for room.", labels=[_LABEL]),
             "kv": GaugeMetricFamily(
@@ -118,7 +146,8 @@ class _EngineCollector(Collector):
             s = model.engine.stats()
             values = {
                 "prompt": s.prompt_tokens, "generation": s.generation_tokens, "queries": s.prefix_queries,
-                "hits": s.prefix_hits, "running": s.running, "waiting": s.waiting, "kv": s.kv_usage,
+                "hits": s.prefix_hits, "prefill_s": s.prefill_seconds, "decode_s": s.decode_seconds,
+                "prefilled": s.prefilled_tokens, "running": s.running, "waiting": s.waiting, "kv": s.kv_usage,
             }  # fmt: skip
             for key, value in values.items():
                 families[key].add_metric([model.name], float(value))

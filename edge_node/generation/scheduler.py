@@ -16,6 +16,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -45,6 +46,10 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.prefill_seconds = 0.0
+        """Seconds spent in prefill runs (total)."""
+        self.decode_seconds = 0.0
+        """Seconds spent in decode steps (total)."""
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._outbox: list[tuple[Sequence, Delivery]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,7 +125,7 @@ class Scheduler:
         if seq.cancelled:
             return
         if not self.waiting and self.batch.can_admit() and self.batch.admit(seq):
-            self.prompt_tokens += seq.prompt_tokens
+            self._admitted(seq)
         elif len(self.waiting) < self.settings.max_waiting:
             self.waiting.append(seq)
         else:
@@ -140,7 +145,9 @@ class Scheduler:
         budget = self.settings.prefill_chunk_tokens
         self._admit_waiting(budget)
         if self.batch.prefilling:
+            started = time.perf_counter()
             done, _ = self.batch.prefill_step(budget)
+            self.prefill_seconds += time.perf_counter() - started
             for seq, logits in done:
                 self.batch.join(seq)
                 self._next(seq, logits)
@@ -153,11 +160,16 @@ class Scheduler:
         while self.waiting and self.batch.can_admit() and self.batch.prompt_backlog < budget:
             if not self.batch.admit(self.waiting[0]):
                 return
-            seq = self.waiting.popleft()
-            self.prompt_tokens += seq.prompt_tokens
+            self._admitted(self.waiting.popleft())
+
+    def _admitted(self, seq: Sequence) -> None:
+        seq.admitted = time.perf_counter()
+        self.prompt_tokens += seq.prompt_tokens
 
     def _decode(self) -> None:
+        started = time.perf_counter()
         logits = self.batch.decode_step()
+        self.decode_seconds += time.perf_counter() - started
         for seq, row in zip(list(self.batch.decoding), logits, strict=True):
             self._next(seq, row)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ class Sequence:
     """Tokens whose KV is in the batch buffer."""
     cached: int = 0
     """Prompt tokens whose KV came from the prefix cache."""
+    arrived: float = 0.0
+    """``time.perf_counter()`` when the request reached the engine."""
+    admitted: float = 0.0
+    """``time.perf_counter()`` when it got a batch row (0 while waiting)."""
     slot: int = -1
     """Row of the batch buffer, -1 while waiting."""
     reserved_blocks: int = 0
@@ -83,6 +88,9 @@ class Sequence:
         if reason is not None:
             text += self.text.flush()
             self.finished = True
+        queued = prefill = 0.0
+        if completion == 1:  # the stream's first token: where its time to it went
+            queued, prefill = self.admitted - self.arrived, time.perf_counter() - self.admitted
         self.deliver(
             self,
             StepOutput(
@@ -92,5 +100,7 @@ class Sequence:
                 prompt_tokens=self.prompt_tokens,
                 completion_tokens=completion,
                 cached_tokens=self.cached,
+                queued_s=queued,
+                prefill_s=prefill,
             ),
         )

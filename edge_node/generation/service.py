@@ -100,6 +100,7 @@ class LanguageModels:
                 self.metrics.step(model.name, seconds, first=first)
                 if first:
                     model.recent_ttfts.observe(seconds)
+                    self.metrics.first_token(model.name, step.queued_s, step.prefill_s)
                 last = now
                 served += step.token_ids
                 if step.finish_reason is not None:

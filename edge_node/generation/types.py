@@ -173,6 +173,11 @@ class StepOutput:
     """Tokens generated so far, this step included (for ``usage``)."""
     cached_tokens: int = 0
     """Prompt tokens whose KV came from the prefix cache (not prefilled again)."""
+    queued_s: float = 0.0
+    """On a stream's first step: seconds it waited for a batch row and KV room (vLLM's queue time); 0 after."""
+    prefill_s: float = 0.0
+    """On a stream's first step: seconds from its admission to its first token (vLLM's prefill time: its
+    own prompt chunks, and the other prompts' chunks and decode steps run between them); 0 after."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +202,10 @@ class EngineStats:
     """Tokens generated (total)."""
     prefilled_tokens: int = 0
     """Prompt tokens actually run through the model (total; prompt_tokens minus cache hits)."""
+    prefill_seconds: float = 0.0
+    """Seconds the engine thread spent in prefill runs (total)."""
+    decode_seconds: float = 0.0
+    """Seconds the engine thread spent in decode steps (total)."""
 
     @property
     def kv_usage(self) -> float:

@@ -66,6 +66,11 @@ def test_generate_fleet_bench_measures_routing_failover_and_the_gateway(
         run = affinity[policy]
         assert run["errors"] == [] and sum(run["streams_per_node"].values()) == 6 * 3
         assert sum(run["generated_per_node"].values()) == 6 * 3 * 16
+        # the edges' breakdown of the time to first token counts the same streams and prompts
+        edge = run["edge"]
+        assert edge["streams"] == 6 * 3 and edge["prompt_tokens"] == run["prompt_tokens"]
+        assert 0 < edge["prefilled_tokens"] < edge["prompt_tokens"] and edge["prefill_run_s"] > 0
+        assert sum(t["streams"] for t in run["edge_by_turn"].values()) == 6 * 3
     # later turns follow their conversation's prefix; least-outstanding never looks at it
     assert affinity["prefix"]["routed"].get("prefix", 0) > 0 and "prefix" not in affinity["least_outstanding"]["routed"]
     assert data["affinity_ttft_ratio"] > 0 and data["load_max_over_mean"] >= 1.0

@@ -8,7 +8,7 @@ from collections import Counter
 from central.gateway.candidates import Candidate, StaticNodeSource
 from central.gateway.prefix_index import BLOCK_BYTES, PrefixIndex, block_hashes, prompt_bytes
 from central.gateway.router import GatewayRouter
-from central.gateway.text_routing import GenerationLoads, TextRouting, load_bound
+from central.gateway.text_routing import GenerationLoads, TextRouting, load_bound, worth_waiting
 from fleetwire.mqtt.payloads import GenerationInfo, Heartbeat, ModelInfo
 
 NODES = [Candidate(f"n{i}", f"127.0.0.1:{9000 + i}") for i in range(3)]
@@ -87,7 +87,8 @@ def test_bounded_load_sends_a_matching_request_to_the_least_loaded_node() -> Non
     assert load_bound(4) == 6
     choice = routing.order(MODEL, None, hashes, None, set())
     assert (choice.order[0].node_id, choice.reason) == ("n1", "prefix")
-    loads.harvest("n1", _heartbeat("n1", running=5, waiting=2))  # 7 > 6: too busy
+    # 10 > 6: too busy; its 4 extra requests cost more than the 3 blocks of prefix it would lose
+    loads.harvest("n1", _heartbeat("n1", running=5, waiting=5))
     choice = routing.order(MODEL, None, hashes, None, set())
     assert (choice.order[0].node_id, choice.reason) == ("n0", "load")
     assert [c.node_id for c in choice.order] == ["n0", "n2", "n1"]
@@ -95,6 +96,34 @@ def test_bounded_load_sends_a_matching_request_to_the_least_loaded_node() -> Non
     for _ in range(9):
         routing.router.acquire("n0")
     assert routing.order(MODEL, None, [], None, set()).order[0].node_id == "n2"
+
+
+def test_a_long_conversation_waits_for_its_node_while_that_costs_less_than_moving() -> None:
+    loads = GenerationLoads()
+    routing = _routing(loads)
+    history = _chat(*["q" * 600] * 8)  # about 20 blocks, all on n1
+    routing.sent("n1", history)
+    hashes = _chat(*["q" * 600] * 8, "r" * 600)  # its next turn: 2 or 3 more blocks
+    own = len(hashes) - len(history) + 1
+    assert worth_waiting(1, len(hashes), {"n0": 0, "n1": len(history)}, NODES[1], NODES[0])
+    for node, running in (("n0", 0), ("n1", 2 + len(history) // own), ("n2", 1)):
+        loads.harvest(node, _heartbeat(node, running=running))
+    # over the bound of 2, but the requests ahead cost less prefill than its ~20 blocks elsewhere
+    choice = routing.order(MODEL, None, hashes, None, set())
+    assert (choice.order[0].node_id, choice.reason) == ("n1", "prefix")
+    loads.harvest("n1", _heartbeat("n1", running=3 + len(history) // own))
+    choice = routing.order(MODEL, None, hashes, None, set())
+    assert (choice.order[0].node_id, choice.reason) == ("n0", "load")
+
+    # a new conversation that shares a system prompt of 3 blocks, 2 over the bound: 2 requests of
+    # its own 3 blocks' prefill ahead cost more than those 3 blocks elsewhere
+    def chat(user: str) -> list[bytes]:
+        messages = [{"role": "system", "content": "s" * 780}, {"role": "user", "content": user}]
+        return block_hashes(prompt_bytes({"messages": messages}, chat=True))
+
+    routing.sent("n2", chat("a" * 600))
+    loads.harvest("n2", _heartbeat("n2", running=4))
+    assert routing.order(MODEL, None, chat("b" * 600), None, set()).order[0].node_id == "n0"
 
 
 def test_a_session_key_pins_a_conversation_and_sessions_spread() -> None:

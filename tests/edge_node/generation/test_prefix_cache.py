@@ -44,3 +44,22 @@ async def test_the_cache_gives_way_to_reservations_within_the_budget(make_engine
     steps = await asyncio.wait_for(collect(engine, prompt_of(engine, 12, salt=9), big), timeout=30)
     assert len(tokens_of(steps)) == 380
     assert engine.stats().kv_blocks_used <= engine.stats().kv_blocks_total
+
+
+async def test_a_burst_sharing_a_prefix_computes_it_once_and_each_gets_its_own_tokens(
+    make_engine: EngineFactory,
+) -> None:
+    cold = await make_engine(prefix_cache=False, block_tokens=16)
+    engine = await make_engine(block_tokens=16, prefill_chunk_tokens=64)
+    system = prompt_of(engine, 100)
+    prompts = [[*system, *prompt_of(engine, 9 + 4 * i, salt=i + 1)] for i in range(4)]
+
+    before = engine.stats()
+    together = await asyncio.gather(*(collect(engine, p, GREEDY) for p in prompts))
+    after = engine.stats()
+
+    for prompt, steps in zip(prompts, together, strict=True):
+        assert tokens_of(steps) == tokens_of(await collect(cold, prompt, GREEDY))
+    # one of them computed the six whole blocks of the shared 100 tokens; the others took them
+    assert sorted(s[0].cached_tokens for s in together) == [0, 96, 96, 96]
+    assert after.prefilled_tokens - before.prefilled_tokens == sum(len(p) for p in prompts) - 3 * 96

@@ -192,6 +192,28 @@ async def test_metrics_carry_vllm_names(http: httpx.AsyncClient) -> None:
         assert re.search(rf'^{re.escape(name)}{{[^}}]*model_name="{MODEL}"', text, re.MULTILINE), name
 
 
+async def test_metrics_say_where_each_time_to_first_token_went(http: httpx.AsyncClient) -> None:
+    await http.post("/v1/completions", json={"model": MODEL, "prompt": "def g(y): return y", "max_tokens": 4})
+    text = (await http.get("/metrics")).text
+
+    def value(name: str) -> float:
+        found = re.search(rf'^{re.escape(name)}{{[^}}]*model_name="{MODEL}"[^}}]*}} (\S+)$', text, re.MULTILINE)
+        assert found, name
+        return float(found.group(1))
+
+    streams = value("vllm:time_to_first_token_seconds_count")
+    assert streams >= 1
+    # every stream's first token: its wait for a row, then admission to first token, within its TTFT
+    assert value("vllm:request_queue_time_seconds_count") == value("vllm:request_prefill_time_seconds_count") == streams
+    spent = value("vllm:request_queue_time_seconds_sum") + value("vllm:request_prefill_time_seconds_sum")
+    assert 0 < spent <= value("vllm:time_to_first_token_seconds_sum")
+    assert (
+        value("modelfleet_generation_prefill_seconds_total") > 0
+        and value("modelfleet_generation_decode_seconds_total") > 0
+    )
+    assert 0 < value("modelfleet_generation_prefilled_tokens_total") <= value("vllm:prompt_tokens_total")
+
+
 async def test_a_long_answer_is_gzipped_and_a_stream_is_not(http: httpx.AsyncClient) -> None:
     body = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 300, "ignore_eos": True, "seed": 1}
     whole = await http.post("/v1/completions", json=body, headers={"Accept-Encoding": "gzip"})
