@@ -334,8 +334,10 @@ class KillRound:
 
 
 async def kill_round(fleet: Fleet, bodies: Sequence[dict[str, Any]], after_tokens: int, turn: int) -> KillRound:
-    """Start every body as a stream through central; once each has ``after_tokens`` tokens,
-    SIGKILL the node most of the unfinished ones started on (ties: by ``turn``); wait for all."""
+    """Start every body as a stream through central; once the first has ``after_tokens``
+    tokens, SIGKILL the node most of the unfinished ones started on (ties: by ``turn``); wait
+    for all. Not once each has them: the last stream's first token may come after the others
+    ended (a small model, a loaded machine), and the kill would then hit no stream."""
     url = f"{central_url(fleet)}/v1/completions"
     resumed_before = central_text_stats(fleet).get("resumed", 0)
     outs = [Streamed(0.0) for _ in bodies]
@@ -344,7 +346,10 @@ async def kill_round(fleet: Fleet, bodies: Sequence[dict[str, Any]], after_token
     async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64)) as client:
         tasks = [asyncio.create_task(stream(client, url, b, o, e, after_tokens))
                  for b, o, e in zip(bodies, outs, events, strict=True)]  # fmt: skip
-        await asyncio.gather(*(e.wait() for e in events))
+        waits = [asyncio.create_task(e.wait()) for e in events]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
         nodes = sorted(n for n, p in fleet.edges.items() if p.alive())
         counts = dict.fromkeys(nodes, 0)
         for out in outs:

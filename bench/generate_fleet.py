@@ -40,7 +40,7 @@ pushed as is; each engine gets its share of the cores, without spinning threads:
   tokens: about 1,900 tokens at the last turn, within the served model's 2,048) make a chat
   whose own history outgrows each turn's new tokens, as a chat's does (users write ~70 tokens a
   turn on average in LMSYS-Chat-1M); docs/generation.md has the measured figures of both.
-* ``midstream``: ``--kill-streams`` greedy streams through central; once each has
+* ``midstream``: ``--kill-streams`` greedy streams through central; once the first has
   ``--kill-after`` tokens the edge most of them run on is SIGKILLed, then started again, until
   ``--kills`` kills have hit streams mid-way (``midstream_kills``). Every stream is compared token
   for token (and its text) with the same prompt streamed alone from one edge:
@@ -415,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-tokens", type=int, default=48, help="affinity: tokens of each reply")
     p.add_argument("--kills", type=int, default=20, help="midstream: SIGKILLs of an edge with streams on it")
     p.add_argument("--kill-streams", type=int, default=4, help="midstream: streams running at each kill")
-    p.add_argument("--kill-after", type=int, default=8, help="midstream: tokens each stream has when the edge dies")
+    p.add_argument("--kill-after", type=int, default=8, help="midstream: tokens of the first stream at the kill")
     p.add_argument("--stream-tokens", type=int, default=64, help="midstream: tokens per stream")
     p.add_argument("--clients", type=int, default=16, help="gateway: concurrent streaming clients")
     p.add_argument("--gateway-tokens", type=int, default=64, help="gateway: tokens per stream")
