@@ -51,10 +51,12 @@ def _used() -> dict[str, set[str]]:
 
 
 def _names(text: str) -> set[str]:
-    """Family and sample names of an exposition (``x`` and ``x_total``, ``x_bucket``, ...)."""
+    """Family and sample names of an exposition (``x`` and ``x_total``, ``x_bucket``, ...); a
+    counter family counts as ``x_total`` with no sample yet (an engine's, before a language
+    model is served: its HELP and TYPE are exported all the same)."""
     names = set()
     for family in text_string_to_metric_families(text):
-        names.add(family.name)
+        names.update((family.name, _exposed_name(family)))
         names.update(s.name for s in family.samples)
     return names
 
