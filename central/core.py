@@ -428,11 +428,13 @@ class Central:
         self._drift.stop()
         self._promotion.stop()
         self.verdicts.close()
+        # After the transports and the watches stopped: no call is left to start, and a call of
+        # a watch's pass under way ends before the stores it uses close.
+        self.store_calls.close()
         self._rollouts.close()
         self._storage.decisions.close()
         self.liveness.close()
         self.mode.close()
-        self.store_calls.close()  # after the transports stopped: no call is left to start
         self.store.close()
         for tokens in (self._storage.operator_tokens, self._storage.node_tokens):
             if tokens is not None:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from central.rollout.drift import DriftWatch
+from central.rollout.drift import FLAGS, DriftWatch
+from central.storage.offload import StoreCalls
 from central.storage.protocols import DecisionRecords
 from central.storage.sqlite.decisions import SQLiteDecisionStore
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
@@ -202,3 +206,56 @@ def test_a_fallback_and_a_clear_outlive_a_restart(tmp_path: Path) -> None:
     cleared.beat("e0", samples=2015, agree=5)  # the old load's counts go on: five new, all agreeing
     asyncio.run(cleared.watch.judge())
     assert cleared.events == [] and cleared.watch.forced("e0") == {}, "the cleared samples stay out"
+
+
+class ThreadNoting(SQLiteDecisionStore):
+    """The SQLite decision store, noting which thread each call ran in."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[str] = []
+
+    def load(self, kind: str) -> dict[str, Any]:
+        self.threads.append(threading.current_thread().name)
+        return super().load(kind)
+
+    def write(self, kind: str, puts: Any, deletes: Any = (), *, fence: int | None = None, also: Any = None) -> None:
+        self.threads.append(threading.current_thread().name)
+        super().write(kind, puts, deletes, fence=fence, also=also)
+
+
+def test_the_running_watch_stores_its_decisions_from_worker_threads_not_the_loop(tmp_path: Path) -> None:
+    records = ThreadNoting(tmp_path / "c.sqlite3")
+    calls = StoreCalls(1)
+    events: list[Event] = []
+    manifest = _manifest()
+
+    async def run() -> None:
+        watch = DriftWatch(
+            lambda n, v: manifest if (n, v) == ("m", "2") else None,
+            emit=events.append, on_change=lambda: None, roll_back=lambda *_: False,
+            records=records, interval_s=0.02, calls=calls,
+        )  # fmt: skip
+        records.threads.clear()  # the constructor's read: before the loop serves anyone
+        w = Watch()
+        w.watch = watch
+        watch.start()
+        for node in ("e0", "e1", "e2", "e3"):
+            w.beat(node, samples=5, agree=2)
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if events:
+                break
+        watch.stop()
+        assert watch.forced("e0") == {("m", "2"): "fp32"}
+
+    try:
+        asyncio.run(run())
+    finally:
+        calls.close()
+    assert [e.type for e in events] == ["int8_drift", "int8_fallback"]
+    # the first pass reads the stored decisions, a flag is written: all in the pool's thread
+    assert len(records.threads) >= 3 and all(t.startswith("store") for t in records.threads)
+    assert SQLiteDecisionStore(tmp_path / "c.sqlite3").load(FLAGS).keys() == {
+        json.dumps(["m", "2", n]) for n in ("e0", "e1", "e2", "e3")
+    }
