@@ -10,6 +10,7 @@ reach, without serving thousands of FP32 requests here."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from pathlib import Path
@@ -72,6 +73,7 @@ def live_promotion(
     names = [o.name for o in ctx.outputs]
     requests = sampled = 0
     started = time.perf_counter()
+    loop = asyncio.new_event_loop()  # the watch's pass is a coroutine (its store calls are awaited)
     try:
         while not decided and requests < max_requests:
             requests += 1
@@ -83,8 +85,9 @@ def live_promotion(
             sampler.offer(inputs, outputs)
             sampler.join()
             watch.harvest("edge-1", _heartbeat(ctx, sampler))
-            watch.judge()
+            loop.run_until_complete(watch.judge())
     finally:
+        loop.close()
         sampler.close()
     event = decided[0] if decided else None
     return {

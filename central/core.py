@@ -142,7 +142,9 @@ class Central:
         self._rollouts = self._rollout_service(settings)
         #: Which artifact each hardware class serves, as the first node of the class timed it.
         records, counts, mode = self._storage.decisions, self.mode.shadow_counts(), self.mode
-        self.verdicts = VerdictBook(self.directory.hardware_class, on_new=self._changed_here, records=records)
+        self.verdicts = VerdictBook(
+            self.directory.hardware_class, on_new=self._changed_here, records=records, calls=self.store_calls
+        )
         #: INT8 against FP32 on live traffic, as edges report it; fallbacks per the version's policy.
         self._drift = DriftWatch(
             self._manifest_of,
@@ -154,6 +156,7 @@ class Central:
             counts=counts,
             leading=lambda: mode.leads(),
             fence=lambda: mode.leader_epoch(),
+            calls=self.store_calls,
         )
         self._rollouts.forced = self._drift.forced
         #: Pending INT8 candidates judged on live traffic; promoted or rejected in a new manifest.
@@ -167,6 +170,7 @@ class Central:
             assigned=self._serves,
             counts=counts,
             leading=lambda: mode.leads(),
+            calls=self.store_calls,
         )
         self._unsubscribe = [
             self.liveness.watch_heartbeats(self.text_gateway.routing.loads.harvest),
@@ -189,7 +193,11 @@ class Central:
         )
         #: Edges' chunk byte-rate caps (``PUT /api/v1/transfer`` replaces them live).
         self._transfer = TransferPolicy(
-            settings.transfer, self._site_of, on_change=self._changed, records=self._storage.decisions
+            settings.transfer,
+            self._site_of,
+            on_change=self._changed,
+            records=self._storage.decisions,
+            calls=self.store_calls,
         )
         self._desired = DesiredStateService(
             self.placement,
@@ -303,15 +311,21 @@ class Central:
             book=self._rollout_book,
             controller=self._rollout_controller,
             changed=self._changed,
-            reload_decisions=self._reload_decisions,
+            read_decisions=self._read_decisions,
         )
 
-    def _reload_decisions(self) -> None:
-        """Another replica stored a decision (or a leader change left this one to judge): take
-        the fallbacks, verdicts and transfer policy as stored."""
-        self._drift.reload()
-        self.verdicts.reload()
-        self._transfer.reload()
+    def _read_decisions(self) -> Callable[[], None]:
+        """Another replica stored a decision (or a leader change left this one to judge): read
+        the fallbacks, verdicts and transfer policy as stored (in the caller's thread: a worker)
+        and return what takes them, on the loop."""
+        drift, verdicts, transfer = self._drift.read_stored(), self.verdicts.read_stored(), self._transfer.read_stored()
+
+        def adopt() -> None:
+            self._drift.adopt(drift)
+            self.verdicts.adopt(verdicts)
+            self._transfer.adopt(transfer)
+
+        return adopt
 
     def _dashboard_sources(self) -> DashboardSources:
         return DashboardSources(
@@ -413,11 +427,14 @@ class Central:
             unsubscribe()
         self._drift.stop()
         self._promotion.stop()
+        self.verdicts.close()
+        # After the transports and the watches stopped: no call is left to start, and a call of
+        # a watch's pass under way ends before the stores it uses close.
+        self.store_calls.close()
         self._rollouts.close()
         self._storage.decisions.close()
         self.liveness.close()
         self.mode.close()
-        self.store_calls.close()  # after the transports stopped: no call is left to start
         self.store.close()
         for tokens in (self._storage.operator_tokens, self._storage.node_tokens):
             if tokens is not None:

@@ -8,14 +8,17 @@ node its desired state, so a change reaches every connected edge at once.
 The policy starts from the ``transfer`` settings; a ``replace`` is kept (``DecisionRecords``,
 kind ``transfer``) and wins over them from then on, so a restart keeps it and, on a replicated
 central, every replica takes it at its next read (the write bumps the fleet generation). Two
-operators replacing it at once: the later write wins, as for any ``PUT``."""
+operators replacing it at once: the later write wins, as for any ``PUT``. The write is awaited
+through ``StoreCalls`` (a worker thread), so the route never holds the event loop on the store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from central.settings import TransferSettings
 from central.storage.memory import MemoryDecisionRecords
+from central.storage.offload import INLINE, StoreCalls
 from central.storage.protocols import DecisionRecords
 from fleetwire.transfer import DEFAULT_SITE, TransferCaps
 
@@ -32,9 +35,12 @@ class TransferPolicy:
         site_of: Callable[[str], str | None],
         on_change: Callable[[], None] = lambda: None,
         records: DecisionRecords | None = None,
+        calls: StoreCalls = INLINE,
     ) -> None:
         """``site_of(node_id)``: the site a node registered with (None: not registered);
-        ``records``: where a replaced policy is kept (None: memory only)."""
+        ``records``: where a replaced policy is kept (None: memory only); ``calls``: where its
+        write runs (central's worker threads; inline by default)."""
+        self._calls = calls
         self._settings = settings
         self._site_of = site_of
         self._on_change = on_change
@@ -43,7 +49,15 @@ class TransferPolicy:
 
     def reload(self) -> None:
         """Take the stored policy, if an operator ever replaced it."""
+        self.adopt(self.read_stored())
+
+    def read_stored(self) -> dict[str, Any] | None:
+        """The stored policy, None if never replaced (a store read: any thread)."""
         stored = self._records.load(KIND).get(KEY)
+        return dict(stored) if stored is not None else None
+
+    def adopt(self, stored: dict[str, Any] | None) -> None:
+        """Put what ``read_stored`` read in force (on the loop)."""
         if stored is not None:
             self._settings = TransferSettings.model_validate(stored)
 
@@ -52,9 +66,10 @@ class TransferPolicy:
         """The policy in force."""
         return self._settings
 
-    def replace(self, settings: TransferSettings) -> None:
-        """Store ``settings``, put them in force and re-send every node its desired state."""
-        self._records.write(KIND, {KEY: settings.model_dump(mode="json")})
+    async def replace(self, settings: TransferSettings) -> None:
+        """Store ``settings`` (in a worker thread), put them in force and re-send every node its
+        desired state."""
+        await self._calls(self._records.write, KIND, {KEY: settings.model_dump(mode="json")})
         self._settings = settings
         self._on_change()
 

@@ -14,10 +14,16 @@ oldest dropped first); the stored rows stay, one per version and class.
 A choice counts only when the node's heartbeat and its registration name the same class,
 so a node cannot speak for a class it did not register with; a verdict is attributed to the
 node whose heartbeat reported it (``from_node`` in a heartbeat is the edge's own story and is
-never believed), so no node can put a verdict in another's name."""
+never believed), so no node can put a verdict in another's name.
+
+Heard on the event loop (``harvest`` is a heartbeat watcher), a new verdict is stored off it:
+with ``calls`` (central's ``StoreCalls``) it is queued and a background task stores the queue
+in worker threads, keeping each verdict once stored (a conflict re-reads the stored ones in a
+worker too); without, it is stored inline (tests of the book alone)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -26,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from central.storage.memory import MemoryDecisionRecords
+from central.storage.offload import StoreCalls
 from central.storage.protocols import DecisionRecords
 from fleetwire.mqtt.fast import AnyHeartbeat
 
@@ -69,10 +76,16 @@ class VerdictBook:
         on_new: Callable[[], None] | None = None,
         max_entries: int = MAX_VERDICTS,
         records: DecisionRecords | None = None,
+        calls: StoreCalls | None = None,
     ) -> None:
         """``registered_class(node_id)``: the class a node registered with (None: unknown);
         ``on_new``: called after a verdict is first recorded (desired states change);
-        ``records``: where verdicts are kept (None: memory only)."""
+        ``records``: where verdicts are kept (None: memory only); ``calls``: where new verdicts
+        are stored, from a background task (None: inline, in ``record``)."""
+        self._calls = calls
+        #: Verdicts heard, not yet stored (``calls`` only), and the task storing them.
+        self._queued: dict[tuple[str, str, str], ArtifactVerdict] = {}
+        self._storing: asyncio.Task[None] | None = None
         self._registered_class = registered_class
         self._on_new = on_new
         self._max = max_entries
@@ -83,8 +96,16 @@ class VerdictBook:
 
     def reload(self) -> None:
         """Take the stored verdicts (of active versions), oldest first."""
+        self.adopt(self.read_stored())
+
+    def read_stored(self) -> dict[str, Any]:
+        """The stored verdicts (a store read: any thread; ``adopt`` them on the loop)."""
+        return self._records.load(KIND)
+
+    def adopt(self, raw: dict[str, Any]) -> None:
+        """Take what ``read_stored`` read: those of active versions, oldest first."""
         stored = []
-        for raw_key, body in self._records.load(KIND).items():
+        for raw_key, body in raw.items():
             model, version, _ = json.loads(raw_key)
             if self._active is None or (model, version) in self._active:
                 stored.append(((model, version), ArtifactVerdict(**body)))
@@ -100,10 +121,22 @@ class VerdictBook:
         return self._verdicts.get((key[0], key[1], hardware_class)) if hardware_class else None
 
     def record(self, key: VersionKey, verdict: ArtifactVerdict) -> bool:
-        """Keep ``verdict`` unless the version is not active or its class has one already."""
+        """Keep ``verdict`` unless the version is not active or its class has one already: at
+        once without ``calls``; else queued, kept once stored (True: kept or queued)."""
         book_key = (key[0], key[1], verdict.hardware_class)
-        if book_key in self._verdicts or (self._active is not None and key not in self._active):
+        if book_key in self._verdicts or book_key in self._queued:
             return False
+        if self._active is not None and key not in self._active:
+            return False
+        if self._calls is None:
+            return self._store(book_key, verdict)
+        self._queued[book_key] = verdict
+        if self._storing is None:
+            self._storing = asyncio.get_running_loop().create_task(self._store_queued(), name="verdicts")
+        return True
+
+    def _store(self, book_key: tuple[str, str, str], verdict: ArtifactVerdict) -> bool:
+        """Store ``verdict`` inline and keep it (False: not stored, or another came first)."""
         try:
             stored = self._records.add(KIND, json.dumps(list(book_key)), verdict.as_dict())
         except Exception as exc:  # the store away: the node reports it again next beat
@@ -112,12 +145,49 @@ class VerdictBook:
         if not stored:  # another replica's came first: take that one
             self.reload()
             return False
-        while len(self._verdicts) >= self._max:
+        return self._keep(book_key, verdict)
+
+    async def _store_queued(self) -> None:
+        """Store the queued verdicts one by one in ``calls``' threads; keep each on the loop."""
+        assert self._calls is not None
+        try:
+            while self._queued:
+                book_key, verdict = next(iter(self._queued.items()))
+                try:
+                    stored = await self._calls(self._records.add, KIND, json.dumps(list(book_key)), verdict.as_dict())
+                except Exception as exc:  # the store away: the node reports it again next beat
+                    _log.warning("verdict for %s not stored (%s)", book_key, exc)
+                    continue
+                finally:
+                    self._queued.pop(book_key, None)
+                if stored:
+                    self._keep(book_key, verdict)
+                    continue
+                try:  # another replica's came first: take that one
+                    self.adopt(await self._calls(self.read_stored))
+                except Exception as exc:
+                    _log.warning("stored verdicts not read (%s)", exc)
+        finally:
+            self._storing = None
+
+    def _keep(self, book_key: tuple[str, str, str], verdict: ArtifactVerdict) -> bool:
+        """Keep a stored verdict (unless its version went inactive, or a re-read brought it)."""
+        if book_key in self._verdicts or (self._active is not None and book_key[:2] not in self._active):
+            return False
+        while self._verdicts and len(self._verdicts) >= self._max:
             del self._verdicts[next(iter(self._verdicts))]
+        if self._max <= 0:
+            return False
         self._verdicts[book_key] = verdict
         if self._on_new is not None:
             self._on_new()
         return True
+
+    def close(self) -> None:
+        """Stop storing the queue (the verdicts in it are heard again from the next beats)."""
+        if self._storing is not None:
+            self._storing.cancel()
+            self._storing = None
 
     def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
         """Record the timed choices a heartbeat reports for versions it serves (ready)."""

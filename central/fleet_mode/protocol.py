@@ -34,8 +34,9 @@ class FleetParts:
     controller: RolloutController
     #: Re-read everything and re-place (coalesced by the caller).
     changed: Callable[[], None]
-    #: Re-read the decisions another replica may have written (fallbacks, verdicts, caps).
-    reload_decisions: Callable[[], None] = lambda: None
+    #: Read the decisions another replica may have written (fallbacks, verdicts, caps): a store
+    #: read, run in a worker thread; it returns what takes them, called on the loop.
+    read_decisions: Callable[[], Callable[[], None]] = lambda: lambda: None
 
 
 class SharedLiveness(Protocol):

@@ -99,8 +99,10 @@ class ReplicatedMode:
         return self._counts
 
     def leads(self) -> bool:
-        """Whether this replica leads right now."""
-        return self._replica.is_leader
+        """Whether this replica leads right now, with its epoch known. The control thread sets
+        ``is_leader`` before the loop learns the epoch (``leadership_gained``): in that gap a
+        leader's pass would write unfenced (``fence`` None), so it counts as not leading yet."""
+        return self._replica.is_leader and self._replica.leader_epoch is not None
 
     def failover(self, liveness: MembershipTracker, directory: NodeDirectory) -> FailoverCoordinator | None:
         """None: the ring follows the shared liveness (``Replica``)."""

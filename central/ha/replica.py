@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from central.fleet_mode.protocol import FleetParts
@@ -30,6 +31,7 @@ from central.ha.generation import GenerationWatcher
 from central.ha.view import SharedView, models_to_json
 from central.membership.liveness import NodeLiveness as Liveness
 from central.membership.liveness import TransitionInfo
+from central.rollout.book import RolloutState
 from central.settings import CentralSettings
 from fleetwire.mqtt.fast import AnyHeartbeat
 from fleetwire.mqtt.topics import partition_of
@@ -350,11 +352,19 @@ class Replica:
         if not replan:
             return  # liveness only: the gateway routes from the view already
         if config_changed:  # a rollout step, a push, a decision: only these bump it
-            parts.book.reload()
-            parts.reload_decisions()
+            rollouts, adopt_decisions = await asyncio.to_thread(self._read_config)
+            if self._closed:
+                return
+            parts.book.adopt(rollouts)
+            adopt_decisions()
         if ring_changed:
             parts.directory.mirror(self.view.members())
         parts.changed()
+
+    def _read_config(self) -> tuple[RolloutState, Callable[[], None]]:
+        """The rollouts and decisions as stored (a worker thread: store reads only); applied
+        on the loop by the caller."""
+        return self._parts.book.read(), self._parts.read_decisions()
 
     def after_refresh(self) -> None:
         """Right after the desired state was recomputed: the leader stores its placement (if it

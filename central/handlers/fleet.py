@@ -141,8 +141,8 @@ class FleetHandlers:
         """Edges' chunk byte-rate caps: fleet, per site, per node."""
         return self._transfer.settings.model_dump()
 
-    def replace_transfer(self, caps: TransferSettings, actor: str) -> dict[str, Any]:
+    async def replace_transfer(self, caps: TransferSettings, actor: str) -> dict[str, Any]:
         """Replace the whole policy; every connected edge gets its new caps in a desired state."""
-        self._transfer.replace(caps)
+        await self._transfer.replace(caps)
         self._record_event(operator_event("transfer_caps_changed", actor, caps.model_dump(exclude_none=True)))
         return caps.model_dump()

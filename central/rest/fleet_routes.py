@@ -61,6 +61,6 @@ def create_fleet_router(fleet: FleetHandlers, health: HealthHandlers) -> APIRout
     @router.put("/api/v1/transfer", response_model=TransferSettings)
     async def replace_transfer(body: TransferSettings, request: Request) -> dict[str, Any]:
         """Replace the whole policy; every connected edge gets its new caps in a desired state."""
-        return fleet.replace_transfer(body, actor_of(request))
+        return await fleet.replace_transfer(body, actor_of(request))
 
     return router

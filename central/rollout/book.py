@@ -7,10 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from central.rollout.model import Rollout
 from central.rollout.plan import ServingPlan
 from central.storage.protocols import Release, RolloutRecords
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """The rollouts and release pointers as stored (``RolloutBook.read``), and how many writes
+    the book had made when the read began."""
+
+    writes: int
+    rollouts: dict[int, Rollout]
+    releases: dict[str, Release]
 
 
 class RolloutBook:
@@ -29,6 +40,8 @@ class RolloutBook:
         self._rollouts: dict[int, Rollout] = {r.id: r for r in store.all()}
         self._releases: dict[str, Release] = store.releases()
         self._fence: int | None = None
+        #: Writes made through this book: a read begun before one is not adopted over it.
+        self._writes = 0
 
     @contextmanager
     def fenced(self, epoch: int | None) -> Iterator[None]:
@@ -43,8 +56,20 @@ class RolloutBook:
     def reload(self) -> None:
         """Re-read every rollout and release pointer: another replica of a replicated central
         (the leader's controller, or an operator's call there) changed them."""
-        self._rollouts = {r.id: r for r in self._store.all()}
-        self._releases = self._store.releases()
+        self.adopt(self.read())
+
+    def read(self) -> RolloutState:
+        """Every rollout and release pointer as stored (store reads only: any thread)."""
+        writes = self._writes
+        return RolloutState(writes, {r.id: r for r in self._store.all()}, self._store.releases())
+
+    def adopt(self, state: RolloutState) -> bool:
+        """Take what ``read`` read (on the loop), unless this book wrote meanwhile: the read may
+        predate that write, whose generation bump has every replica, this one too, read again."""
+        if state.writes != self._writes:
+            return False
+        self._rollouts, self._releases = state.rollouts, state.releases
+        return True
 
     def rollouts(self, model: str | None = None) -> list[Rollout]:
         """Rollouts, oldest first (of ``model`` only when given)."""
@@ -67,6 +92,7 @@ class RolloutBook:
         """Store a new rollout and give it its id."""
         stored = self._store.insert(rollout)
         self._rollouts[stored.id] = stored
+        self._writes += 1
         self._on_write()
         return stored
 
@@ -76,6 +102,7 @@ class RolloutBook:
         as it was, and nobody is told of a step that did not happen."""
         self._store.update(rollout, self._fence)
         self._rollouts[rollout.id] = rollout
+        self._writes += 1
         self._on_write()
 
     def set_release(self, model: str, stable: str | None, *, supersede: bool) -> None:
@@ -83,6 +110,7 @@ class RolloutBook:
         epoch = max((r.id for r in self.rollouts(model)), default=0) if supersede else self.epoch(model)
         self._store.set_release(model, stable, epoch)
         self._releases[model] = Release(model, stable, epoch)
+        self._writes += 1
         self._on_write()
 
     def write_release(self, model: str, stable: str) -> None:

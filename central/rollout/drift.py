@@ -59,6 +59,7 @@ from central.rollout.shadow_judge import (
     token_logprob,
 )
 from central.storage.memory import LocalShadowCounts, MemoryDecisionRecords
+from central.storage.offload import INLINE, StoreCalls
 from central.storage.protocols import DecisionRecords, ShadowCountRow, ShadowCounts
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
@@ -116,6 +117,7 @@ class DriftWatch:
         counts: ShadowCounts | None = None,
         leading: Callable[[], bool] = lambda: True,
         fence: Callable[[], int | None] = lambda: None,
+        calls: StoreCalls = INLINE,
     ) -> None:
         """``manifest_of(name, version)``: the stored manifest; ``roll_back(model, version,
         reason)``: roll back the rollout that brought ``version`` (False: there is none);
@@ -123,7 +125,10 @@ class DriftWatch:
         state has it serve that version (None: every reporter is believed, for tests of judging);
         ``records``: where flags, fallbacks and baselines are kept (None: memory only);
         ``counts``: how heartbeats' counts reach the judge (None: within this process);
-        ``leading``: whether this process judges now; ``fence``: the epoch it decides at."""
+        ``leading``: whether this process judges now; ``fence``: the epoch it decides at;
+        ``calls``: where the timer's store calls run (the counts' flush and read, the decisions'
+        reads and writes: worker threads in central; inline by default, for tests of judging)."""
+        self._calls = calls
         self._records: DecisionRecords = records if records is not None else MemoryDecisionRecords()
         self._feed: ShadowCounts = counts if counts is not None else LocalShadowCounts()
         self._leading = leading
@@ -147,27 +152,44 @@ class DriftWatch:
         self._flagged: set[tuple[str, str, str]] = set()  # (model, version, node or "*"+artifact)
         #: node → version → the artifact it must serve.
         self._forced: dict[str, dict[Key, str]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Decisions this watch wrote: a stored read begun before one is not adopted over it.
+        self._writes = 0
         self.reload()
 
     def reload(self) -> None:
         """Take the flags, fallbacks and baselines as stored (another replica, or the run before
         a restart, decided them); counts already held are judged against the new baselines."""
+        self.adopt(self.read_stored())
+
+    def read_stored(self) -> tuple[int, dict[str, Any], dict[str, Any]]:
+        """How many decisions this watch had written, then the stored flags and baselines (a
+        store read: any thread; ``adopt`` them on the loop)."""
+        return self._writes, self._records.load(FLAGS), self._records.load(BASELINES)
+
+    def adopt(self, stored: tuple[int, dict[str, Any], dict[str, Any]]) -> bool:
+        """Take what ``read_stored`` read (on the loop: it replaces the loop-owned state), unless
+        this watch wrote a decision meanwhile (the read may predate it; the write's generation
+        bump, or the next leader's first pass, reads again)."""
+        writes, stored_flags, stored_baselines = stored
+        if writes != self._writes:
+            return False
         flagged: set[tuple[str, str, str]] = set()
         forced: dict[str, dict[Key, str]] = {}
-        for raw_key, body in self._records.load(FLAGS).items():
+        for raw_key, body in stored_flags.items():
             model, version, node_id = json.loads(raw_key)
             flagged.add((model, version, node_id))
             if body.get("serves"):
                 forced.setdefault(node_id, {})[(model, version)] = str(body["serves"])
         baseline: dict[Key, dict[str, ShadowInfo]] = {}
-        for raw_key, body in self._records.load(BASELINES).items():
+        for raw_key, body in stored_baselines.items():
             model, version, node_id = json.loads(raw_key)
             baseline.setdefault((model, version), {})[node_id] = ShadowInfo.model_validate(body)
         self._flagged, self._forced, self._baseline = flagged, forced, baseline
         for key, nodes in self._counts.items():
             for node_id, c in nodes.items():
                 nodes[node_id] = NodeCounts(c.artifact, _since(c.raw, baseline.get(key, {}).get(node_id)), c.at, c.raw)
+        return True
 
     # -- input ------------------------------------------------------------------------------
 
@@ -192,7 +214,11 @@ class DriftWatch:
 
     def _pull(self) -> None:
         """Take the counts that reached the judge since the last pull."""
-        for row in self._feed.changed(COUNTS):
+        self._take(self._feed.changed(COUNTS))
+
+    def _take(self, rows: list[ShadowCountRow]) -> None:
+        """Hold ``rows`` (read by ``_feed.changed``) as each node's latest counts."""
+        for row in rows:
             key = (row.model, row.version)
             raw = ShadowInfo.model_validate(row.raw)
             info = _since(raw, self._baseline.get(key, {}).get(row.node_id))
@@ -210,54 +236,62 @@ class DriftWatch:
 
     def start(self) -> None:
         """Judge every ``interval_s`` (needs the running loop)."""
-        self._tick()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="drift-watch")
 
     def stop(self) -> None:
         """Stop judging."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
-    def _tick(self) -> None:
-        try:
-            self.judge()
-        except Exception:  # one bad pass must not stop the timer
-            log.exception("judging live INT8 agreement failed")
-        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+    async def _run(self) -> None:
+        """One pass, then ``interval_s`` of sleep, until stopped: a task, not a timer, so a pass
+        awaits its store calls (in ``calls``' threads) and the loop serves requests meanwhile;
+        the next pass starts only once this one ended."""
+        while True:
+            try:
+                await self.judge()
+            except Exception:  # one bad pass must not stop the watch
+                log.exception("judging live INT8 agreement failed")
+            await asyncio.sleep(self.interval_s)
 
-    def judge(self) -> None:
+    async def judge(self) -> None:
         """Pass on the counts heard here; where this process judges, judge the versions whose
         counts changed since the last pass and act on new flags. A process that comes to judge
-        (a new leader) first takes the stored decisions and judges every version it has counts of."""
-        self._feed.flush()
+        (a new leader) first takes the stored decisions and judges every version it has counts of.
+        Store calls are awaited through ``calls``; what they return is applied on the loop."""
+        await self._calls(self._feed.flush)
         if not self._leading():
             self._led = False
             return
         if not self._led:
+            stored = await self._calls(self.read_stored)
+            if not self._leading() or not self.adopt(stored):
+                return  # lost the lead meanwhile, or decided meanwhile (read again next pass)
             self._led = True
-            self.reload()
             self._dirty.update(self._counts)
-        self._pull()
+        self._take(await self._calls(self._feed.changed, COUNTS))
         dirty, self._dirty = self._dirty, set()
         changed = False
         for key in sorted(dirty):
-            changed |= self._judge_version(key)
+            for flag in self._judge_version(key):
+                changed |= await self._act(key, *flag)
         if changed:
             self._on_change()
 
-    def _judge_version(self, key: Key, *, act: bool = True) -> bool:
-        """Judge ``key``'s counts (the figures the report shows) and, with ``act``, act on the
-        flags; True when a desired state changed."""
+    def _judge_version(self, key: Key) -> list[tuple[str, list[str], ShadowVerdict, str, bool]]:
+        """Judge ``key``'s counts (the figures the report shows); the flags to act on, each as
+        ``(artifact, nodes, verdict, policy, fleet)`` (``_act``'s arguments)."""
         manifest = self._manifest_of(*key)
         if manifest is None:
-            return False
+            return []
         policy = policy_of(manifest)
         counts = self._counts.get(key, {})
         by_artifact: dict[str, list[str]] = {}
         for node_id, c in counts.items():
             if c.artifact != REFERENCE:
                 by_artifact.setdefault(c.artifact, []).append(node_id)
-        changed = False
+        flags: list[tuple[str, list[str], ShadowVerdict, str, bool]] = []
         for artifact, nodes in by_artifact.items():
             ref = manifest.artifact_named(artifact)
             if ref is None:  # no such artifact: invented, and no count of it is believed
@@ -273,13 +307,13 @@ class DriftWatch:
             own = {n: judge_node(counts[n].info, threshold, z) for n in nodes}
             self._nodes.setdefault(key, {}).update(own)
             flagged = nodes if pooled.flagged else [n for n, v in own.items() if v.flagged]
-            if flagged and act:
+            if flagged:
                 verdict = pooled if pooled.flagged else own[flagged[0]]
-                changed |= self._act(key, artifact, flagged, verdict, policy, fleet=pooled.flagged)
-        return changed
+                flags.append((artifact, flagged, verdict, policy, pooled.flagged))
+        return flags
 
-    def _act(
-        self, key: Key, artifact: str, nodes: list[str], verdict: ShadowVerdict, policy: str, *, fleet: bool
+    async def _act(
+        self, key: Key, artifact: str, nodes: list[str], verdict: ShadowVerdict, policy: str, fleet: bool
     ) -> bool:
         """Log the flag (once per node) and apply the policy; True when a desired state changes."""
         model, version = key
@@ -289,13 +323,15 @@ class DriftWatch:
         # A rollback that happens deletes these records again (``_forget``); one that cannot falls back.
         body = {"artifact": artifact, "serves": None if policy == "report" else REFERENCE, "policy": policy}
         try:  # stored first: a flag nobody kept (the store away, a stale leader) is no decision
-            self._records.write(FLAGS, {_record_key(model, version, n): body for n in new}, fence=self._fence())
+            puts = {_record_key(model, version, n): body for n in new}
+            await self._calls(self._records.write, FLAGS, puts, fence=self._fence())
         except Exception as exc:
             log.warning(
                 "%s:%s drift flags on %s not stored (%s); judged again at the next pass", model, version, new, exc
             )
             self._dirty.add(key)
             return False
+        self._writes += 1
         self._flagged.update((model, version, n) for n in new)
         detail: dict[str, Any] = {
             "model": model, "version": version, "artifact": artifact, "nodes": new, "fleet": fleet,
@@ -309,7 +345,10 @@ class DriftWatch:
             return False
         if policy == "rollback" and fleet and self._rolled_back(model, version, verdict):
             try:
-                self._forget(key, self._fence())  # rolled out again later, it is judged afresh
+                baseline, deletes, kept = self._forgetting(key)  # rolled out again later, judged afresh
+                fence = self._fence()
+                await self._calls(self._records.write, FLAGS, {}, deletes, fence=fence, also={BASELINES: kept})
+                self._forgot(key, baseline)
             except Exception as exc:
                 log.warning("%s:%s rolled back; its flags stay until stored (%s)", model, version, exc)
             return False  # the rollback re-plans the fleet itself
@@ -350,11 +389,22 @@ class DriftWatch:
         """Judge ``key`` afresh: its flags go, and the counts so far become the baseline (edges
         report counts since the version loaded, so the samples before this point stay out).
         Stored first (one transaction): raises when it could not be, and nothing changes."""
+        baseline, flags, kept = self._forgetting(key)
+        self._records.write(FLAGS, {}, flags, fence=fence, also={BASELINES: kept})
+        self._forgot(key, baseline)
+
+    def _forgetting(self, key: Key) -> tuple[dict[str, ShadowInfo], list[str], dict[str, Any]]:
+        """What forgetting ``key`` writes: the new baseline, the flag records to delete, the
+        baseline records to put."""
         counts = self._counts.get(key, {})
         baseline = {n: c.raw for n, c in counts.items()}
         flags = [_record_key(*f) for f in self._flagged if (f[0], f[1]) == key]
         kept = {_record_key(*key, n): raw.model_dump(mode="json") for n, raw in baseline.items()}
-        self._records.write(FLAGS, {}, flags, fence=fence, also={BASELINES: kept})
+        return baseline, flags, kept
+
+    def _forgot(self, key: Key, baseline: dict[str, ShadowInfo]) -> None:
+        """Apply a stored forget (``_forget``) on the loop-owned state."""
+        self._writes += 1
         self._flagged = {f for f in self._flagged if (f[0], f[1]) != key}
         self._baseline[key] = baseline
         self._counts.pop(key, None)
@@ -366,7 +416,7 @@ class DriftWatch:
         key = (model, version)
         self._pull()
         if not self._leading():  # the figures as the leader judges them; deciding is the leader's
-            self._judge_version(key, act=False)
+            self._judge_version(key)
         manifest = self._manifest_of(model, version)
         counts = self._counts.get(key, {})
         verdicts = self._nodes.get(key, {})

@@ -41,6 +41,7 @@ from central.rollout.shadow_judge import (
     pool,
 )
 from central.storage.memory import LocalShadowCounts
+from central.storage.offload import INLINE, StoreCalls
 from central.storage.protocols import ShadowCountRow, ShadowCounts
 from fleetwire.manifest import Manifest
 from fleetwire.mqtt.fast import AnyHeartbeat, shadow_info
@@ -136,11 +137,14 @@ class PromotionWatch:
         interval_s: float = 0.5,
         counts: ShadowCounts | None = None,
         leading: Callable[[], bool] = lambda: True,
+        calls: StoreCalls = INLINE,
     ) -> None:
         """``holders(key)``: how many nodes serve the version; ``assigned(node, key)``: whether
         the node's desired state has it serve the version (None: believe every reporter);
         ``counts``: how heartbeats' counts reach the judge (None: within this process);
-        ``leading``: whether this process judges now."""
+        ``leading``: whether this process judges now; ``calls``: where the timer's counts flush
+        and read run (worker threads in central; inline by default, for tests of judging)."""
+        self._calls = calls
         self._feed: ShadowCounts = counts if counts is not None else LocalShadowCounts()
         self._leading = leading
         self._sent: dict[tuple[tuple[str, str, str], str], ShadowInfo] = {}
@@ -156,7 +160,7 @@ class PromotionWatch:
         self._dirty: set[tuple[str, str, str]] = set()
         #: The decisions made: (model, version, candidate) → status and evidence.
         self._last: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
         """Keep the counts of pending candidates a heartbeat reports (judged on the timer)."""
@@ -176,35 +180,45 @@ class PromotionWatch:
 
     def _pull(self) -> None:
         """Take the counts that reached the judge since the last pull."""
-        for row in self._feed.changed(COUNTS):
+        self._take(self._feed.changed(COUNTS))
+
+    def _take(self, rows: list[ShadowCountRow]) -> None:
+        """Hold ``rows`` (read by ``_feed.changed``) as each node's latest counts."""
+        for row in rows:
             key = (row.model, row.version, row.candidate)
             self._counts.setdefault(key, {})[row.node_id] = ShadowInfo.model_validate(row.raw)
             self._dirty.add(key)
 
     def start(self) -> None:
         """Judge every ``interval_s`` (needs the running loop)."""
-        self._tick()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="promotion-watch")
 
     def stop(self) -> None:
         """Stop judging."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
-    def _tick(self) -> None:
-        try:
-            self.judge()
-        except Exception:  # one bad pass must not stop the timer
-            log.exception("judging pending INT8 on live traffic failed")
-        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+    async def _run(self) -> None:
+        """One pass, then ``interval_s`` of sleep, until stopped: a task, not a timer, so a pass
+        awaits its store calls (in ``calls``' threads) and the loop serves requests meanwhile."""
+        while True:
+            try:
+                await self.judge()
+            except Exception:  # one bad pass must not stop the watch
+                log.exception("judging pending INT8 on live traffic failed")
+            await asyncio.sleep(self.interval_s)
 
-    def judge(self) -> None:
+    async def judge(self) -> None:
         """Pass on the counts heard here; where this process judges (the leader), judge the
-        candidates whose counts changed and promote or reject the decided ones."""
-        self._feed.flush()
+        candidates whose counts changed and promote or reject the decided ones. The counts'
+        flush and read are awaited through ``calls``; judging and deciding run on the loop."""
+        await self._calls(self._feed.flush)
         if not self._leading():
             return
-        self._pull()
+        self._take(await self._calls(self._feed.changed, COUNTS))
+        if not self._leading():
+            return
         dirty, self._dirty = self._dirty, set()
         for key in sorted(dirty):
             self._judge(key)

@@ -3,11 +3,14 @@ heartbeats, only from a node of that class, for active versions, and a bounded n
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from central.distribution.verdicts import VerdictBook
+from central.storage.offload import StoreCalls
 from central.storage.sqlite.decisions import SQLiteDecisionStore
 from fleetwire.mqtt.fast import decode_heartbeat
 
@@ -94,3 +97,43 @@ def test_two_books_on_one_store_keep_the_first_verdict_and_a_restart_keeps_it(tm
     restarted = VerdictBook(fleet.classes.get, records=SQLiteDecisionStore(tmp_path / "c.sqlite3"))
     kept = restarted.get(("m", "1"), A)
     assert kept is not None and kept.artifact == "int8-x"
+
+
+def test_with_store_calls_a_heard_verdict_is_stored_from_a_worker_then_kept_and_a_conflict_takes_the_first(
+    tmp_path: Path,
+) -> None:
+    """In central, ``harvest`` runs on the event loop: a new verdict is queued and stored by a
+    background task in ``StoreCalls``' threads, kept (and announced) once stored."""
+    fleet = Fleet()
+    calls = StoreCalls(1)
+    threads: list[str] = []
+
+    class Noting(SQLiteDecisionStore):
+        def add(self, kind: str, key: str, body: Any) -> bool:
+            threads.append(threading.current_thread().name)
+            return super().add(kind, key, body)
+
+    async def run() -> tuple[VerdictBook, VerdictBook]:
+        first = VerdictBook(fleet.classes.get, records=Noting(tmp_path / "c.sqlite3"), calls=calls)
+        second = VerdictBook(fleet.classes.get, records=Noting(tmp_path / "c.sqlite3"), calls=calls)
+        first.harvest("edge-a", decode_heartbeat(_heartbeat("edge-a", A, _model("int8-x", "measured", A))))
+        assert first.get(("m", "1"), A) is None  # queued, not yet stored: not kept
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if first.get(("m", "1"), A) is not None:
+                break
+        second.harvest("edge-b", decode_heartbeat(_heartbeat("edge-b", A, _model("fp32", "measured", A))))
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if second.get(("m", "1"), A) is not None:
+                break
+        return first, second
+
+    try:
+        first, second = asyncio.run(run())
+    finally:
+        calls.close()
+    mine, taken = first.get(("m", "1"), A), second.get(("m", "1"), A)
+    assert mine is not None and mine.artifact == "int8-x"
+    assert taken is not None and (taken.artifact, taken.node_id) == ("int8-x", "edge-a")
+    assert threads and all(t.startswith("store") for t in threads)

@@ -4,13 +4,18 @@ agreeing well is left alone, and an operator's clear undoes a fallback."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from central.rollout.drift import DriftWatch
+from central.rollout.drift import FLAGS, DriftWatch
+from central.storage.offload import StoreCalls
 from central.storage.protocols import DecisionRecords
 from central.storage.sqlite.decisions import SQLiteDecisionStore
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
@@ -78,7 +83,7 @@ def test_pooled_counts_flag_a_fleet_wide_drift_and_fall_every_int8_node_back() -
     for node in ("e0", "e1", "e2", "e3"):
         w.beat(node, samples=5, agree=2)  # five samples each: too few to judge one node
     w.beat("e4", samples=40, agree=40, artifact="fp32")  # serves FP32 already: not judged
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.types() == ["int8_drift", "int8_fallback"]
     drift = w.events[0].detail
     assert drift["nodes"] == ["e0", "e1", "e2", "e3"] and drift["fleet"] and drift["flagged"]
@@ -89,9 +94,9 @@ def test_pooled_counts_flag_a_fleet_wide_drift_and_fall_every_int8_node_back() -
     assert report["policy"] == "fallback" and report["fallback_nodes"] == ["e0", "e1", "e2", "e3"]
     assert report["nodes"]["e0"]["serves"] == "fp32" and report["fleet"][INT8]["flagged"]
 
-    w.watch.judge()  # nothing new: no second event
+    asyncio.run(w.watch.judge())  # nothing new: no second event
     w.beat("e0", samples=6, agree=2)
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.types() == ["int8_drift", "int8_fallback"]
 
     assert w.watch.clear("m", "2") == ["e0", "e1", "e2", "e3"]
@@ -102,7 +107,7 @@ def test_a_node_that_agrees_is_left_alone() -> None:
     w = Watch()
     for node in ("e0", "e1"):
         w.beat(node, samples=200, agree=200)
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.events == [] and w.watch.forced("e0") == {}
     assert w.watch.report("m", "2")["nodes"]["e0"]["verdict"]["flagged"] is False
 
@@ -116,7 +121,7 @@ def test_each_policy_acts_as_it_says(policy: str, rollout: bool, expected: list[
     w = Watch(policy, rollout)
     for node in ("e0", "e1"):  # a fleet flag: it holds with either node left out
         w.beat(node, samples=30, agree=10)
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.types() == expected and w.events[0].detail["fleet"]
     assert (w.watch.forced("e0") != {}) is forced
     assert bool(w.rollbacks) is (policy == "rollback")
@@ -131,7 +136,7 @@ def test_one_nodes_counts_flag_only_that_node_and_never_roll_back(policy: str) -
     w = Watch(policy)
     w.beat("e0", samples=2000, agree=0)
     w.beat("e1", samples=24, agree=24)
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.types() == ["int8_drift", "int8_fallback"]
     assert w.events[0].detail["nodes"] == ["e0"] and not w.events[0].detail["fleet"]
     assert w.watch.forced("e0") == {("m", "2"): "fp32"} and w.watch.forced("e1") == {}
@@ -149,7 +154,7 @@ def test_counts_only_for_an_assigned_version_and_an_int8_artifact_of_it() -> Non
     w.beat("stranger", samples=2000, agree=0)  # not assigned the version
     w.beat("e0", samples=2000, agree=0, artifact="int8-invented")  # no such artifact
     w.beat("e1", samples=2000, agree=0, artifact="fp32")  # the reference itself
-    w.watch.judge()
+    asyncio.run(w.watch.judge())
     assert w.events == [] and set(w.watch.report("m", "2")["nodes"]) <= {"e1"}  # FP32: kept, not judged
     assert w.watch.report("m", "2")["fleet"] == {}
 
@@ -171,7 +176,7 @@ def test_a_language_model_drifting_on_greedy_agreement_falls_back_to_fp32() -> N
         hb = Heartbeat(node_id=node, bdseq=0, seq=next(_seq), ts=int(time.time() * 1000), interval_s=1.0,
                        models=[model])  # fmt: skip
         watch.harvest(node, decode_heartbeat(hb.model_dump_json().encode()))
-    watch.judge()
+    asyncio.run(watch.judge())
     assert [e.type for e in events] == ["int8_drift", "int8_fallback"]
     assert events[0].detail["nodes"] == ["e0"] and "greedy agreement 0.5" in events[0].detail["reason"]
     assert watch.forced("e0") == {("m", "2"): "fp32"} and watch.forced("e1") == {}
@@ -186,18 +191,71 @@ def test_a_fallback_and_a_clear_outlive_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "central.sqlite3"
     before = Watch(records=SQLiteDecisionStore(db))
     before.beat("e0", samples=2000, agree=0)
-    before.watch.judge()
+    asyncio.run(before.watch.judge())
     assert before.watch.forced("e0") == {("m", "2"): "fp32"}
 
     after = Watch(records=SQLiteDecisionStore(db))  # restarted: no counts heard yet
     assert after.watch.forced("e0") == {("m", "2"): "fp32"}
     after.beat("e0", samples=2010, agree=0)
-    after.watch.judge()
+    asyncio.run(after.watch.judge())
     assert after.events == [], "a node flagged before the restart is not flagged (nor told) twice"
     assert after.watch.clear("m", "2") == ["e0"]
 
     cleared = Watch(records=SQLiteDecisionStore(db))
     assert cleared.watch.forced("e0") == {}
     cleared.beat("e0", samples=2015, agree=5)  # the old load's counts go on: five new, all agreeing
-    cleared.watch.judge()
+    asyncio.run(cleared.watch.judge())
     assert cleared.events == [] and cleared.watch.forced("e0") == {}, "the cleared samples stay out"
+
+
+class ThreadNoting(SQLiteDecisionStore):
+    """The SQLite decision store, noting which thread each call ran in."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[str] = []
+
+    def load(self, kind: str) -> dict[str, Any]:
+        self.threads.append(threading.current_thread().name)
+        return super().load(kind)
+
+    def write(self, kind: str, puts: Any, deletes: Any = (), *, fence: int | None = None, also: Any = None) -> None:
+        self.threads.append(threading.current_thread().name)
+        super().write(kind, puts, deletes, fence=fence, also=also)
+
+
+def test_the_running_watch_stores_its_decisions_from_worker_threads_not_the_loop(tmp_path: Path) -> None:
+    records = ThreadNoting(tmp_path / "c.sqlite3")
+    calls = StoreCalls(1)
+    events: list[Event] = []
+    manifest = _manifest()
+
+    async def run() -> None:
+        watch = DriftWatch(
+            lambda n, v: manifest if (n, v) == ("m", "2") else None,
+            emit=events.append, on_change=lambda: None, roll_back=lambda *_: False,
+            records=records, interval_s=0.02, calls=calls,
+        )  # fmt: skip
+        records.threads.clear()  # the constructor's read: before the loop serves anyone
+        w = Watch()
+        w.watch = watch
+        watch.start()
+        for node in ("e0", "e1", "e2", "e3"):
+            w.beat(node, samples=5, agree=2)
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if events:
+                break
+        watch.stop()
+        assert watch.forced("e0") == {("m", "2"): "fp32"}
+
+    try:
+        asyncio.run(run())
+    finally:
+        calls.close()
+    assert [e.type for e in events] == ["int8_drift", "int8_fallback"]
+    # the first pass reads the stored decisions, a flag is written: all in the pool's thread
+    assert len(records.threads) >= 3 and all(t.startswith("store") for t in records.threads)
+    assert SQLiteDecisionStore(tmp_path / "c.sqlite3").load(FLAGS).keys() == {
+        json.dumps(["m", "2", n]) for n in ("e0", "e1", "e2", "e3")
+    }

@@ -5,6 +5,7 @@ decided already is not judged again. The re-issued manifest is ``test_pending_ma
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any
@@ -63,7 +64,7 @@ class Watch:
         hb = Heartbeat(node_id=node_id, bdseq=0, seq=next(_seq), ts=int(time.time() * 1000), interval_s=1.0,
                        models=[model])  # fmt: skip
         self.watch.harvest(node_id, decode_heartbeat(hb.model_dump_json().encode()))
-        self.watch.judge()
+        asyncio.run(self.watch.judge())
 
     def report(self) -> dict[str, Any]:
         return dict(self.watch.report("m", "1").get(INT8, {}))
