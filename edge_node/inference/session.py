@@ -30,6 +30,7 @@ import logging
 import os
 import platform
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ MAX_CACHEABLE_BYTES = 1_800_000_000
 #: the model file (ORT's own default threshold for external initializers).
 EXTERNAL_INITIALIZER_MIN_BYTES = 1024
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: A dead creator's temporary files younger than this are kept (see ``_sweep_crashed``).
+STALE_TEMP_S = 600.0
 #: A creation's temporary model file: ``.<stem>.<pid>-<hex8>.tmp.onnx``.
 _TMP = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})\.tmp\.onnx")
 _PROVIDER_TAGS = {"TensorrtExecutionProvider": "trt", "CUDAExecutionProvider": "cuda", "CPUExecutionProvider": "cpu"}
@@ -220,7 +223,9 @@ class SessionFactory:
         creations whose process is gone. A creation killed mid-optimisation leaves both, and
         no later creation of the same key prunes the data file while the temporary one
         exists, so without this they stay forever. A creation's token starts with its pid;
-        a live pid (or one of another user's process) keeps its files."""
+        a live pid (or one of another user's process) keeps its files, and so does one
+        touched within ``STALE_TEMP_S`` (a creator in another PID namespace sharing the dir,
+        whose pid means nothing here)."""
         if self._swept or not self.cache_dir.is_dir():
             return
         self._swept = True
@@ -229,6 +234,11 @@ class SessionFactory:
                 for tmp in self.cache_dir.glob(".*.tmp.onnx"):
                     match = _TMP.fullmatch(tmp.name)
                     if match is None or _alive(int(match.group(2))):
+                        continue
+                    try:
+                        if time.time() - tmp.stat().st_mtime < STALE_TEMP_S:
+                            continue
+                    except FileNotFoundError:  # its creation just finished
                         continue
                     stem, token = match.group(1), f"{match.group(2)}-{match.group(3)}"
                     tmp.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from edge_node.errors import InvalidInputs
 from edge_node.inference.inputs import check_inputs
-from edge_node.inference.session import SessionFactory, dummy_inputs, host_fingerprint, session_specs
+from edge_node.inference.session import STALE_TEMP_S, SessionFactory, dummy_inputs, host_fingerprint, session_specs
 from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_mlp
 from support.external_data import DATA_FILE, build_external_mlp
@@ -169,11 +170,18 @@ def test_killed_creations_leftovers_are_swept_at_first_use(tmp_path: Path, exter
         cached.with_name(f".{cached.stem}.{os.getpid()}-0000beef.tmp.onnx"),
         cached.with_name(f"{cached.name}.{os.getpid()}-0000beef.data"),
     ]
-    for path in leftovers + running:
+    recent = [  # a creator in another PID namespace: its pid is unknown here, its file fresh
+        cached.with_name(f".{cached.stem}.{dead}-0000f00d.tmp.onnx"),
+        cached.with_name(f"{cached.name}.{dead}-0000f00d.data"),
+    ]
+    old = time.time() - STALE_TEMP_S - 60
+    for path in leftovers + running + recent:
         path.write_bytes(b"partial")
+    for path in leftovers + running:
+        os.utime(path, (old, old))
     SessionFactory(tmp_path, CPU).create(external, "other")  # any key: the sweep is of the dir
     assert not any(p.exists() for p in leftovers)
-    assert all(p.exists() for p in running)
+    assert all(p.exists() for p in running + recent)
 
 
 class _StatFailsOnce(SessionFactory):
