@@ -12,7 +12,8 @@ what it can load:
   told to serve the first of those (``force_artifact``);
 - none does: central converts the FP32 graph for the node's runtime when ONNX's converter can
   (``central.registry.conversion``; until it is stored the version is not assigned there, and
-  the node counts as loading), else the version is not assigned to the node and central
+  the node counts as loading; once stored, a node that still loads none of the artifacts is
+  refused like one central cannot convert for), else the version is not assigned to the node and central
   reports it failed there with reason ``runtime``, where the edges' own failures show:
   rollouts' per-node failures, ``GET /api/v1/nodes``, ``modelfleet nodes``.
 

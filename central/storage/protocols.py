@@ -100,7 +100,9 @@ class MetadataStore(Protocol):
         """Versions of a model, oldest first."""
 
     def get_version(self, name: str, version: str) -> VersionRecord | None:
-        """One version, or None."""
+        """One version, or None. Read inside the storage's ``transaction()``, no other
+        transaction can change it until that one ends (a read-modify-write is safe): SQLite's
+        write transaction holds the database, PostgreSQL locks the row."""
 
     def next_seq(self, name: str) -> int:
         """The sequence number the next version of ``name`` will get."""

@@ -16,7 +16,9 @@ file ORT would write references to the *original* model's external data
 warm start would discard the entry and optimize again. Each creation writes its own data
 file (``<entry>.<token>.data``) before the model file is renamed into place, so
 concurrent creators never share one; the replaced entry's data file is removed under a
-lock that loads from the cache share, so no load loses its data file half-way."""
+lock that loads from the cache share, so no load loses its data file half-way. A creation
+killed mid-way leaves its temporary model and data files; each factory removes those of dead
+processes (by the pid in their name) the first time it uses the cache dir."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import logging
 import os
 import platform
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,7 +56,22 @@ MAX_CACHEABLE_BYTES = 1_800_000_000
 #: the model file (ORT's own default threshold for external initializers).
 EXTERNAL_INITIALIZER_MIN_BYTES = 1024
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: A dead creator's temporary files younger than this are kept (see ``_sweep_crashed``).
+STALE_TEMP_S = 600.0
+#: A creation's temporary model file: ``.<stem>.<pid>-<hex8>.tmp.onnx``.
+_TMP = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})\.tmp\.onnx")
 _PROVIDER_TAGS = {"TensorrtExecutionProvider": "trt", "CUDAExecutionProvider": "cuda", "CPUExecutionProvider": "cpu"}
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: it cannot be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _cpu_flags() -> str:
@@ -117,6 +135,8 @@ class SessionFactory:
         #: Whether the most recent ``create`` (from any thread) was served from the cache;
         #: None before the first. Concurrent callers should use ``create_with_info``.
         self.last_cache_hit: bool | None = None
+        #: Whether this factory removed crashed creations' leftovers (once, at first use).
+        self._swept = False
 
     def cache_path(self, key: str) -> Path:
         """Where the optimized model for ``key`` lives on this host and provider set."""
@@ -150,6 +170,7 @@ class SessionFactory:
         It counts toward ``MAX_CACHEABLE_BYTES`` although the optimized copy's large
         initializers now go to its data file: caching beyond 2 GiB is untried."""
         cached = self.cache_path(key)
+        self._sweep_crashed()
         result = self._from_cache(cached) if cached.is_file() else None
         if result is None:
             result = self._optimize(Path(model_path), cached, total_bytes)
@@ -197,6 +218,35 @@ class SessionFactory:
             if token != keep and not self._tmp_path(cached, token).exists():
                 path.unlink(missing_ok=True)
 
+    def _sweep_crashed(self) -> None:
+        """Once per factory: remove the temporary model files (and their data files) of
+        creations whose process is gone. A creation killed mid-optimisation leaves both, and
+        no later creation of the same key prunes the data file while the temporary one
+        exists, so without this they stay forever. A creation's token starts with its pid;
+        a live pid (or one of another user's process) keeps its files, and so does one
+        touched within ``STALE_TEMP_S`` (a creator in another PID namespace sharing the dir,
+        whose pid means nothing here)."""
+        if self._swept or not self.cache_dir.is_dir():
+            return
+        self._swept = True
+        try:
+            with self._lock(fcntl.LOCK_EX):
+                for tmp in self.cache_dir.glob(".*.tmp.onnx"):
+                    match = _TMP.fullmatch(tmp.name)
+                    if match is None or _alive(int(match.group(2))):
+                        continue
+                    try:
+                        if time.time() - tmp.stat().st_mtime < STALE_TEMP_S:
+                            continue
+                    except FileNotFoundError:  # its creation just finished
+                        continue
+                    stem, token = match.group(1), f"{match.group(2)}-{match.group(3)}"
+                    tmp.unlink(missing_ok=True)
+                    (self.cache_dir / f"{stem}.onnx.{token}.data").unlink(missing_ok=True)
+                    log.info("removed %s, left by a creation that did not finish", tmp)
+        except OSError as exc:  # a read-only or vanished cache dir: creations report it themselves
+            log.warning("cannot sweep the optimized-model cache %s: %s", self.cache_dir, exc)
+
     @staticmethod
     def _tmp_path(cached: Path, token: str) -> Path:
         # The suffix must stay ".onnx": ORT picks the output format from it (".ort" → ORT).
@@ -204,6 +254,7 @@ class SessionFactory:
 
     def _from_cache(self, cached: Path) -> CreatedSession | None:
         """The cached optimized model, or None (and the entry removed) if it won't load."""
+        loaded: os.stat_result | None = None  # the entry that failed to load, when stat told
         with self._lock(fcntl.LOCK_SH):
             try:
                 loaded = cached.stat()
@@ -215,7 +266,9 @@ class SessionFactory:
                 log.warning("discarding unusable optimized-model cache %s: %s", cached, exc)
         with self._lock(fcntl.LOCK_EX), contextlib.suppress(OSError):
             now = cached.stat()
-            if (now.st_ino, now.st_mtime_ns) == (loaded.st_ino, loaded.st_mtime_ns):  # not a newer entry
+            # Not a newer entry. An entry that could not even be stat'ed is left alone (the
+            # optimized model is rebuilt and replaces it; removing it blind could drop a newer one).
+            if loaded is not None and (now.st_ino, now.st_mtime_ns) == (loaded.st_ino, loaded.st_mtime_ns):
                 cached.unlink()
                 self._prune_data(cached, keep=None)
         return None

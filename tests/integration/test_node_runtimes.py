@@ -104,7 +104,8 @@ async def test_a_version_the_converter_can_bring_down_is_served_as_an_artifact_c
 ) -> None:
     edge = await _old_edge(make_edge, fleet_central, mosquitto)
     await wait_for(edge.edge.follower.connected.is_set, 10, "the edge registered")
-    converted = f"fp32-ir{edge.edge.runtime.max_ir_version}-opset{EDGE_OPSET}"
+    runtime = edge.edge.runtime
+    converted = f"fp32-ir{runtime.max_ir_version}-opset{EDGE_OPSET}-ml{runtime.max_opset('ai.onnx.ml')}"
     async with httpx.AsyncClient(base_url=fleet_central.http_url, timeout=30) as api:
         assert (await push(api, "tiny", save(dense_model(21), tmp_path / "v1.onnx"), version="1")).status_code == 201
         await wait_for(lambda: len(fleet_central.central.liveness.ready_endpoints("tiny", "1")) == 1, 30, "v1 ready")
@@ -138,3 +139,27 @@ async def test_an_edge_that_does_not_report_its_runtime_is_taken_to_run_centrals
     assert isinstance(state, registry_pb2.DesiredState)
     assert [(v.manifest.version, v.serve, v.force_artifact) for v in state.versions] == [("1", True, "")]
     assert listed["old-edge"]["runtime"] is None and listed["old-edge"]["refused"] == []
+
+
+@pytest.mark.parametrize(
+    ("ir", "opsets", "message"),
+    [
+        (4_000_000_000, {"": 18}, "max_ir_version 4000000000 is out of range"),
+        (2, {"": 18}, "max_ir_version 2 is out of range"),
+        (9, {"ai.onnx": 0}, "max_opsets['ai.onnx'] 0 is out of range"),
+        (9, {"": 18, "ai.onnx.ml": 4_294_967_295}, "max_opsets['ai.onnx.ml'] 4294967295 is out of range"),
+    ],
+)
+async def test_implausible_runtime_limits_are_refused_at_registration(
+    fleet_central: CentralServer, ir: int, opsets: dict[str, int], message: str
+) -> None:
+    async with grpc.aio.insecure_channel(fleet_central.grpc_address) as channel:
+        stub = registry_pb2_grpc.RegistryStub(channel)
+        node = registry_pb2.NodeInfo(node_id="liar", grpc_address="127.0.0.1:1", http_address="127.0.0.1:2")
+        request = registry_pb2.RegisterRequest(
+            node=node, runtime="onnxruntime 9.9", max_ir_version=ir, max_opsets=opsets
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Register(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (refused.value.details() or "")

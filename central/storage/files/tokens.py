@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,6 +37,8 @@ class TokenStore:
         self.path = path
         self._records: list[TokenRecord] = []
         self._stamp: tuple[int, int, int] | None = None
+        #: Checks run on worker threads: one re-read at a time, records and stamp set together.
+        self._lock = threading.Lock()
         self.refresh()
 
     @property
@@ -52,22 +55,38 @@ class TokenStore:
         return list(self._records)
 
     def refresh(self) -> None:
-        """Re-read the file if it changed since the last read (a missing file holds no token)."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._records, self._stamp = [], None
-            return
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # a save is a rename: a new inode
-        if stamp == self._stamp:
-            return
-        try:
-            self._records = TokenFile.model_validate_json(self.path.read_bytes()).tokens
-        except (ValidationError, ValueError, OSError) as exc:
-            # Fail closed: an unreadable store accepts no token (writes answer 401).
-            log.error("token store %s is unreadable, no token is accepted: %s", self.path, exc)
-            self._records = []
-        self._stamp = stamp
+        """Re-read the file if it changed since the last read (a missing file holds no token).
+
+        Under a lock, and the stamp is taken with ``fstat`` on the very file read, so records
+        and stamp always belong together: a stamp taken before a racing save with the records
+        read after it (or the other way round) would keep a revoked token valid until the
+        next change."""
+        with self._lock:
+            try:
+                st = self.path.stat()
+            except FileNotFoundError:
+                self._records, self._stamp = [], None
+                return
+            if (st.st_ino, st.st_mtime_ns, st.st_size) == self._stamp:  # a save is a rename: a new inode
+                return
+            records: list[TokenRecord] = []
+            try:
+                with self.path.open("rb") as f:
+                    st = os.fstat(f.fileno())
+                    body = f.read()
+            except FileNotFoundError:
+                self._records, self._stamp = [], None
+                return
+            except OSError as exc:
+                log.error("token store %s is unreadable, no token is accepted: %s", self.path, exc)
+                self._records, self._stamp = [], None  # re-tried at the next check
+                return
+            try:
+                records = TokenFile.model_validate_json(body).tokens
+            except (ValidationError, ValueError) as exc:
+                # Fail closed: an unreadable store accepts no token (writes answer 401).
+                log.error("token store %s is unreadable, no token is accepted: %s", self.path, exc)
+            self._records, self._stamp = records, (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def verify(self, token: str) -> TokenRecord | None:
         """The record of ``token`` or None. Compares every stored hash in constant time."""
@@ -124,5 +143,6 @@ class TokenStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._stamp = None
+        with self._lock:
+            self._stamp = None
         self.refresh()

@@ -68,8 +68,13 @@ class PostgresMetadataStore:
         return [self._record(r) for r in self._query(f"{_SELECT_VERSION} WHERE name = %s ORDER BY seq", (name,))]
 
     def get_version(self, name: str, version: str) -> VersionRecord | None:
-        """One version, or None."""
-        rows = self._query(f"{_SELECT_VERSION} WHERE name = %s AND version = %s", (name, version))
+        """One version, or None. Inside ``transaction()`` the row stays locked (``FOR UPDATE``)
+        until the transaction ends: a version is read in a transaction to be rewritten
+        (a conversion adding an artifact, a pending candidate promoted or rejected), and two
+        replicas doing that at once must not both start from the same manifest, or the later
+        write drops the earlier one's change. The second waits, then reads the first's."""
+        lock = " FOR UPDATE" if self._shared.active() else ""
+        rows = self._query(f"{_SELECT_VERSION} WHERE name = %s AND version = %s{lock}", (name, version))
         return self._record(rows[0]) if rows else None
 
     def next_seq(self, name: str) -> int:

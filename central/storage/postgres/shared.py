@@ -26,6 +26,10 @@ class SharedTransaction:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         return conn
 
+    def active(self) -> bool:
+        """Whether this thread holds a transaction open."""
+        return self._current() is not None
+
     @contextmanager
     def transaction(self, pool: ConnectionPool[Any]) -> Iterator[None]:
         """Open one transaction on a connection of ``pool`` for this thread (or join the open one)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -149,3 +150,40 @@ async def test_central_on_postgres_keeps_pushes_across_a_restart_and_never_logs_
 
     assert masked_url(postgres_url) in caplog.text, "the store's URL is logged, masked"
     assert password not in caplog.text
+
+
+def test_replicas_rewriting_one_version_at_once_keep_both_changes(postgres_url: str) -> None:
+    """Two replicas each add an artifact to one version (a conversion for another runtime, a
+    pending candidate promoted...): read in a transaction, the row is locked, so the second
+    reads the first's change instead of overwriting it with the manifest both started from."""
+    first, second = PostgresMetadataStore(postgres_url), PostgresMetadataStore(postgres_url)
+    try:
+        served = manifest("m", "1", ["a"])
+        first.insert_version(served)
+        first_read, second_started = threading.Event(), threading.Event()
+
+        def add(store: PostgresMetadataStore, artifact: str) -> None:
+            with store.transaction():
+                record = store.get_version("m", "1")
+                assert record is not None
+                if store is first:
+                    first_read.set()
+                    second_started.wait(10)
+                    time.sleep(0.3)  # the second replica's read is under way meanwhile
+                extra = served.model_copy(update={"artifact": artifact})
+                store.replace_manifests(record.manifest, {**record.artifacts, artifact: extra})
+
+        def second_replica() -> None:
+            first_read.wait(10)
+            second_started.set()
+            add(second, "fp32-b")
+
+        with ThreadPoolExecutor(2) as pool:
+            done = [pool.submit(add, first, "fp32-a"), pool.submit(second_replica)]
+            for future in done:
+                future.result()
+        record = first.get_version("m", "1")
+        assert record is not None and set(record.artifacts) == {served.artifact, "fp32-a", "fp32-b"}
+    finally:
+        first.close()
+        second.close()

@@ -4,12 +4,15 @@ to one node, revocation is immediate, and operator and node tokens never mix."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from central.auth.tokens import Role, TokenKind, TokenStoreError, hash_token
+from central.storage.files.tokens import TokenStore
 from central.storage.protocols import Tokens
 from central.storage.tokens import open_token_store
 
@@ -81,3 +84,44 @@ def test_node_tokens_are_bound_and_kept_apart_from_operator_tokens(opened: dict[
     assert [r.name for r in operators.records()] == ["edge-a-1"]
     with pytest.raises(TokenStoreError, match="no token for node 'edge-a'"):
         nodes.revoke_node("edge-a")
+
+
+@pytest.fixture
+def frequent_switches() -> Iterator[None]:
+    """Threads switching every microsecond, so races between checks show."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+@pytest.mark.usefixtures("frequent_switches")
+def test_file_store_checked_from_many_threads_never_keeps_a_revoked_token(tmp_path: Path) -> None:
+    """Checks run on worker threads, each re-reading a changed file: while another process
+    (the CLI: its own store) revokes token after token, the records kept always belong to
+    the stamp kept, so once a revocation is on disk no thread's check accepts the token."""
+    path = tmp_path / "tokens.json"
+    cli, served = TokenStore(path), TokenStore(path)
+    tokens = [cli.create(f"t{i}", Role.VIEWER) for i in range(40)]
+    stop = threading.Event()
+    start = threading.Barrier(5)
+
+    def check() -> None:
+        start.wait()
+        while not stop.is_set():
+            for token in tokens:
+                served.verify(token)
+
+    threads = [threading.Thread(target=check) for _ in range(4)]
+    for t in threads:
+        t.start()
+    start.wait()
+    try:
+        for i, token in enumerate(tokens):
+            cli.revoke(f"t{i}")
+            assert served.verify(token) is None, f"t{i} accepted after its revocation"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert served.records() == []

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +21,7 @@ import pytest
 
 from edge_node.errors import InvalidInputs
 from edge_node.inference.inputs import check_inputs
-from edge_node.inference.session import SessionFactory, dummy_inputs, host_fingerprint, session_specs
+from edge_node.inference.session import STALE_TEMP_S, SessionFactory, dummy_inputs, host_fingerprint, session_specs
 from fleetwire.manifest import TensorSpec
 from modelfleet.zoo import build_mlp
 from support.external_data import DATA_FILE, build_external_mlp
@@ -133,10 +138,11 @@ def test_replaced_and_crashed_data_files_are_pruned(tmp_path: Path, external: Pa
     factory = SessionFactory(tmp_path, CPU)
     cached = factory.cache_path("k")
     crashed = cached.with_name(f"{cached.name}.1-0000dead.data")  # a creation that died before the rename
-    in_progress = cached.with_name(f"{cached.name}.2-0000beef.data")  # one still writing: its temp file exists
+    # One still writing (a live process: this one): its temp file exists.
+    in_progress = cached.with_name(f"{cached.name}.{os.getpid()}-0000beef.data")
     crashed.write_bytes(b"x")
     in_progress.write_bytes(b"y")
-    cached.with_name(f".{cached.stem}.2-0000beef.tmp.onnx").touch()
+    cached.with_name(f".{cached.stem}.{os.getpid()}-0000beef.tmp.onnx").touch()
     factory.create(external, "k")
     (live,) = _data_locations(cached)
     assert sorted(p.name for p in factory.entry_files("k")) == sorted([cached.name, live, in_progress.name])
@@ -148,6 +154,58 @@ def test_replaced_and_crashed_data_files_are_pruned(tmp_path: Path, external: Pa
 
     factory.discard("k")
     assert factory.entry_files("k") == [in_progress]
+
+
+def test_killed_creations_leftovers_are_swept_at_first_use(tmp_path: Path, external: Path) -> None:
+    """A creation killed mid-optimisation leaves its temp model file and data file; a new
+    factory removes those of dead processes (and keeps a live process's) on first use."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    cached = SessionFactory(tmp_path, CPU).cache_path("k")
+    leftovers = [
+        cached.with_name(f".{cached.stem}.{dead}-0000dead.tmp.onnx"),
+        cached.with_name(f"{cached.name}.{dead}-0000dead.data"),
+    ]
+    running = [
+        cached.with_name(f".{cached.stem}.{os.getpid()}-0000beef.tmp.onnx"),
+        cached.with_name(f"{cached.name}.{os.getpid()}-0000beef.data"),
+    ]
+    recent = [  # a creator in another PID namespace: its pid is unknown here, its file fresh
+        cached.with_name(f".{cached.stem}.{dead}-0000f00d.tmp.onnx"),
+        cached.with_name(f"{cached.name}.{dead}-0000f00d.data"),
+    ]
+    old = time.time() - STALE_TEMP_S - 60
+    for path in leftovers + running + recent:
+        path.write_bytes(b"partial")
+    for path in leftovers + running:
+        os.utime(path, (old, old))
+    SessionFactory(tmp_path, CPU).create(external, "other")  # any key: the sweep is of the dir
+    assert not any(p.exists() for p in leftovers)
+    assert all(p.exists() for p in running + recent)
+
+
+class _StatFailsOnce(SessionFactory):
+    """A factory whose cache entry cannot be stat'ed (a symlink loop) until the exclusive
+    lock is taken, when a real (broken) entry takes its place."""
+
+    _loop: Path
+
+    @contextlib.contextmanager
+    def _lock(self, mode: int) -> Iterator[None]:
+        with super()._lock(mode):
+            if mode == fcntl.LOCK_EX and self._loop.is_symlink():
+                self._loop.unlink()
+                self._loop.write_bytes(b"not a model")
+            yield
+
+
+def test_entry_that_cannot_be_stat_ed_is_not_an_unbound_error(tmp_path: Path) -> None:
+    factory = _StatFailsOnce(tmp_path, CPU)
+    cached = factory.cache_path("k")
+    factory._loop = cached
+    cached.symlink_to(cached)  # stat: ELOOP, an OSError that is not FileNotFoundError
+    assert factory._from_cache(cached) is None
+    assert cached.read_bytes() == b"not a model"  # not removed blind: a rebuild replaces it
 
 
 def test_bad_model_raises_and_leaves_no_cache(tmp_path: Path) -> None:
