@@ -99,6 +99,14 @@ async def test_a_pending_int8_is_shadowed_then_promoted_and_served(
 
             agreement = "/api/v1/models/digits/versions/1/agreement"
             seen: list[dict[str, Any]] = []  # the evidence as it accumulates, before promotion
+            deadline = time.monotonic() + 30
+            while not seen:  # the first request's 32 rows, heard before more are sent: too few to prove
+                assert time.monotonic() < deadline, (await api.get(agreement)).json()
+                evidence = (await api.get(agreement)).json()["pending"].get(candidate)
+                if evidence is not None and evidence["per_node"].get("edge-1", {}).get("samples"):
+                    seen.append(evidence)
+                else:
+                    await asyncio.sleep(0.1)
             sent, deadline = 1, time.monotonic() + 60
             while not await events_of(api, "int8_promoted"):  # the judge runs every 0.5 s, not per request
                 assert time.monotonic() < deadline, (await api.get(agreement)).json()
