@@ -21,7 +21,7 @@ nothing and is reported as ``_cold``.
 Also measured, per change: building every node's ``DesiredState`` message
 (``build_s_per_change``, ``central.grpc.converters.desired_state_to_pb``: each signed
 manifest converted once, copied into each node's message) against the conversion before
-(``_old``: every manifest converted again for every node, as ``_desired_state_to_pb_before``
+(``_old``: every manifest converted again for every node, as ``desired_state_from_scratch``
 here does), in the same run; the two give equal messages (checked on a sample).
 
 Also measured: a lone state (a node joining or reconnecting) in each form; an edge's check of
@@ -129,9 +129,9 @@ def _cpu(fn: Callable[[], object]) -> float:
     return time.process_time() - started
 
 
-def _desired_state_to_pb_before(state: DesiredState) -> registry_pb2.DesiredState:
-    """``desired_state_to_pb`` as it was before its manifest cache: the baseline of
-    ``build_s_per_change_old``."""
+def desired_state_from_scratch(state: DesiredState) -> registry_pb2.DesiredState:
+    """``desired_state_to_pb`` as it was before its manifest cache, every manifest converted
+    anew: the baseline of ``build_s_per_change_old``, and the oracle of the cache's tests."""
     return registry_pb2.DesiredState(
         generation=state.generation,
         versions=[
@@ -284,13 +284,13 @@ def measure_change(fleet: Fleet, encoder: SealEncoder, repeats: int) -> dict[str
         states = fleet.states(2 + r)
         builds = [
             (build_times, functools.partial(_build, desired_state_to_pb, states)),
-            (build_old_times, functools.partial(_build, _desired_state_to_pb_before, states)),
+            (build_old_times, functools.partial(_build, desired_state_from_scratch, states)),
         ]
         for times, build in builds if r % 2 == 0 else builds[::-1]:
             times.append(_cpu(build))
         states, single, tree = _change(fleet, 2 + r, states)
         for i in range(0, len(states), max(1, len(states) // 50)):  # the same message either way
-            if tree[i] != _desired_state_to_pb_before(states[i]):
+            if tree[i] != desired_state_from_scratch(states[i]):
                 raise AssertionError(f"desired_state_to_pb differs from the conversion before for node {i}")
         old_form = functools.partial(_single_form, single, node_ids, sign)
         new_form = functools.partial(_tree_form, encoder, states, tree, node_ids, sign)

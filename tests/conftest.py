@@ -106,6 +106,18 @@ async def central(tmp_path: Path) -> AsyncIterator[CentralServer]:
 
 
 @pytest.fixture
+async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
+    """A started central hearing heartbeats on ``mosquitto``, its rollout controller on a 0.2 s tick."""
+    mqtt = {"enabled": True, "default_interval_s": 0.3}
+    broker = {"host": mosquitto.host, "port": mosquitto.port}
+    settings = central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
+    server = CentralServer(settings)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
 async def api(central: CentralServer) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the central's REST API."""
     async with httpx.AsyncClient(base_url=central.http_url, timeout=30.0) as client:

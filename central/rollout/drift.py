@@ -39,7 +39,6 @@ only the leader judges (``leading``), pooled over every node, its decisions fenc
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from central.quantize.verdict import z_score
+from central.rollout.passes import PassLoop
 from central.rollout.shadow_judge import (
     LIVE_CONFIDENCE,
     ShadowPolicy,
@@ -152,7 +152,7 @@ class DriftWatch:
         self._flagged: set[tuple[str, str, str]] = set()  # (model, version, node or "*"+artifact)
         #: node → version → the artifact it must serve.
         self._forced: dict[str, dict[Key, str]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._passes = PassLoop(self.judge, "drift-watch", "judging live INT8 agreement")
         #: Decisions this watch wrote: a stored read begun before one is not adopted over it.
         self._writes = 0
         self.reload()
@@ -235,25 +235,12 @@ class DriftWatch:
     # -- judging ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Judge every ``interval_s`` (needs the running loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="drift-watch")
+        """Judge every ``interval_s`` (needs the running loop; ``PassLoop``)."""
+        self._passes.start(self.interval_s)
 
     def stop(self) -> None:
         """Stop judging."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    async def _run(self) -> None:
-        """One pass, then ``interval_s`` of sleep, until stopped: a task, not a timer, so a pass
-        awaits its store calls (in ``calls``' threads) and the loop serves requests meanwhile;
-        the next pass starts only once this one ended."""
-        while True:
-            try:
-                await self.judge()
-            except Exception:  # one bad pass must not stop the watch
-                log.exception("judging live INT8 agreement failed")
-            await asyncio.sleep(self.interval_s)
+        self._passes.stop()
 
     async def judge(self) -> None:
         """Pass on the counts heard here; where this process judges, judge the versions whose

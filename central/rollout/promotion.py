@@ -23,7 +23,6 @@ so a leader change keeps every node's counts and one replica never decides on it
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from central.quantize.verdict import LABELS, wilson_lower_bound
+from central.rollout.passes import PassLoop
 from central.rollout.shadow_judge import (
     MIN_LIVE_SAMPLES,
     ShadowPolicy,
@@ -160,7 +160,7 @@ class PromotionWatch:
         self._dirty: set[tuple[str, str, str]] = set()
         #: The decisions made: (model, version, candidate) → status and evidence.
         self._last: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._passes = PassLoop(self.judge, "promotion-watch", "judging pending INT8 on live traffic")
 
     def harvest(self, node_id: str, hb: AnyHeartbeat) -> None:
         """Keep the counts of pending candidates a heartbeat reports (judged on the timer)."""
@@ -190,24 +190,12 @@ class PromotionWatch:
             self._dirty.add(key)
 
     def start(self) -> None:
-        """Judge every ``interval_s`` (needs the running loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="promotion-watch")
+        """Judge every ``interval_s`` (needs the running loop; ``PassLoop``)."""
+        self._passes.start(self.interval_s)
 
     def stop(self) -> None:
         """Stop judging."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    async def _run(self) -> None:
-        """One pass, then ``interval_s`` of sleep, until stopped: a task, not a timer, so a pass
-        awaits its store calls (in ``calls``' threads) and the loop serves requests meanwhile."""
-        while True:
-            try:
-                await self.judge()
-            except Exception:  # one bad pass must not stop the watch
-                log.exception("judging pending INT8 on live traffic failed")
-            await asyncio.sleep(self.interval_s)
+        self._passes.stop()
 
     async def judge(self) -> None:
         """Pass on the counts heard here; where this process judges (the leader), judge the

@@ -13,13 +13,12 @@ starts on the plain topics, as it did before this file existed."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from fleetwire.signing import write_atomic
 
 __all__ = ["PARTITION_FILE", "PartitionRecord", "SavedPartition"]
 
@@ -73,19 +72,9 @@ class SavedPartition:
     def save(self, record: PartitionRecord) -> None:
         """Keep ``record`` (temp file, fsync, rename); a write that fails is logged, not raised:
         the partition still holds in memory, only a cold boot without central loses it."""
+        body = json.dumps({"partitions": record.partitions, "partition": record.partition})
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as out:
-                    json.dump({"partitions": record.partitions, "partition": record.partition}, out)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(self.path, body.encode(), 0o644)
         except OSError as exc:
             log.warning("cannot record the heartbeat partition in %s: %s", self.path, exc)
 

@@ -4,19 +4,17 @@ and a version the edges cannot load is rolled back by itself."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.fleet import EdgeFactory, push, wait_rollout
 from support.wait import wait_for
 
 
@@ -30,18 +28,6 @@ def _unloadable_model(path: Path) -> Path:
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.example.unreleased", 1)]
     onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
     return path
-
-
-@pytest.fixture
-async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "default_interval_s": 0.3}
-    broker = {"host": mosquitto.host, "port": mosquitto.port}
-    server = CentralServer(
-        central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
-    )
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def _serving(edge: EdgeServer) -> str | None:

@@ -8,7 +8,6 @@ to run central's own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from modelfleet.cli.operator import _node_row
 from modelfleet.cli.rollout import describe
 from modelfleet.zoo import build_mlp
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.fleet import EdgeFactory, push, wait_rollout
 from support.onnx_versions import dense_model, gelu_model, save
 from support.wait import wait_for
 
@@ -31,18 +30,6 @@ pytestmark = pytest.mark.fleet
 
 #: The newest ai.onnx opset the test edge reports (the zoo's MLP is at opset 17).
 EDGE_OPSET = 18
-
-
-@pytest.fixture
-async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "default_interval_s": 0.3}
-    broker = {"host": mosquitto.host, "port": mosquitto.port}
-    server = CentralServer(
-        central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
-    )
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def _old_edge(make_edge: EdgeFactory, central: CentralServer, mosquitto: MosquittoBroker) -> EdgeServer:

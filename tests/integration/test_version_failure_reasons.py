@@ -5,12 +5,10 @@ the source returns. The reason travels in the heartbeat and shows in the rollout
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from central.server import CentralServer
@@ -19,20 +17,8 @@ from fleetwire.signing import sign_manifest
 from modelfleet.cli.rollout import describe
 from modelfleet.zoo import build_mlp
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings, push, wait_rollout
+from support.fleet import EdgeFactory, push, wait_rollout
 from support.wait import wait_for
-
-
-@pytest.fixture
-async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "default_interval_s": 0.3}
-    broker = {"host": mosquitto.host, "port": mosquitto.port}
-    server = CentralServer(
-        central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
-    )
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def _edge(make_edge: EdgeFactory, central: CentralServer, mosquitto: MosquittoBroker, **fetch: Any) -> EdgeServer:

@@ -7,11 +7,8 @@ calls for every heartbeat); the browser test covers the MQTT path end to end."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -20,25 +17,13 @@ from central.server import CentralServer
 from fleetwire.mqtt.payloads import CacheInfo, GenerationInfo, Heartbeat, LoadInfo, ModelInfo
 from support.decoder_models import build_decoder
 from support.fleet import EdgeFactory, central_settings, push, version_state, wait_serving
+from support.sse import sse_events
 from support.wait import wait_for
 
 #: The heartbeat interval while the test sets up (a loaded machine takes seconds there), and
 #: the one the node then goes silent on: suspect and dead within a second or so.
 SETUP_INTERVAL_S = 60.0
 INTERVAL_S = 0.2
-
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
-    """(event name, parsed data) of each message of an SSE response."""
-    name, data = "message", ""
-    async for line in response.aiter_lines():
-        if line.startswith("event: "):
-            name = line[len("event: ") :]
-        elif line.startswith("data: "):
-            data = line[len("data: ") :]
-        elif line == "" and data:
-            yield name, json.loads(data)
-            name, data = "message", ""
 
 
 def heartbeat(node_id: str, http_address: str, seq: int, interval_s: float = INTERVAL_S) -> Heartbeat:

@@ -8,9 +8,7 @@ would. A real central on loopback; the stream is read as a browser's EventSource
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +21,10 @@ from central.server import CentralServer
 from central.storage.files.tokens import TokenStore
 from central.storage.protocols import Tokens
 from support.fleet import central_settings
+from support.sse import sse_events
 
 #: The stream must end within this many seconds of the revocation (ticks are 1 s).
 CLOSE_WITHIN_S = 3.0
-
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
-    """(event name, parsed data) of each message of an SSE response, until it ends."""
-    name, data = "message", ""
-    async for line in response.aiter_lines():
-        if line.startswith("event: "):
-            name = line[len("event: ") :]
-        elif line.startswith("data: "):
-            data = line[len("data: ") :]
-        elif line == "" and data:
-            yield name, json.loads(data)
-            name, data = "message", ""
 
 
 def _store(kind: str, request: pytest.FixtureRequest, data_dir: Path) -> tuple[Tokens, dict[str, Any]]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from bench._ha_seal import desired_state_from_scratch
 from central.distribution import ArtifactVerdict, DesiredState
 from central.distribution.assignment import VersionAssignment
 from central.grpc.converters import desired_state_to_pb, manifest_pb_of
-from fleetwire.convert import manifest_from_pb, manifest_to_pb
+from fleetwire.convert import manifest_from_pb
 from fleetwire.manifest import ArtifactRef, ChunkRef, Manifest
 from fleetwire.signing import sign_manifest
-from fleetwire.transfer import TransferCaps, caps_to_pb
-from fleetwire.v1 import registry_pb2
+from fleetwire.transfer import TransferCaps
 
 KEY = Ed25519PrivateKey.generate()
 CHUNK = ChunkRef(digest="cd" * 32, size=4, offset=0)
@@ -25,39 +25,6 @@ def _manifest(version: str, sha: str = "ab", signed: bool = True) -> Manifest:
         name="mlp", version=version, sha256=sha * 32, size=4, chunks=[CHUNK], created_at="2026-12-05T00:00:00Z"
     )
     return sign_manifest(m, KEY) if signed else m
-
-
-def _from_scratch(state: DesiredState) -> registry_pb2.DesiredState:
-    """The message built field by field, every manifest converted anew (the oracle)."""
-    return registry_pb2.DesiredState(
-        generation=state.generation,
-        versions=[
-            registry_pb2.VersionAssignment(
-                manifest=manifest_to_pb(v.manifest),
-                serve=v.serve,
-                placement=[registry_pb2.ChunkPlacement(digest=d, owners=o) for d, o in v.placement.items()],
-                verdict=None
-                if v.verdict is None
-                else registry_pb2.ArtifactVerdict(
-                    artifact=v.verdict.artifact,
-                    hardware_class=v.verdict.hardware_class,
-                    node_id=v.verdict.node_id,
-                    speedup_b1=v.verdict.speedup_b1,
-                    speedup_b8=v.verdict.speedup_b8,
-                ),
-                stage=v.stage,
-                serve_at_ms=round(v.serve_at * 1000) if v.serve_at is not None else 0,
-                force_artifact=v.force_artifact or "",
-            )
-            for v in state.versions
-        ],
-        peers=[
-            registry_pb2.PeerAddress(node_id=k, grpc_address=a, site=state.peer_sites.get(k, "default"))
-            for k, a in sorted(state.peers.items())
-        ],
-        placement_enabled=state.placement_enabled,
-        limits=caps_to_pb(state.limits),
-    )
 
 
 def _state(*manifests: Manifest, generation: int = 7) -> DesiredState:
@@ -80,12 +47,12 @@ def _state(*manifests: Manifest, generation: int = 7) -> DesiredState:
     )
 
 
-def test_every_node_gets_the_message_built_from_scratch() -> None:
+def test_every_node_gets_the_message_builtdesired_state_from_scratch() -> None:
     v1, v2 = _manifest("1"), _manifest("2", "ef")
     for generation in (1, 2):  # the second time from the cache
         state = _state(v1, v2, generation=generation)
         pb = desired_state_to_pb(state)
-        assert pb == _from_scratch(state)
+        assert pb == desired_state_from_scratch(state)
         assert [manifest_from_pb(v.manifest) for v in pb.versions] == [v1, v2]
         assert pb.versions[0].HasField("verdict") and not pb.versions[1].HasField("verdict")
     assert manifest_pb_of(v1) is manifest_pb_of(v1.model_copy())  # converted once, by signature
@@ -98,7 +65,7 @@ def test_a_message_changed_by_its_caller_leaves_the_next_alone() -> None:
     first.versions[0].manifest.chunks.add(digest="ee" * 32, size=1)
     first.versions[0].verdict.artifact = "fp32"
     first.seal = b"sealed"
-    assert desired_state_to_pb(state) == _from_scratch(state)
+    assert desired_state_to_pb(state) == desired_state_from_scratch(state)
 
 
 def test_a_reissued_or_unsigned_manifest_is_converted_for_what_it_holds() -> None:

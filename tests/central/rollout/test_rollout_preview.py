@@ -6,32 +6,19 @@ out to one site costs its nodes only the new chunks, and the other site's owners
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest
 from preview_harness import MAX_ERROR, preview_then_roll_out
 
 from central.server import CentralServer
 from modelfleet.zoo import build_mlp
 from support.brokers import MosquittoBroker
-from support.fleet import EdgeFactory, central_settings, push
+from support.fleet import EdgeFactory, push
 from support.wait import wait_for
 
 #: Three nodes in east (each chunk has two owners there, so one node is no owner), two in west.
 SITES = {"east-1": "east", "east-2": "east", "east-3": "east", "west-1": "west", "west-2": "west"}
-
-
-@pytest.fixture
-async def fleet_central(tmp_path: Path, mosquitto: MosquittoBroker) -> AsyncIterator[CentralServer]:
-    mqtt = {"enabled": True, "default_interval_s": 0.3}
-    broker = {"host": mosquitto.host, "port": mosquitto.port}
-    settings = central_settings(tmp_path / "central", mqtt=mqtt, broker=broker, rollout={"interval_s": 0.2})
-    server = CentralServer(settings)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def test_preview_of_a_first_and_a_delta_version_matches_what_the_edges_fetch(
