@@ -335,9 +335,11 @@ class KillRound:
 
 async def kill_round(fleet: Fleet, bodies: Sequence[dict[str, Any]], after_tokens: int, turn: int) -> KillRound:
     """Start every body as a stream through central; once the first has ``after_tokens``
-    tokens, SIGKILL the node most of the unfinished ones started on (ties: by ``turn``); wait
-    for all. Not once each has them: the last stream's first token may come after the others
-    ended (a small model, a loaded machine), and the kill would then hit no stream."""
+    tokens, SIGKILL the node most of the unfinished ones that already delivered tokens started
+    on (ties: by ``turn``); wait for all. Not once each has them: the last stream's first token
+    may come after the others ended (a small model, a loaded machine), and the kill would then
+    hit no stream. A stream without a token yet is not counted: central retries it before its
+    first token, which is not the mid-stream case measured here."""
     url = f"{central_url(fleet)}/v1/completions"
     resumed_before = central_text_stats(fleet).get("resumed", 0)
     outs = [Streamed(0.0) for _ in bodies]
@@ -353,7 +355,7 @@ async def kill_round(fleet: Fleet, bodies: Sequence[dict[str, Any]], after_token
         nodes = sorted(n for n, p in fleet.edges.items() if p.alive())
         counts = dict.fromkeys(nodes, 0)
         for out in outs:
-            if out.finish_reason is None and out.error is None and out.node in counts:
+            if out.finish_reason is None and out.error is None and out.token_ids and out.node in counts:
                 counts[out.node] += 1
         victim = max(nodes, key=lambda n: (counts[n], -((nodes.index(n) - turn) % len(nodes))))
         fleet.edges[victim].kill()

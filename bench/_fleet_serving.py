@@ -159,8 +159,11 @@ def midstream_figures(args: argparse.Namespace) -> dict[str, Any]:
             r = asyncio.run(kill_round(fleet, [bodies[i] for i in chosen], args.kill_after, len(rounds)))
             wrong = [i for i, s in zip(chosen, r.streams, strict=True)
                      if s.token_ids != refs[i].token_ids or s.text != refs[i].text]  # fmt: skip
-            kills += r.on_victim > 0
-            broken += sum(s.broken for s in r.streams)
+            # a kill counts once it hit a stream mid-way: central went on with one elsewhere, or
+            # one broke (a stream on the victim may still end before the SIGKILL lands)
+            hit = [s for s in r.streams if s.broken]
+            kills += r.on_victim > 0 and (r.resumed > 0 or bool(hit))
+            broken += len(hit)
             mismatches += len(wrong)
             rounds.append({"victim": r.victim, "streams_on_victim": r.on_victim, "resumed": r.resumed,
                            "broken": [s.error or "no finish reason" for s in r.streams if s.broken],
