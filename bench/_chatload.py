@@ -38,6 +38,8 @@ ENGINE_SERIES = {
     "generated_tokens": "vllm:generation_tokens_total",
     "prefix_block_queries": "vllm:prefix_cache_queries_total",
     "prefix_block_hits": "vllm:prefix_cache_hits_total",
+    "warmed_tokens": "modelfleet_generation_warmed_tokens_total",
+    "warm_run_s": "modelfleet_generation_warm_seconds_total",
 }
 
 
@@ -237,6 +239,8 @@ def engine_breakdown(per_node: dict[str, dict[str, float]]) -> dict[str, Any]:
         "prefill_run_s": round(total["prefill_run_s"], 3),
         "decode_run_s": round(total["decode_run_s"], 3),
         "prefilled_tokens": int(total["prefilled_tokens"]),
+        "warmed_tokens": int(total["warmed_tokens"]),
+        "warm_run_s": round(total["warm_run_s"], 3),
         "prompt_tokens": int(total["prompt_tokens"]),
         "prefill_s_per_token_ms": round(1000 * total["prefill_run_s"] / max(1.0, total["prefilled_tokens"]), 3),
         "prompt_share_from_cache": round(1 - total["prefilled_tokens"] / max(1.0, total["prompt_tokens"]), 4),

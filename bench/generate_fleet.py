@@ -363,7 +363,8 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"  at the edges: queue {e['queue_mean_s']:.3f}s + admitted to first token "
                   f"{e['admitted_to_first_mean_s']:.3f}s a stream; {e['prefilled_tokens'] / max(1, e['streams']):.0f} "
                   f"prompt tokens run a stream ({e['prompt_share_from_cache']:.3f} from the prefix cache); "
-                  f"prefill runs {e['prefill_run_s']:.1f}s, decode steps {e['decode_run_s']:.1f}s; "
+                  f"prefill runs {e['prefill_run_s']:.1f}s, decode steps {e['decode_run_s']:.1f}s, turns warmed "
+                  f"{e['warm_run_s']:.1f}s ({e['warmed_tokens']} tokens); "
                   f"{r['turns_on_another_node']} turns on another node than the one before")  # fmt: skip
     if "midstream" in result:
         m = result["midstream"]

@@ -151,6 +151,39 @@ class RunningBatch:
         self.prefilled_tokens += sum(lengths)
         return done, sum(lengths)
 
+    def warm(self, tokens: list[int], most: int) -> int:
+        """Cache the whole blocks of ``tokens`` ahead of a prompt expected to begin with them
+        (a chat's next turn: the conversation so far, the reply as its text will come back),
+        when the cache already holds all but at most ``most`` of those tokens; run in a free
+        row, nothing reserved (the blocks it computes become cached blocks, within the budget).
+        Returns the tokens run (0: nothing to do, too many missing, or no row or room)."""
+        size = self.budget.block_tokens
+        whole = len(tokens) // size
+        if self.cache is None or whole == 0 or not self.can_admit():
+            return 0
+        tokens = tokens[: whole * size]
+        hits = self.cache.lookup(tokens, whole, counted=False)
+        start = len(hits) * size
+        missing = len(tokens) - start
+        if missing == 0 or missing > most:
+            return 0
+        while self.used_blocks + whole - len(hits) > self.budget.total and self.cache.evict():
+            pass
+        if self.used_blocks + whole - len(hits) > self.budget.total:
+            return 0
+        slot = self.size
+        self.kv.ensure(len(tokens), self._longest())
+        for i, block in enumerate(hits):
+            self.kv.write(slot, i * size, block)
+        if start:
+            self.runner.prefill(self.kv, slot, tokens[start:], start)
+        else:
+            self.runner.prefill_fresh(self.kv, [slot], [tokens])
+        self._store_blocks(slot, tokens, len(tokens))
+        if self.size == 0:
+            self.kv.release()
+        return missing
+
     def join(self, seq: Sequence) -> None:
         """A sequence whose prompt is done starts decoding: it swaps rows with the first
         prefilling row, so decoding rows stay 0…n-1."""
@@ -206,10 +239,14 @@ class RunningBatch:
 
     def _store_prefix(self, seq: Sequence, tokens_with_kv: int) -> None:
         """Copy the sequence's full blocks that the cache lacks into it, as far as the budget allows."""
+        self._store_blocks(seq.slot, seq.tokens, tokens_with_kv)
+
+    def _store_blocks(self, slot: int, tokens: list[int], tokens_with_kv: int) -> None:
+        """Copy the full blocks of ``tokens`` in row ``slot`` that the cache lacks into it, as
+        far as the budget allows."""
         if self.cache is None:
             return
         size = self.budget.block_tokens
-        tokens = seq.tokens
         blocks: dict[int, np.ndarray] = {}
         for index in self.cache.missing(tokens, tokens_with_kv // size):
             # a cached block never displaces a reservation; it may displace older cached blocks
@@ -217,7 +254,7 @@ class RunningBatch:
                 pass
             if self.used_blocks + len(blocks) + 1 > self.budget.total:
                 break
-            blocks[index] = self.kv.read(seq.slot, index * size, (index + 1) * size)
+            blocks[index] = self.kv.read(slot, index * size, (index + 1) * size)
         self.cache.store(tokens, blocks)
 
 

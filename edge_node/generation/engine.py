@@ -172,6 +172,18 @@ class GenerationEngine:
             if not seq.finished:
                 self._scheduler.cancel(seq)
 
+    def warm(self, token_ids: Sequence[int]) -> None:
+        """Cache the KV of ``token_ids`` (whole blocks) when the engine has nothing else to
+        prefill, ahead of a prompt expected to begin with them: a chat's next turn (see
+        ``EngineSettings.turn_warm_tokens``). Never waits; ids out of range or beyond the
+        context are ignored, as is everything when the setting or the prefix cache is off."""
+        ids = [int(t) for t in token_ids]
+        vocab = self.spec.vocab_size
+        if (not self._started or self._cache is None or not self.settings.turn_warm_tokens
+                or len(ids) > self.context_length or any(not 0 <= t < vocab for t in ids)):  # fmt: skip
+            return
+        self._scheduler.warm(ids)
+
     def _dispatch(self, deliveries: list[tuple[_Sequence, Delivery]]) -> None:
         for seq, item in deliveries:
             stream = self._queues.get(seq)
@@ -193,4 +205,6 @@ class GenerationEngine:
             prefilled_tokens=batch.prefilled_tokens,
             prefill_seconds=self._scheduler.prefill_seconds,
             decode_seconds=self._scheduler.decode_seconds,
+            warmed_tokens=self._scheduler.warmed_tokens,
+            warm_seconds=self._scheduler.warm_seconds,
         )

@@ -136,6 +136,16 @@ class _EngineCollector(Collector):
                 "Prompt tokens run through the model (cache misses).",
                 labels=[_LABEL],
             ),
+            "warmed": CounterMetricFamily(
+                "modelfleet_generation_warmed_tokens",
+                "Tokens run to cache finished chat turns ahead of their next prompt.",
+                labels=[_LABEL],
+            ),
+            "warm_s": CounterMetricFamily(
+                "modelfleet_generation_warm_seconds",
+                "Seconds the engine spent warming finished chat turns.",
+                labels=[_LABEL],
+            ),
             "running": GaugeMetricFamily("vllm:num_requests_running", "Sequences in the batch.", labels=[_LABEL]),
             "waiting": GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for room.", labels=[_LABEL]),
             "kv": GaugeMetricFamily(
@@ -147,7 +157,8 @@ class _EngineCollector(Collector):
             values = {
                 "prompt": s.prompt_tokens, "generation": s.generation_tokens, "queries": s.prefix_queries,
                 "hits": s.prefix_hits, "prefill_s": s.prefill_seconds, "decode_s": s.decode_seconds,
-                "prefilled": s.prefilled_tokens, "running": s.running, "waiting": s.waiting, "kv": s.kv_usage,
+                "prefilled": s.prefilled_tokens, "warmed": s.warmed_tokens, "warm_s": s.warm_seconds,
+                "running": s.running, "waiting": s.waiting, "kv": s.kv_usage,
             }  # fmt: skip
             for key, value in values.items():
                 families[key].add_metric([model.name], float(value))

@@ -48,21 +48,24 @@ class PrefixCache:
             parent = key
         return chain
 
-    def lookup(self, tokens: Sequence[int], max_blocks: int, known: int | None = None) -> list[np.ndarray]:
+    def lookup(
+        self, tokens: Sequence[int], max_blocks: int, known: int | None = None, *, counted: bool = True
+    ) -> list[np.ndarray]:
         """The cached KV of the longest run of leading blocks of ``tokens`` (at most ``max_blocks``).
 
         ``known``: the prompt was looked up before and found that many blocks; this second look
         (blocks another prompt has cached since) counts only the blocks found beyond them, and no
-        queries, so every prompt's blocks are queried once in the counters."""
+        queries, so every prompt's blocks are queried once in the counters. ``counted=False``:
+        not a prompt's look (a turn warmed ahead), left out of the counters."""
         found: list[tuple[int, _Block]] = []
         chain = self._chain(tokens, max_blocks)
-        self.queries += len(chain) if known is None else 0
+        self.queries += len(chain) if known is None and counted else 0
         for key, parent, part in chain:
             block = self._blocks.get(key)
             if block is None or block.parent != parent or block.tokens != part:
                 break
             found.append((key, block))
-        self.hits += max(0, len(found) - (known or 0))
+        self.hits += max(0, len(found) - (known or 0)) if counted else 0
         for key, _ in reversed(found):
             self._blocks.move_to_end(key)
         return [block.kv for _, block in found]

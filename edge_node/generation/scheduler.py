@@ -3,8 +3,9 @@ budget, and alternates prefill chunks with decode steps of the whole running bat
 
 Every iteration first applies what arrived (new requests, cancellations), then runs one
 prefill of at most ``prefill_chunk_tokens`` (padding included) for the prompts admitted,
-several prompts' chunks together in one session run, then one decode step for every
-decoding row. A long prompt thus costs the running streams one chunk per step, never a
+several prompts' chunks together in one session run — or, with no prompt admitted or
+waiting, one finished chat turn warmed for the next (``warm``) — then one decode step for
+every decoding row. A long prompt thus costs the running streams one chunk per step, never a
 stall for the whole prompt. A resumed stream's tokens already sent are fed by decode steps in
 place of sampled ones (``Sequence.forced``) before it samples its own."""
 
@@ -50,6 +51,11 @@ class Scheduler:
         """Seconds spent in prefill runs (total)."""
         self.decode_seconds = 0.0
         """Seconds spent in decode steps (total)."""
+        self.warmed_tokens = 0
+        """Tokens run to warm turns ahead of their prompts (total; not in the prompt counters)."""
+        self.warm_seconds = 0.0
+        """Seconds spent in those runs (total)."""
+        self.warming: deque[list[int]] = deque(maxlen=max(1, settings.max_waiting))
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._outbox: list[tuple[Sequence, Delivery]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -81,6 +87,11 @@ class Scheduler:
         seq.cancelled = True
         self._inbox.put(("cancel", seq))
 
+    def warm(self, tokens: list[int]) -> None:
+        """Ask the engine thread to cache ``tokens``' whole blocks when it has no prompt to run
+        (any thread); the oldest such request is dropped once ``max_waiting`` are queued."""
+        self._inbox.put(("warm", tokens))
+
     def deliver(self, seq: Sequence, item: Delivery) -> None:
         """Queue ``item`` for ``seq``'s stream; sent to the event loop at the end of the step."""
         self._outbox.append((seq, item))
@@ -104,7 +115,7 @@ class Scheduler:
         self._flush()
 
     def _idle(self) -> bool:
-        return not self.batch.size and not self.waiting
+        return not self.batch.size and not self.waiting and not self.warming
 
     def _take_inbox(self, *, block: bool) -> bool:
         """Apply everything in the inbox (waiting for the first item when idle); False on stop."""
@@ -118,6 +129,8 @@ class Scheduler:
                 return False
             if isinstance(item, Sequence):
                 self._add(item)
+            elif isinstance(item, tuple) and item[0] == "warm":
+                self.warming.append(item[1])
             elif isinstance(item, tuple):
                 self._drop(item[1])
 
@@ -151,6 +164,8 @@ class Scheduler:
             for seq, logits in done:
                 self.batch.join(seq)
                 self._next(seq, logits)
+        elif self.warming and not self.waiting:
+            self._warm()
         if self.batch.decoding:
             self._decode()
 
@@ -161,6 +176,15 @@ class Scheduler:
             if not self.batch.admit(self.waiting[0]):
                 return
             self._admitted(self.waiting.popleft())
+
+    def _warm(self) -> None:
+        """Warm the oldest finished turn queued: a prompt that arrives meanwhile waits for one
+        run of at most ``turn_warm_tokens``, as it would for a prefill chunk."""
+        started = time.perf_counter()
+        ran = self.batch.warm(self.warming.popleft(), self.settings.turn_warm_tokens)
+        if ran:
+            self.warmed_tokens += ran
+            self.warm_seconds += time.perf_counter() - started
 
     def _admitted(self, seq: Sequence) -> None:
         seq.admitted = time.perf_counter()

@@ -29,6 +29,13 @@ class EngineSettings(BaseModel):
     prefill_chunk_tokens: int = Field(256, ge=1)
     """Most prompt tokens prefilled in one step; longer prompts are prefilled in chunks
     between decode steps so the running streams keep flowing."""
+    turn_warm_tokens: int = Field(128, ge=0)
+    """After a chat completion, the conversation as its next turn will begin (the reply
+    rendered from its text, as the client sends it back, and the template's end of turn) is
+    prefilled into the prefix cache when the engine has no prompt to run and at most this many
+    of its tokens are missing there: a reply's text does not always encode back to the token
+    ids generated, so without it the next turn recomputes the reply from where they part.
+    0: off."""
     max_waiting: int = Field(64, ge=0)
     """Requests that may wait for KV room or a batch slot; beyond that a request gets 429."""
     retry_after_s: float = Field(1.0, gt=0)

@@ -206,6 +206,10 @@ class EngineStats:
     """Seconds the engine thread spent in prefill runs (total)."""
     decode_seconds: float = 0.0
     """Seconds the engine thread spent in decode steps (total)."""
+    warmed_tokens: int = 0
+    """Tokens run to cache chat turns ahead of their next prompt (total; not prompt tokens)."""
+    warm_seconds: float = 0.0
+    """Seconds the engine thread spent in those runs (total)."""
 
     @property
     def kv_usage(self) -> float:

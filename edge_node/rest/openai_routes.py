@@ -28,6 +28,7 @@ from starlette.background import BackgroundTask
 from edge_node.errors import EdgeError
 from edge_node.generation import StepOutput
 from edge_node.generation.service import LanguageModel, LanguageModels
+from edge_node.generation.tokenizer import ChatTemplateError
 from edge_node.rest.textgen import FieldError, Started, get_typed, param_of, read_json, sampling, sse, start_stream
 from fleetwire.openai_errors import OPENAI_ERRORS
 
@@ -65,8 +66,8 @@ def completion_prompt(model: LanguageModel, doc: dict[str, Any]) -> list[int]:
     raise FieldError("prompt must be a string, a list of one string, or a list of token ids", param="prompt")
 
 
-def chat_prompt(model: LanguageModel, doc: dict[str, Any]) -> list[int]:
-    """``messages`` rendered by the model's chat template, then encoded."""
+def chat_messages(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """``messages`` as plain ``{"role", "content"}`` dicts (text content parts joined)."""
     messages = doc.get("messages")
     if not isinstance(messages, list) or not messages:
         raise FieldError("messages must be a non-empty list", param="messages")
@@ -83,8 +84,26 @@ def chat_prompt(model: LanguageModel, doc: dict[str, Any]) -> list[int]:
         if content is not None and not isinstance(content, str):
             raise FieldError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
         plain.append({"role": message["role"], "content": content or ""})
+    return plain
+
+
+def chat_prompt(model: LanguageModel, messages: list[dict[str, str]]) -> list[int]:
+    """``messages`` rendered by the model's chat template, then encoded."""
     tokenizer = model.engine.tokenizer
-    return tokenizer.encode(tokenizer.render_chat(plain), add_special_tokens=False)
+    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)
+
+
+def warm_next_turn(model: LanguageModel, messages: list[dict[str, str]], reply: str) -> None:
+    """Hand the engine the conversation as its next turn will begin — ``messages`` and the
+    ``reply`` as the client got it, rendered as a past turn — to cache while it has nothing
+    else to prefill (``EngineSettings.turn_warm_tokens``). A template that cannot render it
+    (one that insists on alternating roles, say) just leaves the turn unwarmed."""
+    tokenizer = model.engine.tokenizer
+    try:
+        text = tokenizer.render_chat([*messages, {"role": "assistant", "content": reply}], add_generation_prompt=False)
+    except ChatTemplateError:
+        return
+    model.engine.warm(tokenizer.encode(text, add_special_tokens=False))
 
 
 def usage(step: StepOutput) -> dict[str, Any]:
@@ -98,10 +117,16 @@ def usage(step: StepOutput) -> dict[str, Any]:
 class _Call:
     """One request's identity and the shape of its objects (completion or chat)."""
 
-    def __init__(self, model: LanguageModel, chat: bool) -> None:
-        self.model, self.chat = model, chat
+    def __init__(self, model: LanguageModel, chat: bool, messages: list[dict[str, str]] | None = None) -> None:
+        """``messages``: a chat's, whose next turn is warmed when it ends (None: nothing to warm)."""
+        self.model, self.chat, self.messages = model, chat, messages
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
+
+    def ended(self, text: str) -> None:
+        """The completion ended with ``text`` (not failed, not cut off by the client)."""
+        if self.messages is not None:
+            warm_next_turn(self.model, self.messages, text)
 
     def wrap(self, choices: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
         kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if self.chat and stream else "")
@@ -127,17 +152,20 @@ class _Call:
         if self.chat:
             yield ids.attach(self.wrap([self.choice("", None, True, first=True)], True))
         last: StepOutput | None = None
+        parts: list[str] = []
         try:
             async for step in started.steps():
                 last = step
                 ids.add(step.token_ids)
                 if step.text:
+                    parts.append(step.text)
                     yield ids.attach(self.wrap([self.choice(step.text, None, True)], True))
         except EdgeError as exc:  # the engine stopped mid-stream (a version swap or shutdown)
             yield openai_error(exc)
             return
         if last is None:
             return
+        self.ended("".join(parts))
         yield ids.attach(self.wrap([self.choice(None if self.chat else "", last.finish_reason, True)], True))
         if include_usage:
             yield {**self.wrap([], True), "usage": usage(last)}
@@ -184,14 +212,17 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
             if not name:
                 raise FieldError("model is required", param="model")
             model = service.get(name)
-            prompt = (chat_prompt if chat else completion_prompt)(model, doc)
+            messages = chat_messages(doc) if chat else None
+            prompt = chat_prompt(model, messages) if messages is not None else completion_prompt(model, doc)
             params = sampling(doc, len(prompt), model.engine.context_length)
+            if params.resume_offset:  # the client holds only the tail of the reply: nothing to warm
+                messages = None
             stream = bool(doc.get("stream"))
             options = get_typed(doc, "stream_options", dict, {})
             started = await start_stream(service, model, prompt, params)
         except EdgeError as exc:
             return error_response(exc)
-        call = _Call(model, chat)
+        call = _Call(model, chat, messages)
         if stream:
             first = {"prompt_token_ids": prompt, "model_version": model.version, "max_tokens": params.max_tokens}
             ids = _TokenIds(first) if doc.get("return_token_ids") is True else None
@@ -209,6 +240,7 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
                 last = step
         except EdgeError as exc:
             return error_response(exc)
+        call.ended("".join(parts))
         body = call.wrap([call.choice("".join(parts), last.finish_reason, False)], False)
         return Response(orjson.dumps({**body, "usage": usage(last)}), media_type="application/json")
 

@@ -29,16 +29,23 @@ PUSH = "/api/v1/models/{}/versions"
 MODEL = "chat"
 
 
-@pytest.fixture
-async def lm_edge(central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path) -> EdgeServer:
+async def serving_edge(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path, **generation: object
+) -> EdgeServer:
     """An edge serving the language model "chat" version 1 (a tiny random decoder)."""
     folder = build_decoder(tmp_path / "tiny")
     files = [("file", ("model.onnx", (folder / "model.onnx").read_bytes()))]
     files += [("data", (p.name, p.read_bytes())) for p in sorted(folder.iterdir()) if p.name != "model.onnx"]
     assert (await api.post(PUSH.format(MODEL), files=files)).status_code == 201
-    edge = await make_edge("e1", central, generation={"intra_op_threads": 1, "max_waiting": 256, "prefix_cache": False})
+    edge = await make_edge("e1", central, generation={"intra_op_threads": 1, "max_waiting": 256, **generation})
     await wait_for(lambda: edge.edge.repository.serves(MODEL), what="chat served", timeout=60)
     return edge
+
+
+@pytest.fixture
+async def lm_edge(central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path) -> EdgeServer:
+    """An edge serving "chat" without a prefix cache."""
+    return await serving_edge(central, api, make_edge, tmp_path, prefix_cache=False)
 
 
 @pytest.fixture
@@ -96,6 +103,43 @@ async def test_the_openai_client_completes_streaming_or_not_with_the_same_greedy
     chunks_raw = [orjson.loads(e) for e in events[:-1]]
     assert chunks_raw[-1]["choices"][0]["finish_reason"] in ("stop", "length")
     assert "".join(c["choices"][0]["text"] for c in chunks_raw) == whole.choices[0].text
+
+
+async def test_a_chats_next_turn_finds_the_conversation_so_far_cached(
+    central: CentralServer, api: httpx.AsyncClient, make_edge: EdgeFactory, tmp_path: Path
+) -> None:
+    edge = await serving_edge(central, api, make_edge, tmp_path, block_tokens=16)
+    engine = edge.edge.repository.get(MODEL).engine
+    assert engine is not None
+    tokenizer = engine.tokenizer
+    url = f"http://127.0.0.1:{edge.http_port}/v1"
+    messages = [{"role": "system", "content": "Answer in code. " * 8}, {"role": "user", "content": "import os"}]
+    async with openai.AsyncOpenAI(base_url=url, api_key="none") as client:
+        chunks = await client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=24, temperature=1.0, seed=7, stream=True,  # type: ignore[arg-type]
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )  # fmt: skip
+        parts, ids = [], []
+        async for chunk in chunks:
+            ids += (chunk.model_extra or {}).get("token_ids") or []
+            parts += [c.delta.content or "" for c in chunk.choices]
+        reply = "".join(parts)
+        # the reply's text does not encode back to the ids generated: the next turn would
+        # recompute it from where they part, had the edge not warmed the turn when it ended
+        assert tokenizer.encode(reply, add_special_tokens=False) != ids
+        await wait_for(lambda: engine.stats().warmed_tokens > 0, what="the turn warmed", timeout=30)
+        history = [*messages, {"role": "assistant", "content": reply}]
+        text = tokenizer.render_chat(history, add_generation_prompt=False)
+        rendered = tokenizer.encode(text, add_special_tokens=False)
+        second = await client.chat.completions.create(
+            model=MODEL, messages=[*history, {"role": "user", "content": "print(os.sep)"}],  # type: ignore[arg-type]
+            max_tokens=4, temperature=0,
+        )  # fmt: skip
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    assert second.usage.prompt_tokens_details.cached_tokens == len(rendered) // 16 * 16
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"http://127.0.0.1:{edge.http_port}/metrics")).text
+    assert re.search(r'^modelfleet_generation_warmed_tokens_total\{model_name="chat"\} [1-9]', metrics, re.M)
 
 
 async def test_oip_generate_and_model_metadata(http: httpx.AsyncClient) -> None:
