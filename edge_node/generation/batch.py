@@ -66,9 +66,14 @@ class RunningBatch:
         seq.reserved_blocks = need
         seq.slot = self.size
         self.kv.ensure(seq.limit, self._longest())
+        size = self.budget.block_tokens
         for i, block in enumerate(hits):
-            self.kv.write(seq.slot, i * self.budget.block_tokens, block)
-        seq.length = seq.cached = len(hits) * self.budget.block_tokens
+            self.kv.write(seq.slot, i * size, block)
+        seq.length = seq.cached = len(hits) * size
+        tail = self.cache.tail(seq.prompt, len(hits), len(seq.prompt) - 1 - seq.length) if self.cache else None
+        if tail is not None:  # a warmed turn's last part block: the prompt runs only what follows it
+            self.kv.write(seq.slot, seq.length, tail)
+            seq.length = seq.cached = seq.length + tail.shape[3]
         self.prefilling.append(seq)
         return True
 
@@ -100,7 +105,8 @@ class RunningBatch:
         from the cache instead of computing it again."""
         if self.cache is None or seq.length != seq.cached:
             return False
-        end = seq.length + self.budget.block_tokens  # its next block, whole, short of the last token
+        size = self.budget.block_tokens
+        end = (seq.length // size + 1) * size  # its next block, whole, short of the last token
         if end > len(seq.prompt) - 1:
             return False
         head = seq.prompt[:end]
@@ -152,24 +158,27 @@ class RunningBatch:
         return done, sum(lengths)
 
     def warm(self, tokens: list[int], most: int) -> int:
-        """Cache the whole blocks of ``tokens`` ahead of a prompt expected to begin with them
-        (a chat's next turn: the conversation so far, the reply as its text will come back),
-        when the cache already holds all but at most ``most`` of those tokens; run in a free
-        row, nothing reserved (the blocks it computes become cached blocks, within the budget).
-        Returns the tokens run (0: nothing to do, too many missing, or no row or room)."""
+        """Cache the KV of ``tokens`` ahead of a prompt expected to begin with them (a chat's
+        next turn: the conversation so far, the reply as its text will come back) — whole
+        blocks, and the part block they end with as a tail — when the cache already holds all
+        but at most ``most`` of them; run in a free row, nothing reserved (what it computes
+        becomes cached blocks, within the budget). Returns the tokens run (0: all cached
+        already, too many missing, or no row or room)."""
         size = self.budget.block_tokens
-        whole = len(tokens) // size
-        if self.cache is None or whole == 0 or not self.can_admit():
+        whole, part = divmod(len(tokens), size)
+        if self.cache is None or not tokens or not self.can_admit():
             return 0
-        tokens = tokens[: whole * size]
         hits = self.cache.lookup(tokens, whole, counted=False)
         start = len(hits) * size
-        missing = len(tokens) - start
-        if missing == 0 or missing > most:
+        if len(hits) == whole and (not part or self.cache.tail(tokens, whole, part) is not None):
             return 0
-        while self.used_blocks + whole - len(hits) > self.budget.total and self.cache.evict():
+        missing = len(tokens) - start
+        blocks = whole - len(hits) + (1 if part else 0)
+        if missing > most:
+            return 0
+        while self.used_blocks + blocks > self.budget.total and self.cache.evict():
             pass
-        if self.used_blocks + whole - len(hits) > self.budget.total:
+        if self.used_blocks + blocks > self.budget.total:
             return 0
         slot = self.size
         self.kv.ensure(len(tokens), self._longest())
@@ -180,6 +189,10 @@ class RunningBatch:
         else:
             self.runner.prefill_fresh(self.kv, [slot], [tokens])
         self._store_blocks(slot, tokens, len(tokens))
+        while part and self.used_blocks + 1 > self.budget.total and self.cache.evict():
+            pass
+        if part and self.used_blocks + 1 <= self.budget.total:
+            self.cache.store_tail(tokens, whole, self.kv.read(slot, whole * size, len(tokens)))
         if self.size == 0:
             self.kv.release()
         return missing

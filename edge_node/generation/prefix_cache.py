@@ -4,11 +4,16 @@ Block i of a sequence is keyed by a hash chain over the token ids of blocks 0…
 keys and values depend on every token before it (and on its positions, which a prefix
 shares). A hit on block i therefore implies blocks 0…i-1 match too. Looking a chain up
 touches its deepest block first, so a parent is always more recently used than its
-children and LRU eviction never strands a child whose parent is gone."""
+children and LRU eviction never strands a child whose parent is gone.
+
+A *tail* is a part of a block, fewer tokens than a block after a chain of whole ones: what a
+warmed chat turn ends with (``RunningBatch.warm``), so that the next turn runs only its own
+tokens. It takes a block of the budget, and a prompt takes the longest tail that its tokens
+begin with."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +35,8 @@ class PrefixCache:
     def __init__(self, block_tokens: int) -> None:
         self.block_tokens = block_tokens
         self._blocks: OrderedDict[int, _Block] = OrderedDict()
+        self._tails: dict[int, Counter[int]] = {}
+        """Per parent key, the lengths of the tails cached under it."""
         self.queries = 0
         """Blocks looked up (total)."""
         self.hits = 0
@@ -83,6 +90,43 @@ class PrefixCache:
         for index, kv in blocks.items():
             key, parent, part = chain[index]
             self._blocks[key] = _Block(parent, part, kv)
+        self._touch(chain)
+
+    def store_tail(self, tokens: Sequence[int], whole: int, kv: np.ndarray) -> None:
+        """Cache ``kv``, the KV of ``tokens`` after their first ``whole`` blocks (fewer than a
+        block of them), as a tail under those blocks; the chain is marked used after it."""
+        size = self.block_tokens
+        part = tuple(tokens[whole * size :])
+        if not 0 < len(part) < size:
+            raise ValueError(f"a tail holds 1 to {size - 1} tokens, not {len(part)}")
+        chain = self._chain(tokens, whole)
+        parent = chain[-1][0] if chain else 0
+        key = hash((parent, part))
+        if key not in self._blocks:
+            self._tails.setdefault(parent, Counter())[len(part)] += 1
+        self._blocks[key] = _Block(parent, part, kv)
+        self._touch(chain)
+
+    def tail(self, tokens: Sequence[int], whole: int, most: int) -> np.ndarray | None:
+        """The KV of the longest cached tail under the first ``whole`` blocks of ``tokens`` that
+        ``tokens`` go on with, at most ``most`` tokens long (None: none)."""
+        chain = self._chain(tokens, whole)
+        parent = chain[-1][0] if chain else 0
+        rest = tokens[whole * self.block_tokens :]
+        for n in sorted(self._tails.get(parent, ()), reverse=True):
+            if n > min(most, len(rest)):
+                continue
+            part = tuple(rest[:n])
+            key = hash((parent, part))
+            block = self._blocks.get(key)
+            if block is not None and block.parent == parent and block.tokens == part:
+                self._blocks.move_to_end(key)
+                self._touch(chain)
+                return block.kv
+        return None
+
+    def _touch(self, chain: list[tuple[int, int, tuple[int, ...]]]) -> None:
+        """Mark a chain's cached blocks used, deepest first (parents end up the newest)."""
         for key, _, _ in reversed(chain):
             if key in self._blocks:
                 self._blocks.move_to_end(key)
@@ -91,9 +135,17 @@ class PrefixCache:
         """Drop the least recently used block; False when the cache is empty."""
         if not self._blocks:
             return False
-        self._blocks.popitem(last=False)
+        _, block = self._blocks.popitem(last=False)
+        if len(block.tokens) < self.block_tokens:
+            lengths = self._tails[block.parent]
+            lengths[len(block.tokens)] -= 1
+            if lengths[len(block.tokens)] <= 0:
+                del lengths[len(block.tokens)]
+            if not lengths:
+                del self._tails[block.parent]
         return True
 
     def clear(self) -> None:
         """Drop every block."""
         self._blocks.clear()
+        self._tails.clear()
