@@ -3,6 +3,8 @@ steps, and the KV budget shared with the prefix cache. Used by the engine thread
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from edge_node.generation.kv import BatchKV, BlockBudget
@@ -122,14 +124,18 @@ class RunningBatch:
                 out.append(seq)
         return out
 
-    def prefill_step(self, budget_tokens: int) -> tuple[list[tuple[Sequence, np.ndarray]], int]:
+    def prefill_step(
+        self, budget_tokens: int, ready: Callable[[Sequence, np.ndarray], None] | None = None
+    ) -> tuple[list[tuple[Sequence, np.ndarray]], int]:
         """Run the next prompt work, at most ``budget_tokens``: the first chunks of the fresh
         prompts (nothing cached, nothing run yet) together in one session run (see
         :func:`plan_chunks`), else the prompts under way in row order, one session run each
         (a chunk with a past runs alone), until the budget is spent. A prompt waits while one
         ahead of it computes the blocks they share (each chunk's whole blocks are cached as
         soon as it ran). Returns the sequences whose prompt is now done with the logits of
-        their last prompt token, and the prompt tokens run."""
+        their last prompt token, and the prompt tokens run; ``ready`` gets each of them as soon
+        as its own run is over, before the step's later runs (its first token need not wait
+        for them)."""
         for seq in self.prefilling:
             self._catch_up(seq)
         runnable = self._runnable()
@@ -139,23 +145,28 @@ class RunningBatch:
             group = fresh[: len(lengths)]
             chunks = [s.prompt[:n] for s, n in zip(group, lengths, strict=True)]
             runs = list(self.runner.prefill_fresh(self.kv, [s.slot for s in group], chunks))
+            done = [self._ran(seq, n, row, ready) for seq, n, row in zip(group, lengths, runs, strict=True)]
         else:  # short continuations share the step's budget: fewer decode steps before their first tokens
-            group, lengths, runs = [], [], []
+            lengths, done = [], []
             for seq in runnable:
                 n = min(len(seq.prompt) - seq.length, budget_tokens - sum(lengths))
                 if n <= 0:
                     break
-                runs.append(self.runner.prefill(self.kv, seq.slot, seq.prompt[seq.length : seq.length + n], seq.length))
-                group.append(seq)
+                row = self.runner.prefill(self.kv, seq.slot, seq.prompt[seq.length : seq.length + n], seq.length)
                 lengths.append(n)
-        done: list[tuple[Sequence, np.ndarray]] = []
-        for seq, n, row in zip(group, lengths, runs, strict=True):
-            seq.length += n
-            self._store_prefix(seq, seq.length)
-            if seq.length == len(seq.prompt):
-                done.append((seq, row))
+                done.append(self._ran(seq, n, row, ready))
         self.prefilled_tokens += sum(lengths)
-        return done, sum(lengths)
+        return [(seq, row) for seq, row in done if seq.length == len(seq.prompt)], sum(lengths)
+
+    def _ran(
+        self, seq: Sequence, n: int, row: np.ndarray, ready: Callable[[Sequence, np.ndarray], None] | None
+    ) -> tuple[Sequence, np.ndarray]:
+        """``n`` more of ``seq``'s prompt ran: cache its whole blocks, and hand a finished prompt to ``ready``."""
+        seq.length += n
+        self._store_prefix(seq, seq.length)
+        if seq.length == len(seq.prompt) and ready is not None:
+            ready(seq, row)
+        return seq, row
 
     def warm(self, tokens: list[int], most: int) -> int:
         """Cache the KV of ``tokens`` ahead of a prompt expected to begin with them (a chat's

@@ -159,11 +159,13 @@ class Scheduler:
         self._admit_waiting(budget)
         if self.batch.prefilling:
             started = time.perf_counter()
-            done, _ = self.batch.prefill_step(budget)
+            done, _ = self.batch.prefill_step(budget, self._first)
             self.prefill_seconds += time.perf_counter() - started
-            for seq, logits in done:
+            for seq, _logits in done:
                 self.batch.join(seq)
-                self._next(seq, logits)
+                if seq.finished or seq.cancelled:
+                    seq.finished = True
+                    self.batch.remove(seq)
         elif self.warming and not self.waiting:
             self._warm()
         if self.batch.decoding:
@@ -196,6 +198,16 @@ class Scheduler:
         self.decode_seconds += time.perf_counter() - started
         for seq, row in zip(list(self.batch.decoding), logits, strict=True):
             self._next(seq, row)
+
+    def _first(self, seq: Sequence, logits: np.ndarray) -> None:
+        """A prompt has just run to its end: choose its first token and send it now, not after
+        the step's other prompts and decode step (a resumed stream replays its first sent one)."""
+        if seq.forced:
+            seq.replay()
+        else:
+            self.generation_tokens += 1
+            seq.accept(seq.sampler.next_token(logits), self.eos)
+            self._flush()
 
     def _next(self, seq: Sequence, logits: np.ndarray) -> None:
         """Choose the token ``seq`` feeds next: a resumed stream's next token sent (replayed,

@@ -8,10 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from edge_node.generation import EngineSettings, GenerationEngine, SamplingParams
-from edge_node.generation.batch import plan_chunks
-from edge_node.generation.kv import BatchKV
+from edge_node.generation.batch import RunningBatch, plan_chunks
+from edge_node.generation.detok import TextStream
+from edge_node.generation.kv import BatchKV, BlockBudget
 from edge_node.generation.model import DecoderRunner, DecoderSpec
+from edge_node.generation.prefix_cache import PrefixCache
 from edge_node.generation.runners import open_runner
+from edge_node.generation.sampling import TokenSampler
+from edge_node.generation.sequence import Sequence
+from edge_node.generation.tokenizer import Tokenizer
 from support.generation import collect, prompt_of, tokens_of
 
 
@@ -58,3 +63,29 @@ async def test_a_burst_of_prompts_streams_what_each_gets_alone(tiny_model: Path)
         assert engine.stats().prefilled_tokens == 2 * sum(len(p) for p in prompts)
     finally:
         await engine.stop()
+
+
+def test_a_prompt_that_ends_in_a_step_is_ready_before_the_steps_later_runs(tiny_model: Path) -> None:
+    """Continuations sharing a step run one after another: the first is handed over (its first
+    token sent) before the second has run, not after the whole step."""
+    spec = DecoderSpec.from_folder(tiny_model)
+    runner = open_runner(tiny_model, spec, EngineSettings(intra_op_threads=1))
+    tokenizer = Tokenizer.from_folder(tiny_model)
+    batch = RunningBatch(runner, 4, BlockBudget(64, 16), PrefixCache(16))
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+
+    def sequence(prompt: list[int]) -> Sequence:
+        return Sequence("r", prompt, params, TokenSampler(params, prompt, spec.vocab_size),
+                        TextStream(tokenizer.decode, ()), lambda s, d: None, len(prompt) + 4)  # fmt: skip
+
+    shared = list(range(100, 164))
+    first = sequence([*shared, 1])  # run alone, it caches the 64 shared tokens
+    assert batch.admit(first)
+    batch.prefill_step(256)
+    batch.remove(first)
+    a, b = sequence([*shared, *range(2, 22)]), sequence([*shared, *range(30, 50)])
+    assert batch.admit(a) and batch.admit(b) and a.length == b.length == 64  # both continue from the cache
+    seen: list[tuple[Sequence, int]] = []
+    done, ran = batch.prefill_step(256, lambda seq, logits: seen.append((seq, b.length)))
+    assert [s for s, _ in done] == [a, b] and ran == 40
+    assert seen == [(a, 64), (b, 84)]  # a was ready while b had not run yet
