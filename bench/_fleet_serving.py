@@ -161,9 +161,9 @@ def midstream_figures(args: argparse.Namespace) -> dict[str, Any]:
                      if s.token_ids != refs[i].token_ids or s.text != refs[i].text]  # fmt: skip
             # a kill counts once it hit a stream mid-way: central went on with one elsewhere, or
             # one broke (a stream on the victim may still end before the SIGKILL lands)
-            hit = [s for s in r.streams if s.broken]
+            hit = [s for s in r.streams if s.broken and s.node == r.victim]
             kills += r.on_victim > 0 and (r.resumed > 0 or bool(hit))
-            broken += len(hit)
+            broken += sum(s.broken for s in r.streams)
             mismatches += len(wrong)
             rounds.append({"victim": r.victim, "streams_on_victim": r.on_victim, "resumed": r.resumed,
                            "broken": [s.error or "no finish reason" for s in r.streams if s.broken],

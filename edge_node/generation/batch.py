@@ -181,7 +181,7 @@ class RunningBatch:
             return 0
         hits = self.cache.lookup(tokens, whole, counted=False)
         start = len(hits) * size
-        if len(hits) == whole and (not part or self.cache.tail(tokens, whole, part) is not None):
+        if len(hits) == whole and (not part or self._has_tail(tokens, whole, part)):
             return 0
         missing = len(tokens) - start
         blocks = whole - len(hits) + (1 if part else 0)
@@ -200,13 +200,18 @@ class RunningBatch:
         else:
             self.runner.prefill_fresh(self.kv, [slot], [tokens])
         self._store_blocks(slot, tokens, len(tokens))
-        while part and self.used_blocks + 1 > self.budget.total and self.cache.evict():
-            pass
-        if part and self.used_blocks + 1 <= self.budget.total:
+        # the tail only under its whole chain (a tail whose parents are missing is never found)
+        if part and self.used_blocks + 1 <= self.budget.total and not self.cache.missing(tokens, whole):
             self.cache.store_tail(tokens, whole, self.kv.read(slot, whole * size, len(tokens)))
         if self.size == 0:
             self.kv.release()
         return missing
+
+    def _has_tail(self, tokens: list[int], whole: int, part: int) -> bool:
+        """Whether the cache holds the ``part`` tokens after ``whole`` blocks as a tail, all of them."""
+        assert self.cache is not None
+        tail = self.cache.tail(tokens, whole, part)
+        return tail is not None and tail.shape[3] == part
 
     def join(self, seq: Sequence) -> None:
         """A sequence whose prompt is done starts decoding: it swaps rows with the first

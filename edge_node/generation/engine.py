@@ -173,8 +173,9 @@ class GenerationEngine:
                 self._scheduler.cancel(seq)
 
     def warm(self, token_ids: Sequence[int]) -> None:
-        """Cache the KV of ``token_ids`` (whole blocks) when the engine has nothing else to
-        prefill, ahead of a prompt expected to begin with them: a chat's next turn (see
+        """Cache the KV of ``token_ids`` (whole blocks and the part block they end with) when
+        the engine has nothing else to prefill, ahead of a prompt expected to begin with them: a
+        chat's next turn (see
         ``EngineSettings.turn_warm_tokens``). Never waits; ids out of range or beyond the
         context are ignored, as is everything when the setting or the prefix cache is off."""
         ids = [int(t) for t in token_ids]

@@ -89,8 +89,30 @@ class PrefixCache:
         chain = self._chain(tokens, max(blocks) + 1)
         for index, kv in blocks.items():
             key, parent, part = chain[index]
-            self._blocks[key] = _Block(parent, part, kv)
+            self._put(key, _Block(parent, part, kv))
         self._touch(chain)
+
+    def _put(self, key: int, block: _Block) -> None:
+        """Cache ``block`` under ``key``, keeping the tail lengths right whatever it replaces
+        (keys are hashes: a tail and a whole block may collide, and the later one wins)."""
+        old = self._blocks.get(key)
+        if old is not None:
+            self._forget(old)
+        self._blocks[key] = block
+        if len(block.tokens) < self.block_tokens:
+            self._tails.setdefault(block.parent, Counter())[len(block.tokens)] += 1
+
+    def _forget(self, block: _Block) -> None:
+        """``block`` leaves the cache: a tail's length is no longer counted under its parent."""
+        n = len(block.tokens)
+        lengths = self._tails.get(block.parent)
+        if n >= self.block_tokens or lengths is None:
+            return
+        lengths[n] -= 1
+        if lengths[n] <= 0:
+            del lengths[n]
+        if not lengths:
+            del self._tails[block.parent]
 
     def store_tail(self, tokens: Sequence[int], whole: int, kv: np.ndarray) -> None:
         """Cache ``kv``, the KV of ``tokens`` after their first ``whole`` blocks (fewer than a
@@ -101,10 +123,7 @@ class PrefixCache:
             raise ValueError(f"a tail holds 1 to {size - 1} tokens, not {len(part)}")
         chain = self._chain(tokens, whole)
         parent = chain[-1][0] if chain else 0
-        key = hash((parent, part))
-        if key not in self._blocks:
-            self._tails.setdefault(parent, Counter())[len(part)] += 1
-        self._blocks[key] = _Block(parent, part, kv)
+        self._put(hash((parent, part)), _Block(parent, part, kv))
         self._touch(chain)
 
     def tail(self, tokens: Sequence[int], whole: int, most: int) -> np.ndarray | None:
@@ -136,13 +155,7 @@ class PrefixCache:
         if not self._blocks:
             return False
         _, block = self._blocks.popitem(last=False)
-        if len(block.tokens) < self.block_tokens:
-            lengths = self._tails[block.parent]
-            lengths[len(block.tokens)] -= 1
-            if lengths[len(block.tokens)] <= 0:
-                del lengths[len(block.tokens)]
-            if not lengths:
-                del self._tails[block.parent]
+        self._forget(block)
         return True
 
     def clear(self) -> None:

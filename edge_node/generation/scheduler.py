@@ -54,7 +54,7 @@ class Scheduler:
         self.warmed_tokens = 0
         """Tokens run to warm turns ahead of their prompts (total; not in the prompt counters)."""
         self.warm_seconds = 0.0
-        """Seconds spent in those runs (total)."""
+        """Seconds spent warming (total; the lookups of warms that found nothing to run included)."""
         self.warming: deque[list[int]] = deque(maxlen=max(1, settings.max_waiting))
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._outbox: list[tuple[Sequence, Delivery]] = []
@@ -88,8 +88,9 @@ class Scheduler:
         self._inbox.put(("cancel", seq))
 
     def warm(self, tokens: list[int]) -> None:
-        """Ask the engine thread to cache ``tokens``' whole blocks when it has no prompt to run
-        (any thread); the oldest such request is dropped once ``max_waiting`` are queued."""
+        """Ask the engine thread to cache the KV of ``tokens`` (whole blocks and the part block
+        they end with) when it has no prompt to run and a free row (any thread); the oldest such
+        request is dropped once ``max_waiting`` are queued."""
         self._inbox.put(("warm", tokens))
 
     def deliver(self, seq: Sequence, item: Delivery) -> None:
@@ -166,7 +167,7 @@ class Scheduler:
                 if seq.finished or seq.cancelled:
                     seq.finished = True
                     self.batch.remove(seq)
-        elif self.warming and not self.waiting:
+        elif self.warming and not self.waiting and self.batch.can_admit():
             self._warm()
         if self.batch.decoding:
             self._decode()
@@ -180,13 +181,21 @@ class Scheduler:
             self._admitted(self.waiting.popleft())
 
     def _warm(self) -> None:
-        """Warm the oldest finished turn queued: a prompt that arrives meanwhile waits for one
-        run of at most ``turn_warm_tokens``, as it would for a prefill chunk."""
+        """Warm the newest finished turn queued (the oldest is the likeliest to have had its
+        next turn already): a prompt that arrives meanwhile waits for one run of at most
+        ``turn_warm_tokens`` and ``prefill_chunk_tokens``, as it would for a prefill chunk. A
+        failed warm run is logged and dropped; it never ends a stream."""
         started = time.perf_counter()
-        ran = self.batch.warm(self.warming.popleft(), self.settings.turn_warm_tokens)
-        if ran:
-            self.warmed_tokens += ran
-            self.warm_seconds += time.perf_counter() - started
+        most = min(self.settings.turn_warm_tokens, self.settings.prefill_chunk_tokens)
+        try:
+            ran = self.batch.warm(self.warming.pop(), most)
+        except Exception:  # an optional run: the streams decoding beside it go on
+            log.exception("warming a finished chat turn failed")
+            if not self.batch.size:
+                self.batch.kv.release()
+            return
+        self.warm_seconds += time.perf_counter() - started
+        self.warmed_tokens += ran
 
     def _admitted(self, seq: Sequence) -> None:
         seq.admitted = time.perf_counter()

@@ -33,9 +33,9 @@ class EngineSettings(BaseModel):
     """After a chat completion, the conversation as its next turn will begin (the reply
     rendered from its text, as the client sends it back, and the template's end of turn) is
     prefilled into the prefix cache when the engine has no prompt to run and at most this many
-    of its tokens are missing there: a reply's text does not always encode back to the token
-    ids generated, so without it the next turn recomputes the reply from where they part.
-    0: off."""
+    of its tokens (and at most ``prefill_chunk_tokens``) are missing there: a reply's text does
+    not always encode back to the token ids generated, so without it the next turn recomputes
+    the reply from where they part. 0: off."""
     max_waiting: int = Field(64, ge=0)
     """Requests that may wait for KV room or a batch slot; beyond that a request gets 429."""
     retry_after_s: float = Field(1.0, gt=0)

@@ -101,9 +101,11 @@ def warm_next_turn(model: LanguageModel, messages: list[dict[str, str]], reply: 
     tokenizer = model.engine.tokenizer
     try:
         text = tokenizer.render_chat([*messages, {"role": "assistant", "content": reply}], add_generation_prompt=False)
+        model.engine.warm(tokenizer.encode(text, add_special_tokens=False))
     except ChatTemplateError:
         return
-    model.engine.warm(tokenizer.encode(text, add_special_tokens=False))
+    except Exception:  # an optional step: never the reason a finished answer fails to arrive
+        log.exception("warming the next turn of a chat failed")
 
 
 def usage(step: StepOutput) -> dict[str, Any]:
