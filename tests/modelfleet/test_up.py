@@ -32,6 +32,7 @@ from modelfleet.up.errors import UpError
 from modelfleet.up.ports import PortPlan, available, concrete
 from modelfleet.up.secure import ACL_RULES, prepare
 from modelfleet.zoo.digits import INPUT_NAME
+from support.processes import ctrl_c_able
 
 pytestmark = pytest.mark.fleet  # `modelfleet up`: a broker, central and edges as processes
 
@@ -101,7 +102,8 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> d
 def _up_running(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
     """``modelfleet up`` in the background, its output on ``stdout``; killed if still
     running when the block ends (a failed assertion before ``_ctrl_c``)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=ctrl_c_able)  # fmt: skip
     try:
         yield proc
     finally:

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from modelfleet.zoo.digits import INPUT_NAME
+from support.processes import ctrl_c_able
 
 #: Three replicas and an edge start on two shared cores; PostgreSQL and SeaweedFS beside them.
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(240)]
@@ -59,7 +60,8 @@ def test_up_ha_secure_runs_three_replicas_with_a_login_each_on_shared_postgres_a
         sys.executable, "-m", "modelfleet", "up", "--ha", "--secure", "--edges", "1", "--base-port", "0",
         "--data-dir", str(data_dir), "--json-status", str(status_path),
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+                            preexec_fn=ctrl_c_able)  # fmt: skip
     try:
         status = _wait_for_status(status_path, proc, timeout=200)
         replicas, shared, secure = status["replicas"], status["shared"], status["secure"]
