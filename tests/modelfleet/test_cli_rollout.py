@@ -14,6 +14,7 @@ from cli_harness import Cli, one_error_line
 
 from central.server import CentralServer
 from support.fleet import EdgeFactory
+from support.processes import ctrl_c_able
 from support.wait import wait_for
 
 
@@ -42,6 +43,7 @@ async def test_rollout_promote_rollback_seen_by_events_follow(
         env={**os.environ, **cli.env, "PYTHONPATH": str(Path(__file__).parents[2])},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=ctrl_c_able,
     )  # fmt: skip
     try:
         assert follow.stdout is not None
