@@ -13,20 +13,11 @@ import numpy as np
 import onnxruntime as ort
 
 from central.server import CentralServer
-from edge_node.server import EdgeServer
-from support.external_data import DATA_FILE, build_external_mlp, model_files, tar_of
+from support.external_data import DATA_FILE, build_external_mlp, infer_mlp, model_files, tar_of
 from support.fleet import EdgeFactory, version_state
 from support.wait import wait_for
 
 WIDTH = 384
-
-
-async def _infer(edge: EdgeServer, x: np.ndarray) -> np.ndarray:
-    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
-        answer = await oip.post("/v2/models/ext/infer", json=body)
-    assert answer.status_code == 200, answer.text
-    return np.array(answer.json()["outputs"][0]["data"], dtype=np.float32).reshape(len(x), -1)
 
 
 async def test_a_tar_pushed_model_with_external_data_is_served_by_every_edge(
@@ -48,7 +39,7 @@ async def test_a_tar_pushed_model_with_external_data_is_served_by_every_edge(
         assembled = edge.edge.files.model_path("ext", "1")
         assert assembled.parent.name == "fp32" and assembled.read_bytes() == graph.read_bytes()
         assert (assembled.parent / DATA_FILE).read_bytes() == data
-        np.testing.assert_allclose(await _infer(edge, x), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(await infer_mlp(edge, x), expected, rtol=1e-5, atol=1e-6)
     # Each edge fetched the whole data file (from central or from its peer), not just the graph.
     peers = [e.edge.fetcher.stats.as_dict() for e in edges]
     assert sum(p["bytes_fetched"] for p in peers) >= 2 * len(data)
@@ -60,5 +51,5 @@ async def test_a_tar_pushed_model_with_external_data_is_served_by_every_edge(
     assert again.edge.fetcher.stats.as_dict()["bytes_fetched"] == 0
     # ...and from ORT's optimized copy in its cache, data file and all (it used to be discarded).
     assert again.edge.repository.get("ext").cache_hit is True
-    np.testing.assert_allclose(await _infer(again, x), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(await infer_mlp(again, x), expected, rtol=1e-5, atol=1e-6)
     assert hashlib.sha256(data).hexdigest() == manifest["files"][0]["sha256"]

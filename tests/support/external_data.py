@@ -6,8 +6,11 @@ import io
 import tarfile
 from pathlib import Path
 
+import httpx
+import numpy as np
 import onnx
 
+from edge_node.server import EdgeServer
 from modelfleet.zoo import build_mlp
 
 DATA_FILE = "model.onnx.data"
@@ -66,3 +69,12 @@ def tar_of(files: dict[str, bytes | None], gz: bool = False, **kinds: bytes) -> 
 def model_files(graph: Path) -> dict[str, bytes]:
     """The graph and every file next to it, by name."""
     return {p.name: p.read_bytes() for p in sorted(graph.parent.iterdir()) if p.is_file()}
+
+
+async def infer_mlp(edge: EdgeServer, x: np.ndarray, model: str = "ext") -> np.ndarray:
+    """``x`` through ``model`` (an MLP of ``build_external_mlp``) on ``edge``'s OIP REST API."""
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
+        answer = await oip.post(f"/v2/models/{model}/infer", json=body)
+    assert answer.status_code == 200, answer.text
+    return np.array(answer.json()["outputs"][0]["data"], dtype=np.float32).reshape(len(x), -1)

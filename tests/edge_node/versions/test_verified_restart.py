@@ -15,19 +15,11 @@ import pytest
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
-from support.external_data import DATA_FILE, build_external_mlp, model_files, tar_of
+from support.external_data import DATA_FILE, build_external_mlp, infer_mlp, model_files, tar_of
 from support.fleet import EdgeFactory, version_state
 from support.wait import wait_for
 
 WIDTH = 64
-
-
-async def _infer(edge: EdgeServer, x: np.ndarray) -> np.ndarray:
-    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.http_port}", timeout=30) as oip:
-        answer = await oip.post("/v2/models/ext/infer", json=body)
-    assert answer.status_code == 200, answer.text
-    return np.array(answer.json()["outputs"][0]["data"], dtype=np.float32).reshape(len(x), -1)
 
 
 async def _status(edge: EdgeServer) -> dict[str, Any]:
@@ -80,7 +72,7 @@ async def test_a_model_file_changed_while_the_edge_was_down_is_rebuilt_before_it
 
     again = await _serving(make_edge, central, tmp_path / "edge-0")
     assert data.read_bytes() == published  # rebuilt from the cache before it was loaded
-    np.testing.assert_allclose(await _infer(again, x), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(await infer_mlp(again, x), expected, rtol=1e-5, atol=1e-6)
     status = await _status(again)
     assert status["fetch"]["bytes_fetched"] == 0
     checked = status["verification"]
@@ -92,4 +84,4 @@ async def test_a_model_file_changed_while_the_edge_was_down_is_rebuilt_before_it
     checked = (await _status(third))["verification"]
     assert checked["files_rehashed"] == checked["bytes_rehashed"] == 0 and checked["files_trusted"] == 2
     assert checked["bytes_trusted"] == len(published) + graph.stat().st_size
-    np.testing.assert_allclose(await _infer(third, x), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(await infer_mlp(third, x), expected, rtol=1e-5, atol=1e-6)
