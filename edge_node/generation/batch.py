@@ -60,9 +60,7 @@ class RunningBatch:
         prefixes as needed); False leaves it waiting."""
         need = self.budget.blocks_for(seq.limit)
         hits = self._cached_prefix(seq)
-        while self.used_blocks + need > self.budget.total and self.cache is not None and self.cache.evict():
-            pass
-        if self.used_blocks + need > self.budget.total:
+        if not self._room(need):
             return False
         self.budget.reserved += need
         seq.reserved_blocks = need
@@ -187,9 +185,7 @@ class RunningBatch:
         blocks = whole - len(hits) + (1 if part else 0)
         if missing > most:
             return 0
-        while self.used_blocks + blocks > self.budget.total and self.cache.evict():
-            pass
-        if self.used_blocks + blocks > self.budget.total:
+        if not self._room(blocks):
             return 0
         slot = self.size
         self.kv.ensure(len(tokens), self._longest())
@@ -201,7 +197,7 @@ class RunningBatch:
             self.runner.prefill_fresh(self.kv, [slot], [tokens])
         self._store_blocks(slot, tokens, len(tokens))
         # the tail only under its whole chain (a tail whose parents are missing is never found)
-        if part and self.used_blocks + 1 <= self.budget.total and not self.cache.missing(tokens, whole):
+        if part and self._room(1) and not self.cache.missing(tokens, whole):
             self.cache.store_tail(tokens, whole, self.kv.read(slot, whole * size, len(tokens)))
         if self.size == 0:
             self.kv.release()
@@ -270,6 +266,13 @@ class RunningBatch:
         """Copy the sequence's full blocks that the cache lacks into it, as far as the budget allows."""
         self._store_blocks(seq.slot, seq.tokens, tokens_with_kv)
 
+    def _room(self, blocks: int) -> bool:
+        """Whether ``blocks`` more fit the budget, evicting the least recently used cached blocks
+        as needed: a cached block gives way, a reservation never does."""
+        while self.used_blocks + blocks > self.budget.total and self.cache is not None and self.cache.evict():
+            pass
+        return self.used_blocks + blocks <= self.budget.total
+
     def _store_blocks(self, slot: int, tokens: list[int], tokens_with_kv: int) -> None:
         """Copy the full blocks of ``tokens`` in row ``slot`` that the cache lacks into it, as
         far as the budget allows."""
@@ -278,10 +281,7 @@ class RunningBatch:
         size = self.budget.block_tokens
         blocks: dict[int, np.ndarray] = {}
         for index in self.cache.missing(tokens, tokens_with_kv // size):
-            # a cached block never displaces a reservation; it may displace older cached blocks
-            while self.used_blocks + len(blocks) + 1 > self.budget.total and self.cache.evict():
-                pass
-            if self.used_blocks + len(blocks) + 1 > self.budget.total:
+            if not self._room(len(blocks) + 1):
                 break
             blocks[index] = self.kv.read(slot, index * size, (index + 1) * size)
         self.cache.store(tokens, blocks)

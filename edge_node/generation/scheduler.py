@@ -214,8 +214,7 @@ class Scheduler:
         if seq.forced:
             seq.replay()
         else:
-            self.generation_tokens += 1
-            seq.accept(seq.sampler.next_token(logits), self.eos)
+            self._accept(seq, seq.sampler.next_token(logits), leave=False)
             self._flush()
 
     def _next(self, seq: Sequence, logits: np.ndarray) -> None:
@@ -226,10 +225,12 @@ class Scheduler:
         else:
             self._accept(seq, seq.sampler.next_token(logits))
 
-    def _accept(self, seq: Sequence, token: int) -> None:
+    def _accept(self, seq: Sequence, token: int, *, leave: bool = True) -> None:
+        """Record ``token``; an ended or cancelled sequence leaves the batch now (``leave``) or
+        once the prefill step it finished in is over."""
         self.generation_tokens += 1
         seq.accept(token, self.eos)
-        if seq.finished or seq.cancelled:
+        if leave and (seq.finished or seq.cancelled):
             seq.finished = True
             self.batch.remove(seq)
 
