@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from central.auth.tokens import OPERATOR_ROLES
+from central.auth.tokens import operator_record
 from central.dashboard import DashboardService, DashboardSources
 from central.distribution import DesiredStateService, VerdictBook
 from central.distribution.runtime_fit import RuntimeFit
@@ -154,8 +154,8 @@ class Central:
             assigned=self._serves,
             records=records,
             counts=counts,
-            leading=lambda: mode.leads(),
-            fence=lambda: mode.leader_epoch(),
+            leading=mode.leads,
+            fence=mode.leader_epoch,
             calls=self.store_calls,
         )
         self._rollouts.forced = self._drift.forced
@@ -169,7 +169,7 @@ class Central:
             holders=self._holders,
             assigned=self._serves,
             counts=counts,
-            leading=lambda: mode.leads(),
+            leading=mode.leads,
             calls=self.store_calls,
         )
         self._unsubscribe = [
@@ -297,8 +297,7 @@ class Central:
             return None
 
         async def is_reader(token: str | None) -> bool:
-            record = await self.store_calls(tokens.verify, token) if token else None
-            return record is not None and record.role in OPERATOR_ROLES
+            return await self.store_calls(operator_record, tokens, token) is not None
 
         return is_reader
 

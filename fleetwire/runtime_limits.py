@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DOMAIN",
     "FORMATS_KEY",
+    "HEADROOM",
     "ML_DOMAIN",
     "ModelFormat",
     "RuntimeLimits",
@@ -42,7 +43,7 @@ _PROBE_OPSET = 14
 _MIN_IR = 7
 #: How far past the ``onnx`` package's own newest version the search looks (ONNX Runtime may
 #: be built with a newer ONNX than the installed package).
-_HEADROOM = 8
+HEADROOM = 8
 
 
 @dataclass(frozen=True)
@@ -172,11 +173,11 @@ def runtime_limits() -> RuntimeLimits:
     import onnx
     import onnxruntime as ort
 
-    top_ir = max(onnx.IR_VERSION, _MIN_IR) + _HEADROOM
+    top_ir = max(onnx.IR_VERSION, _MIN_IR) + HEADROOM
     max_ir = _highest(_MIN_IR, top_ir, lambda ir: _loads(ir, {DEFAULT_DOMAIN: _PROBE_OPSET}))
-    top_opset = onnx.defs.onnx_opset_version() + _HEADROOM
+    top_opset = onnx.defs.onnx_opset_version() + HEADROOM
     max_opset = _highest(_PROBE_OPSET, top_opset, lambda v: _loads(max_ir, {DEFAULT_DOMAIN: v}))
-    max_ml = _highest(1, 1 + _HEADROOM * 2, lambda v: _loads(max_ir, {DEFAULT_DOMAIN: _PROBE_OPSET, ML_DOMAIN: v}))
+    max_ml = _highest(1, 1 + HEADROOM * 2, lambda v: _loads(max_ir, {DEFAULT_DOMAIN: _PROBE_OPSET, ML_DOMAIN: v}))
     return RuntimeLimits(
         runtime=f"onnxruntime {ort.__version__}",
         max_ir_version=max_ir,

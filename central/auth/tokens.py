@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from central.storage.protocols import Tokens
 
 #: Marks modelfleet tokens (easy to spot in a leaked log or a secret scanner).
 TOKEN_PREFIX = "mft_"
@@ -64,3 +67,10 @@ def check_binding(role: Role, node_id: str | None) -> None:
     """A ``node`` token is bound to one node id; other roles have none."""
     if (role == Role.NODE) != (node_id is not None):
         raise TokenStoreError("a node token needs a node id, and only a node token has one")
+
+
+def operator_record(store: Tokens, token: str | None) -> TokenRecord | None:
+    """The record of an operator token (any role) in ``store``; None for no token, an unknown
+    or revoked one, or a node credential (even one copied into this store by hand)."""
+    record = store.verify(token) if token is not None else None
+    return record if record is not None and record.role in OPERATOR_ROLES else None

@@ -21,7 +21,7 @@ from central.handlers import EdgeHandlers
 from fleetwire import names
 from fleetwire.convert import endorsements_to_pb, manifest_to_pb
 from fleetwire.mqtt.payloads import MAX_CHOICE_NAME
-from fleetwire.runtime_limits import runtime_limits
+from fleetwire.runtime_limits import HEADROOM, runtime_limits
 from fleetwire.transfer import check_site
 from fleetwire.v1 import common_pb2, registry_pb2, registry_pb2_grpc
 
@@ -146,9 +146,6 @@ def _refusal(node: registry_pb2.NodeInfo) -> str | None:
 MAX_OPSET_DOMAINS = 16
 #: The oldest IR version a registration may report (ONNX's first with opset imports).
 MIN_REPORTED_IR = 3
-#: How far past central's own runtime a node's reported limits may go: an edge may run a
-#: newer ONNX Runtime than central (as far as the probe looks past its ``onnx`` package).
-REPORTED_HEADROOM = 8
 #: The highest opset a registration may report for a domain central's runtime does not know.
 MAX_OTHER_OPSET = 1000
 
@@ -170,13 +167,14 @@ def _limits_refusal(request: registry_pb2.RegisterRequest) -> str | None:
     own word (uint32s), and central names converted artifacts after them and converts for
     them: a value no runtime has is refused rather than converted for."""
     own = runtime_limits()
-    top_ir = own.max_ir_version + REPORTED_HEADROOM
+    # an edge may run a newer ONNX Runtime than central, as far as central's probe looks past its onnx
+    top_ir = own.max_ir_version + HEADROOM
     ir = request.max_ir_version  # 0: not reported (an older edge)
     if ir and not MIN_REPORTED_IR <= ir <= top_ir:
         return f"max_ir_version {ir} is out of range: IR versions run from {MIN_REPORTED_IR} to {top_ir}"
     for domain, version in sorted(request.max_opsets.items()):
         known = own.max_opset("" if domain == "ai.onnx" else domain)
-        top = known + REPORTED_HEADROOM if known is not None else MAX_OTHER_OPSET
+        top = known + HEADROOM if known is not None else MAX_OTHER_OPSET
         if not 1 <= version <= top:
             name = domain or "ai.onnx"
             return f"max_opsets[{name!r}] {version} is out of range: opsets of {name} run from 1 to {top}"

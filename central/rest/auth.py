@@ -15,7 +15,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from central.auth.tokens import OPERATOR_ROLES, Role, TokenRecord
+from central.auth.tokens import Role, TokenRecord, operator_record
 from central.rest import browser_login as browser
 from central.storage.offload import StoreCalls
 from central.storage.protocols import Tokens
@@ -62,13 +62,6 @@ def protects(method: str, path: str, protect_reads: bool) -> bool:
     if path == "/v2" or path.startswith(_OPEN_PREFIXES):
         return False
     return is_write(method) or protect_reads
-
-
-def operator_record(store: Tokens, token: str | None) -> TokenRecord | None:
-    """The record of an operator token (any role) in ``store``; None for no token, an unknown
-    or revoked one, or a node credential (even one copied into this store by hand)."""
-    record = store.verify(token) if token is not None else None
-    return record if record is not None and record.role in OPERATOR_ROLES else None
 
 
 #: What ``stream_guard`` gives a stream: a check it repeats and the credential's name for its log.
