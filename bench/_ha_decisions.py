@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench._replicas import ReplicatedFleet, replica_env
+from bench._replicas import ReplicatedFleet, replica_env, wait_until
 from modelfleet.up.mosquitto import MosquittoBroker
 from modelfleet.up.postgres import PostgresInstance
 from modelfleet.up.s3server import S3Server
@@ -38,14 +38,6 @@ CAPS = {"fleet": {"fetch_bytes_per_s": 50_000_000}, "nodes": {"e1": {"serve_byte
 #: How long the survivor runs its passes before the decisions are read back.
 SETTLE_S = 3.0
 _STEPS = {"canary": 1, "rolling": 2, "complete": 2}
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _get(fleet: ReplicatedFleet, replica: str, path: str) -> Any:
@@ -84,7 +76,7 @@ def _fall_back(fleet: ReplicatedFleet, model: DriftClassifier) -> None:
                 break  # the edge is switching to FP32 (a 503 meanwhile): look whether it has
         return _choice_source(fleet, "e0") == "central"
 
-    _wait(fell_back, 60, "e0 on FP32 by central's fallback")
+    wait_until(fell_back, 60, "e0 on FP32 by central's fallback")
 
 
 def _roll_out(fleet: ReplicatedFleet, leader: str, model: DriftClassifier) -> None:
@@ -114,7 +106,7 @@ def decide_then_kill(fleet: ReplicatedFleet, work: Path) -> dict[str, Any]:
     assert leader is not None, "no leader"
 
     _fall_back(fleet, model)
-    _wait(lambda: bool(_verdicts(fleet, leader)), 60, "e1's verdict")
+    wait_until(lambda: bool(_verdicts(fleet, leader)), 60, "e1's verdict")
     put = fleet.client.put(f"{fleet.replicas[leader].http_url}/api/v1/transfer", json=CAPS)
     put.raise_for_status()
     _roll_out(fleet, leader, model)
@@ -128,7 +120,7 @@ def decide_then_kill(fleet: ReplicatedFleet, work: Path) -> dict[str, Any]:
 
     killed_at = fleet.kill_replica(leader)
     survivor = fleet.live()[0].name
-    _wait(lambda: fleet.leader() == survivor, 30, "the survivor leads")
+    wait_until(lambda: fleet.leader() == survivor, 30, "the survivor leads")
     takeover = time.time() - killed_at
     time.sleep(SETTLE_S)
     lost = _lost(fleet, survivor, made)
@@ -203,7 +195,7 @@ def run_decisions(
     root.mkdir(parents=True, exist_ok=True)
     with ReplicatedFleet(root=root, central_env=env, edge_env=edge_env, log=log) as fleet:
         fleet.start_replicas(2)
-        _wait(lambda: fleet.leader() is not None, 30, "a leader")
+        wait_until(lambda: fleet.leader() is not None, 30, "a leader")
         section = decide_then_kill(fleet, root)
     log(f"decisions made {section['made']}, lost {section['lost']}, made again {section['redecided']}")
     return section

@@ -36,15 +36,14 @@ def listed_versions(fleet: ReplicatedFleet, url: str, model: str) -> list[str]:
     return [] if r.status_code == 404 else [str(v["version"]) for v in r.json()]
 
 
-def damaged_chunks(s3: S3Server, bucket: str, manifest: dict[str, Any], prefix: str = "") -> list[str]:
+def damaged_chunks(s3: S3Server, bucket: str, manifest: dict[str, Any]) -> list[str]:
     """The chunks of ``manifest`` that are not in ``bucket`` whole: each is read back and hashed."""
     client = s3.client()
-    root = f"{prefix.strip('/')}/sha256" if prefix.strip("/") else "sha256"
     bad = []
     for chunk in manifest["chunks"]:
         digest = str(chunk["digest"])
         try:
-            data = client.get_object(Bucket=bucket, Key=f"{root}/{digest[:2]}/{digest}")["Body"].read()
+            data = client.get_object(Bucket=bucket, Key=f"sha256/{digest[:2]}/{digest}")["Body"].read()
         except Exception as exc:  # boto's ClientError (NoSuchKey) and connection errors alike
             bad.append(f"{digest[:12]}: {type(exc).__name__}")
             continue

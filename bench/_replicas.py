@@ -6,7 +6,7 @@ same logs, tails and clean-up)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +125,13 @@ class ReplicatedFleet(Fleet):
         """Where a replica keeps its files."""
         assert self.dir is not None
         return self.dir / "replicas" / replica_id
+
+
+def wait_until(condition: Callable[..., Any], timeout_s: float, what: str, poll_s: float = 0.05) -> float:
+    """Poll ``condition`` until it holds; the seconds it took. TimeoutError naming ``what``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(poll_s)
+    return time.monotonic() - start

@@ -54,7 +54,7 @@ from bench._fleet import sigterm_raises, write_result
 from bench._ha_decisions import run_decisions
 from bench._ha_s3 import S3_TARGETS, s3_restart_pushes
 from bench._ha_seal import seal_keys
-from bench._replicas import ReplicatedFleet, replica_env
+from bench._replicas import ReplicatedFleet, replica_env, wait_until
 from bench.heartbeat_scale import BROKER_EXTRA_CONF, SimProc
 from bench.report import machine
 from bench.zoo import cpu_flags
@@ -154,15 +154,6 @@ class Pusher:
                     self.refused += 1
 
 
-def _wait(condition: Any, timeout_s: float, what: str, poll_s: float = 0.05) -> float:
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(poll_s)
-    return time.monotonic() - start
-
-
 def _processed(fleet: ReplicatedFleet) -> dict[str, int]:
     out = {}
     for proc in fleet.live():
@@ -198,7 +189,8 @@ def _reattach(fleet: ReplicatedFleet, victim: str, killed_at: float, followers: 
     address = fleet.replicas[victim].grpc_address
     times = []
     for e in followers.get(address, []):
-        _wait(lambda e=e: _edge_central(fleet, e) not in (None, address), 60, f"{e} on another replica", poll_s=0.02)
+        moved = f"{e} on another replica"
+        wait_until(lambda e=e: _edge_central(fleet, e) not in (None, address), 60, moved, poll_s=0.02)
         times.append(time.time() - killed_at)
     return times
 
@@ -259,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sims: list[SimProc] = []
         with ReplicatedFleet(root=work, central_env=central_env, edge_env=edge_env, log=_log) as fleet:
             fleet.start_replicas(args.replicas)
-            _wait(lambda: fleet.leader() is not None, 30, "a leader")
+            wait_until(lambda: fleet.leader() is not None, 30, "a leader")
             _log(f"{args.replicas} replicas up, {fleet.leader()} leads")
 
             for p in range(args.sim_procs):
@@ -298,8 +290,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     row = conn.execute("SELECT count(*) FROM ha_liveness WHERE state = 'alive'").fetchone()
                 return row is not None and int(row[0]) >= args.nodes + args.edges
 
-            _wait(everyone_alive, 120, "every node alive in the shared liveness", poll_s=0.5)
-            _wait(lambda: _gateways_serve(fleet, "demo"), 60, "every replica's gateway serving demo", poll_s=0.2)
+            wait_until(everyone_alive, 120, "every node alive in the shared liveness", poll_s=0.5)
+            wait_until(lambda: _gateways_serve(fleet, "demo"), 60, "every replica's gateway serving demo", poll_s=0.2)
 
             gateway = Gateway(fleet)
             variants = [build_mlp(work / f"pushed-{k}.onnx", width=_WIDTH, hidden_layers=1, seed=k) for k in range(4)]
@@ -326,7 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             leader = fleet.leader()
             assert leader is not None
             killed_at = fleet.kill_replica(leader)
-            takeover = _wait(lambda: fleet.leader() not in (None, leader), 30, "a new leader", poll_s=0.02)
+            takeover = wait_until(lambda: fleet.leader() not in (None, leader), 30, "a new leader", poll_s=0.02)
             reattach = _reattach(fleet, leader, killed_at, on_victim)
             _log(f"leader {leader} killed: {fleet.leader()} leads after {takeover:.2f}s; edges moved in {reattach}")
 

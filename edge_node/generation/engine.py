@@ -172,6 +172,11 @@ class GenerationEngine:
             if not seq.finished:
                 self._scheduler.cancel(seq)
 
+    @property
+    def warms(self) -> bool:
+        """Whether ``warm`` does anything: turn warming on, and a prefix cache to warm."""
+        return self._cache is not None and self.settings.turn_warm_tokens > 0
+
     def warm(self, token_ids: Sequence[int]) -> None:
         """Cache the KV of ``token_ids`` (whole blocks and the part block they end with) when
         the engine has nothing else to prefill, ahead of a prompt expected to begin with them: a
@@ -180,8 +185,7 @@ class GenerationEngine:
         context are ignored, as is everything when the setting or the prefix cache is off."""
         ids = [int(t) for t in token_ids]
         vocab = self.spec.vocab_size
-        if (not self._started or self._cache is None or not self.settings.turn_warm_tokens
-                or len(ids) > self.context_length or any(not 0 <= t < vocab for t in ids)):  # fmt: skip
+        if not (self._started and self.warms) or len(ids) > self.context_length or any(not 0 <= t < vocab for t in ids):
             return
         self._scheduler.warm(ids)
 

@@ -164,9 +164,7 @@ class Scheduler:
             self.prefill_seconds += time.perf_counter() - started
             for seq, _logits in done:
                 self.batch.join(seq)
-                if seq.finished or seq.cancelled:
-                    seq.finished = True
-                    self.batch.remove(seq)
+                self._leave_if_ended(seq)
         elif self.warming and not self.waiting and self.batch.can_admit():
             self._warm()
         if self.batch.decoding:
@@ -230,7 +228,12 @@ class Scheduler:
         once the prefill step it finished in is over."""
         self.generation_tokens += 1
         seq.accept(token, self.eos)
-        if leave and (seq.finished or seq.cancelled):
+        if leave:
+            self._leave_if_ended(seq)
+
+    def _leave_if_ended(self, seq: Sequence) -> None:
+        """An ended or cancelled sequence leaves the batch (its row and reservation freed)."""
+        if seq.finished or seq.cancelled:
             seq.finished = True
             self.batch.remove(seq)
 

@@ -38,7 +38,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from edge_node.heartbeat.bdseq import BdseqStore
@@ -141,8 +141,7 @@ class Presence:
         with self.lock:
             if self.stopping or self.switching:  # under the lock: stop() then sees no live connection
                 return None
-            for old in sorted(self._old_status_topics):  # empty + retained: the broker forgets it
-                client.publish(old, b"", qos=1, retain=True)
+            _clear(client, self._old_status_topics)
             client.publish(self.status_topic, status_payload("online", bdseq), qos=1, retain=True)
             self._live_bdseq = self._bdseq = bdseq
             self._seq = 0
@@ -175,9 +174,8 @@ class Presence:
         connection's birth on an old status topic: those are cleared first."""
         try:
             with self.lock:
-                old_topics = sorted(self._old_status_topics)
-            for old in old_topics:
-                client.publish(old, b"", qos=1, retain=True)
+                old_topics = set(self._old_status_topics)
+            _clear(client, old_topics)
             info = client.publish(self.status_topic, status_payload("offline", bdseq), qos=1, retain=True)
             await asyncio.to_thread(info.wait_for_publish, timeout_s)
         except (ValueError, RuntimeError) as exc:
@@ -195,8 +193,7 @@ class Presence:
         with self.lock:
             self.switching = True
             if self._live_bdseq is not None:
-                for old in sorted(self._old_status_topics):
-                    client.publish(old, b"", qos=1, retain=True)
+                _clear(client, self._old_status_topics)
             self._live_bdseq = None
 
     def end_switch(self) -> bool:
@@ -225,3 +222,9 @@ class Presence:
                 return False
             self._seq += 1
             return True
+
+
+def _clear(client: mqtt.Client, topics: Iterable[str]) -> None:
+    """Publish an empty retained message on each status topic: the broker forgets it."""
+    for topic in sorted(topics):
+        client.publish(topic, b"", qos=1, retain=True)

@@ -29,7 +29,7 @@ from typing import TypeVar
 import grpc
 
 from edge_node.fetch import ChunkFetcher, FetchFailed
-from edge_node.peer.identity import ClaimCheck, ClaimRefused, caller_of
+from edge_node.peer.identity import Caller, ClaimCheck, ClaimRefused, caller_of
 from edge_node.peer.limits import StreamLimiter, StreamsExhausted
 from fleetwire.digest import PEER_PIECE_BYTES, is_digest
 from fleetwire.v1 import common_pb2, peer_pb2, peer_pb2_grpc
@@ -66,14 +66,20 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         #: Calls whose ``requester`` is not the node their certificate names.
         self.claims = ClaimCheck()
 
+    async def _checked_caller(self, context: grpc.aio.ServicerContext, requester: str, *, required: bool) -> Caller:
+        """The caller, once its claim to be ``requester`` holds (``ClaimCheck.check``); else the
+        call is aborted PERMISSION_DENIED."""
+        caller = caller_of(context)
+        try:
+            self.claims.check(caller, requester, required=required)
+        except ClaimRefused as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        return caller
+
     async def FetchChunk(
         self, request: peer_pb2.PeerFetchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.ChunkData]:
-        caller = caller_of(context)
-        try:
-            self.claims.check(caller, request.requester, required=True)
-        except ClaimRefused as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        caller = await self._checked_caller(context, request.requester, required=True)
         requester = caller.name  # never request.requester alone: the caller chooses that
         try:
             self.limiter.acquire(requester)
@@ -162,10 +168,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
     async def HasChunks(
         self, request: peer_pb2.HasChunksRequest, context: grpc.aio.ServicerContext
     ) -> peer_pb2.HasChunksReply:
-        try:
-            self.claims.check(caller_of(context), request.requester, required=False)
-        except ClaimRefused as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        await self._checked_caller(context, request.requester, required=False)
         view = self._fetcher.view  # only what FetchChunk would serve: listed in this node's desired state
         digests = [d for d in request.digests if is_digest(d) and view.size(d) is not None]
         present = await asyncio.to_thread(self._fetcher.store.has_many, digests)

@@ -87,10 +87,10 @@ def chat_messages(doc: dict[str, Any]) -> list[dict[str, str]]:
     return plain
 
 
-def chat_prompt(model: LanguageModel, messages: list[dict[str, str]]) -> list[int]:
+def chat_prompt(model: LanguageModel, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
     """``messages`` rendered by the model's chat template, then encoded."""
     tokenizer = model.engine.tokenizer
-    return tokenizer.encode(tokenizer.render_chat(messages), add_special_tokens=False)
+    return tokenizer.encode(tokenizer.render_chat(messages, add_generation_prompt), add_special_tokens=False)
 
 
 def warm_next_turn(model: LanguageModel, messages: list[dict[str, str]], reply: str) -> None:
@@ -98,10 +98,8 @@ def warm_next_turn(model: LanguageModel, messages: list[dict[str, str]], reply: 
     ``reply`` as the client got it, rendered as a past turn — to cache while it has nothing
     else to prefill (``EngineSettings.turn_warm_tokens``). A template that cannot render it
     (one that insists on alternating roles, say) just leaves the turn unwarmed."""
-    tokenizer = model.engine.tokenizer
     try:
-        text = tokenizer.render_chat([*messages, {"role": "assistant", "content": reply}], add_generation_prompt=False)
-        model.engine.warm(tokenizer.encode(text, add_special_tokens=False))
+        model.engine.warm(chat_prompt(model, [*messages, {"role": "assistant", "content": reply}], False))
     except ChatTemplateError:
         return
     except Exception:  # an optional step: never the reason a finished answer fails to arrive
@@ -217,7 +215,7 @@ def create_openai_routes(service: LanguageModels) -> APIRouter:
             messages = chat_messages(doc) if chat else None
             prompt = chat_prompt(model, messages) if messages is not None else completion_prompt(model, doc)
             params = sampling(doc, len(prompt), model.engine.context_length)
-            if params.resume_offset:  # the client holds only the tail of the reply: nothing to warm
+            if params.resume_offset or not model.engine.warms:  # only the reply's tail, or warming off
                 messages = None
             stream = bool(doc.get("stream"))
             options = get_typed(doc, "stream_options", dict, {})
