@@ -202,9 +202,12 @@ class DriftWatch:
             artifact = m.choice.artifact if m.choice is not None else ""
             raw = shadow_info(m.shadow)
             sent = self._sent.get((key, node_id))
-            if sent is not None and sent[1] == raw and artifact in (sent[0], REFERENCE):
-                # Unchanged counts; a node that fell back to FP32 keeps reporting its INT8's last
-                # counts, which stay that artifact's (not relabelled as FP32's in the report).
+            if sent is not None and artifact == REFERENCE:
+                # A node that fell back to FP32 keeps reporting its INT8's counts, and a sample
+                # queued before the switch may still add to them: they stay that artifact's
+                # (FP32 has no shadow of its own), never relabelled as FP32's in the report.
+                artifact = sent[0]
+            if sent is not None and sent == (artifact, raw):
                 continue
             if not self._serves(node_id, key):
                 continue

@@ -259,3 +259,15 @@ def test_the_running_watch_stores_its_decisions_from_worker_threads_not_the_loop
     assert SQLiteDecisionStore(tmp_path / "c.sqlite3").load(FLAGS).keys() == {
         json.dumps(["m", "2", n]) for n in ("e0", "e1", "e2", "e3")
     }
+
+
+def test_counts_that_grow_after_a_fallback_stay_the_int8_artifacts() -> None:
+    """A sample queued before the switch to FP32 may land after it: the node's counts, now
+    reported beside FP32, are still its INT8's (FP32 has no shadow of its own)."""
+    w = Watch()
+    w.beat("e0", samples=30, agree=10)
+    asyncio.run(w.watch.judge())
+    assert w.watch.forced("e0") == {("m", "2"): "fp32"}
+    w.beat("e0", samples=31, agree=10, artifact="fp32")  # one more sample, heard on FP32
+    report = w.watch.report("m", "2")
+    assert report["nodes"]["e0"]["artifact"] == INT8 and report["nodes"]["e0"]["shadow"]["samples"] == 31
