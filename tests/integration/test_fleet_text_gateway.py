@@ -15,6 +15,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from openai.types import CompletionUsage
 
 from central.server import CentralServer
 from edge_node.server import EdgeServer
@@ -64,6 +65,12 @@ async def client(text_central: CentralServer, edges: list[EdgeServer]) -> AsyncI
         yield c
 
 
+def _counts(usage: CompletionUsage) -> tuple[int, int, int]:
+    cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+    assert 0 <= (cached or 0) <= usage.prompt_tokens
+    return usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
+
+
 def events(body: str) -> list[Any]:
     return [orjson.loads(b.removeprefix("data: ")) for b in body.strip().split("\n\n") if b != "data: [DONE]"]
 
@@ -92,7 +99,10 @@ async def test_the_openai_client_through_central_streaming_or_not(
         ids.add(chunk.id)
         usage = chunk.usage or usage
         parts += [c.delta.content or "" for c in chunk.choices]
-    assert "".join(parts) == chat.choices[0].message.content and usage == chat.usage and len(ids) == 1
+    assert "".join(parts) == chat.choices[0].message.content and len(ids) == 1
+    # The same counts, except what the node found cached: the second time the same prompt may hit
+    # the prefix the first one left, or land on a node that has not seen it.
+    assert usage is not None and _counts(usage) == _counts(chat.usage)
 
     async with httpx.AsyncClient(base_url=text_central.http_url, timeout=60) as http:
         body = {"text_input": "def f(x):", "parameters": {"max_tokens": 12, "temperature": 0}}

@@ -246,11 +246,18 @@ async def test_the_gateway_uses_the_address_a_node_registered_not_its_heartbeats
         ready = [ModelInfo(name="m", version="1", state="ready")]
         sink = _Sink()
         elsewhere = f"127.0.0.1:{await sink.start()}"
-        await stolen.beat_for(1.5, models=ready, http_address=elsewhere)
-        for _ in range(5):
-            answer = await api.get("/v2/models/m")
-            assert answer.status_code == 200, answer.text
-            assert answer.headers.get("x-modelfleet-node") == "edge-1"
+        # The forged beats go on while the gateway is asked: they are what keeps edge-1 live here
+        # (the real edge-1 beats nothing), and a loaded machine can take longer than a suspect
+        # timeout over the five requests.
+        beating = asyncio.create_task(stolen.beat_for(60, models=ready, http_address=elsewhere))
+        try:
+            await asyncio.sleep(1.5)
+            for _ in range(5):
+                answer = await api.get("/v2/models/m")
+                assert answer.status_code == 200, answer.text
+                assert answer.headers.get("x-modelfleet-node") == "edge-1"
+        finally:
+            beating.cancel()
         assert sink.connections == 0, "the gateway went to the heartbeat's address, not the registered one"
         assert sink.server is not None
         sink.server.close()

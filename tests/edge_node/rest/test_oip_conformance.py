@@ -232,7 +232,7 @@ def test_a_json_value_a_float_datatype_cannot_hold_is_refused(datatype: str, val
 
     body = orjson.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [1, 2], "data": [0.5, value]}]})
     with warnings.catch_warnings():
-        warnings.simplefilter(warnings_as)  # type: ignore[arg-type]
+        warnings.simplefilter(warnings_as, RuntimeWarning)  # type: ignore[arg-type]
         with pytest.raises(InvalidRequest, match=f"'x': a value is outside the range of {datatype}"):
             decode_request(body, None)
     ok = decode_request(
