@@ -54,7 +54,7 @@ RECIPES: dict[str, Recipe] = {
     S8S8_QDQ: Recipe(S8S8_QDQ, "static", "QDQ", "S8", "S8", reduce_range=False),
     U8S8_QOP: Recipe(U8S8_QOP, "static", "QOperator", "U8", "S8", reduce_range=True),
     # Dynamic INT8 is ORT's QOperator form (MatMulInteger, DynamicQuantizeMatMul, QAttention).
-    DYNAMIC: Recipe(DYNAMIC, "dynamic", "QOperator", "U8", "S8", reduce_range=False),
+    DYNAMIC: Recipe(DYNAMIC, "dynamic", "QOperator", "U8", "S8", reduce_range=True),
 }
 
 #: What each family produces by default, in order (``QuantizeSettings.recipes``).

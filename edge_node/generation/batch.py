@@ -12,16 +12,26 @@ from edge_node.generation.model import DecoderRunner
 from edge_node.generation.prefix_cache import PrefixCache
 from edge_node.generation.sequence import Sequence
 
-__all__ = ["RunningBatch", "plan_chunks"]
+__all__ = ["RunningBatch", "lone_row_rounds_apart", "plan_chunks"]
 
 
 class RunningBatch:
     """Decoding sequences in rows 0…n-1, those being prefilled in rows n…n+k-1 (in order)."""
 
-    def __init__(self, runner: DecoderRunner, rows: int, budget: BlockBudget, cache: PrefixCache | None) -> None:
+    def __init__(
+        self,
+        runner: DecoderRunner,
+        rows: int,
+        budget: BlockBudget,
+        cache: PrefixCache | None,
+        *,
+        pad_lone_row: bool = False,
+    ) -> None:
         spec = runner.spec
         self.runner = runner
         self.rows = rows
+        #: A lone decoding row runs beside a scratch one (``decode_step``; ``lone_row_rounds_apart``).
+        self.pad_lone_row = pad_lone_row and rows > 1
         self.budget = budget
         self.cache = cache
         self.kv = BatchKV(
@@ -222,10 +232,21 @@ class RunningBatch:
         self.decoding.append(seq)
 
     def decode_step(self) -> np.ndarray:
-        """One decode step of every decoding row; returns logits [rows, vocab]."""
-        tokens = np.fromiter((s.pending for s in self.decoding), dtype=np.int64, count=len(self.decoding))
-        lengths = np.fromiter((s.length for s in self.decoding), dtype=np.int64, count=len(self.decoding))
-        logits = self.runner.decode(self.kv, len(self.decoding), tokens, lengths)
+        """One decode step of every decoding row; returns logits [rows, vocab].
+
+        With ``pad_lone_row``, a lone decoding row runs as two: the second is row 1 as it
+        stands (the first prefilling sequence, or a free row), fed the same token at its own
+        length, so what it writes lands where that row has nothing yet (its next prefill chunk
+        starts there); its logits are dropped."""
+        n = len(self.decoding)
+        tokens = np.fromiter((s.pending for s in self.decoding), dtype=np.int64, count=n)
+        lengths = np.fromiter((s.length for s in self.decoding), dtype=np.int64, count=n)
+        if n == 1 and self.pad_lone_row:
+            beside = self.prefilling[0].length if self.prefilling else 0
+            padded = self.runner.decode(self.kv, 2, np.repeat(tokens, 2), np.append(lengths, beside))
+            logits: np.ndarray = padded[:1]
+        else:
+            logits = self.runner.decode(self.kv, n, tokens, lengths)
         for s in self.decoding:
             s.length += 1
         return logits
@@ -302,3 +323,25 @@ def plan_chunks(remaining: list[int], budget: int) -> list[int]:
     width = -best[1]
     rows = min(len(remaining), budget // width)
     return [min(r, width) for r in remaining[:rows]]
+
+
+def lone_row_rounds_apart(runner: DecoderRunner, block_tokens: int) -> bool:
+    """Whether a row decoded alone gets other numbers than the same row decoded beside another.
+
+    On some CPUs ONNX Runtime runs a one-row MatMul (MatMulNBits included) through a kernel of
+    its own that rounds differently from the many-row one (measured on an AVX2 CPU without
+    AVX-512: up to 1.4e-6 apart, while two, three or thirty rows agree bit for bit). A greedy
+    or seeded stream's tokens then depend on whether it happened to decode alone, so a stream
+    resumed on another node would not continue exactly. Two decode steps of one row and of
+    two identical rows on scratch buffers tell; a few milliseconds at load."""
+    spec = runner.spec
+    logits = []
+    for rows in (1, 2):
+        kv = BatchKV(spec.layers, 2, spec.kv_heads, spec.head_size, runner.kv_dtype, block_tokens, spec.context_length)
+        kv.ensure(2, 0)
+        steps = [
+            runner.decode(kv, rows, np.full(rows, token, np.int64), np.full(rows, length, np.int64))[0]
+            for length, token in enumerate((1, 2))
+        ]
+        logits.append(np.stack(steps))
+    return not np.array_equal(logits[0], logits[1])

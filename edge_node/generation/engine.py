@@ -7,6 +7,7 @@ reach it through a thread-safe inbox and their steps come back to the event loop
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections import deque
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from edge_node import errors
-from edge_node.generation.batch import RunningBatch
+from edge_node.generation.batch import RunningBatch, lone_row_rounds_apart
 from edge_node.generation.detok import TextStream
 from edge_node.generation.kv import BlockBudget
 from edge_node.generation.model import DecoderRunner, DecoderSpec, spare_cores
@@ -29,6 +30,8 @@ from edge_node.generation.tokenizer import Tokenizer
 from edge_node.generation.types import BadSampling, ContextTooLong, EngineStats, SamplingParams, StepOutput
 
 __all__ = ["GenerationEngine"]
+
+_log = logging.getLogger(__name__)
 
 
 class GenerationEngine:
@@ -52,7 +55,14 @@ class GenerationEngine:
         total = settings.budget_tokens(runner.bytes_per_token) // settings.block_tokens
         self._budget = BlockBudget(total, settings.block_tokens)
         self._cache = PrefixCache(settings.block_tokens) if settings.prefix_cache else None
-        self._batch = RunningBatch(runner, settings.max_batch, self._budget, self._cache)
+        pad = settings.batch_invariant == "on" or (
+            settings.batch_invariant == "auto"
+            and settings.max_batch > 1
+            and lone_row_rounds_apart(runner, settings.block_tokens)
+        )
+        if pad:
+            _log.info("a lone decoding row runs beside a scratch row: this CPU rounds one-row MatMuls apart")
+        self._batch = RunningBatch(runner, settings.max_batch, self._budget, self._cache, pad_lone_row=pad)
         self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
         self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}
         self._started = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["EngineSettings"]
@@ -36,6 +38,13 @@ class EngineSettings(BaseModel):
     of its tokens (and at most ``prefill_chunk_tokens``) are missing there: a reply's text does
     not always encode back to the token ids generated, so without it the next turn recomputes
     the reply from where they part. 0: off."""
+    batch_invariant: Literal["auto", "on", "off"] = "auto"
+    """Run a lone decoding row beside a scratch row, so a stream's numbers never depend on
+    whether it decoded alone: on some CPUs ONNX Runtime's one-row MatMul rounds differently
+    from its many-row one (an AVX2 CPU without AVX-512, measured), and a greedy or seeded
+    stream resumed on another node would then not continue exactly. ``auto``: probe at load
+    and pad only where the two differ (that CPU: a two-row MatMul costs 1.26x a one-row one,
+    paid only while a single stream decodes). ``on``: always; ``off``: never."""
     max_waiting: int = Field(64, ge=0)
     """Requests that may wait for KV room or a batch slot; beyond that a request gets 429."""
     retry_after_s: float = Field(1.0, gt=0)

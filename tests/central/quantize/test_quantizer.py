@@ -139,12 +139,20 @@ def test_every_cnn_recipe_gives_a_verified_model_of_its_kind(tmp_path: Path) -> 
     assert "Conv" not in _ops(tmp_path / U8S8_QOP / "model.onnx")
 
 
-def test_reduce_range_keeps_weights_in_seven_bits(tmp_path: Path) -> None:
-    fp32 = cnn(tmp_path / "cnn.onnx", image_size=32)
-    source = prepare(fp32, tmp_path / "prep", "cnn")
-    calibration = Calibration(_images(fp32, 8, 1), 8)
+@pytest.mark.parametrize("recipe", [U8S8_QOP, DYNAMIC])
+def test_reduce_range_keeps_weights_in_seven_bits(recipe: str, tmp_path: Path) -> None:
+    """Every U8S8 recipe: on x86 without VNNI ``vpmaddubsw`` saturates full 8-bit weights (an
+    exported BERT's dynamic INT8 fell to 96.4 % cosine against FP32 on such a CPU; 99.7 % with
+    seven bits)."""
+    if recipe == DYNAMIC:
+        fp32 = bert(tmp_path / "bert.onnx", layers=2)
+        source, calibration = prepare(fp32, tmp_path / "prep", "transformer"), None
+    else:
+        fp32 = cnn(tmp_path / "cnn.onnx", image_size=32)
+        source, calibration = prepare(fp32, tmp_path / "prep", "cnn"), Calibration(_images(fp32, 8, 1), 8)
     out = tmp_path / "q" / "model.onnx"
-    quantize_recipe(source, fp32, out, RECIPES[U8S8_QOP], calibration=calibration)
+    assert RECIPES[recipe].reduce_range
+    quantize_recipe(source, fp32, out, RECIPES[recipe], calibration=calibration)
     weights = [
         numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer if i.data_type == onnx.TensorProto.INT8
     ]

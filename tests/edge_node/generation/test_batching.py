@@ -79,3 +79,24 @@ async def test_pinned_threads_without_spinning_stream_the_same_tokens(make_engin
     pinned = await make_engine(pin_threads=True, spinning=False)
     prompt = prompt_of(plain, 20)
     assert tokens_of(await collect(pinned, prompt, GREEDY)) == tokens_of(await collect(plain, prompt, GREEDY))
+
+
+async def test_a_lone_row_padded_to_two_leaves_the_prompt_prefilled_beside_it_intact(
+    make_engine: EngineFactory,
+) -> None:
+    """``batch_invariant="on"``: while one stream decodes alone, its step runs beside row 1; a
+    prompt prefilled there in chunks between those steps still gets its own tokens (at 150 tokens
+    a wrong write at its position 0 changed none of them; at 40 it does)."""
+    engine = await make_engine(batch_invariant="on", prefill_chunk_tokens=16, prefix_cache=False)
+    first, long = prompt_of(engine, 12, salt=3), prompt_of(engine, 40, salt=4)
+    alone = tokens_of(await collect(engine, long, GREEDY))
+    steps = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    first_alone = tokens_of(await collect(engine, first, steps))
+    got: list[int] = []
+    joined: asyncio.Task[list] | None = None
+    async for step in engine.generate(first, steps, "a"):
+        got.extend(step.token_ids)
+        if len(got) == 2:
+            joined = asyncio.create_task(collect(engine, long, GREEDY, "b"))
+    assert joined is not None and got == first_alone
+    assert tokens_of(await joined) == alone
