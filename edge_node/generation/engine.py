@@ -56,12 +56,8 @@ class GenerationEngine:
         self._budget = BlockBudget(total, settings.block_tokens)
         self._cache = PrefixCache(settings.block_tokens) if settings.prefix_cache else None
         pad = settings.batch_invariant == "on" or (
-            settings.batch_invariant == "auto"
-            and settings.max_batch > 1
-            and lone_row_rounds_apart(runner, settings.block_tokens)
+            settings.batch_invariant == "auto" and settings.max_batch > 1 and _rounds_apart(runner, settings)
         )
-        if pad:
-            _log.info("a lone decoding row runs beside a scratch row: this CPU rounds one-row MatMuls apart")
         self._batch = RunningBatch(runner, settings.max_batch, self._budget, self._cache, pad_lone_row=pad)
         self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
         self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}
@@ -223,3 +219,18 @@ class GenerationEngine:
             warmed_tokens=self._scheduler.warmed_tokens,
             warm_seconds=self._scheduler.warm_seconds,
         )
+
+
+def _rounds_apart(runner: DecoderRunner, settings: EngineSettings) -> bool:
+    """``lone_row_rounds_apart``, logged; a graph the probe cannot run decodes unpadded (the
+    probe is a safeguard, never a reason to refuse a model that serves)."""
+    try:
+        apart = lone_row_rounds_apart(runner, settings.block_tokens)
+    except Exception as exc:
+        _log.warning("the one-row decode probe failed (%s): a lone stream decodes alone", exc)
+        return False
+    if apart:
+        _log.info(
+            "this CPU rounds a one-row decode apart from a batched one: a lone stream decodes beside a scratch row"
+        )
+    return apart

@@ -258,6 +258,7 @@ async def test_the_gateway_uses_the_address_a_node_registered_not_its_heartbeats
                 assert answer.headers.get("x-modelfleet-node") == "edge-1"
         finally:
             beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
         assert sink.connections == 0, "the gateway went to the heartbeat's address, not the registered one"
         assert sink.server is not None
         sink.server.close()

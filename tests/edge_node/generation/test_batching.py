@@ -93,10 +93,21 @@ async def test_a_lone_row_padded_to_two_leaves_the_prompt_prefilled_beside_it_in
     steps = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
     first_alone = tokens_of(await collect(engine, first, steps))
     got: list[int] = []
-    joined: asyncio.Task[list] | None = None
+    first_token_at: list[int] = []  # how many of "a"'s tokens had come when "b" got its first
+
+    async def beside() -> list[int]:
+        tokens: list[int] = []
+        async for step in engine.generate(long, GREEDY, "b"):
+            if not tokens:
+                first_token_at.append(len(got))
+            tokens.extend(step.token_ids)
+        return tokens
+
+    joined: asyncio.Task[list[int]] | None = None
     async for step in engine.generate(first, steps, "a"):
         got.extend(step.token_ids)
         if len(got) == 2:
-            joined = asyncio.create_task(collect(engine, long, GREEDY, "b"))
+            joined = asyncio.create_task(beside())
     assert joined is not None and got == first_alone
-    assert tokens_of(await joined) == alone
+    assert await joined == alone
+    assert first_token_at[0] < len(got), "b's prompt was not prefilled while a decoded"

@@ -1,8 +1,8 @@
 """A resumed stream (``resume_offset``: central's gateway continuing on this node a stream
 another node began) replays the tokens already sent through decode steps, as the first node
 computed them, instead of prefilling them: on a 4-bit model, where a prefill's numbers differ
-slightly from a decode step's and a random model's flat logits turn that into other tokens,
-a greedy stream still continues exactly, token for token, wherever it broke."""
+slightly from a decode step's and a random model's flat logits can turn that into other tokens
+(on some CPUs), a greedy stream still continues exactly, token for token, wherever it broke."""
 
 from __future__ import annotations
 
@@ -12,14 +12,10 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from central.quantize.llm.weight_only import TEXT_RECIPES, quantize_weights
 from edge_node.generation import EngineSettings, GenerationEngine, SamplingParams
-from edge_node.generation.kv import BatchKV
-from edge_node.generation.model import DecoderSpec
-from edge_node.generation.runners import open_runner
 from modelfleet.zoo.llm import SHAPES, write_random_llm
 from support.generation import collect, prompt_of, text_of, tokens_of
 
@@ -55,9 +51,7 @@ def _params(**fields: object) -> SamplingParams:
     return SamplingParams(**{"max_tokens": N, "temperature": 0, "ignore_eos": True, **fields})  # type: ignore[arg-type]
 
 
-async def test_a_greedy_stream_resumed_anywhere_continues_exactly_on_a_4_bit_model(
-    engine: GenerationEngine, int4_model: Path
-) -> None:
+async def test_a_greedy_stream_resumed_anywhere_continues_exactly_on_a_4_bit_model(engine: GenerationEngine) -> None:
     for salt in (0, 4):
         prompt = prompt_of(engine, 30, salt)
         whole = await collect(engine, prompt, _params())
@@ -67,35 +61,14 @@ async def test_a_greedy_stream_resumed_anywhere_continues_exactly_on_a_4_bit_mod
             prefilled = engine.stats().prefilled_tokens
             resumed = await collect(engine, prompt + sent, _params(max_tokens=N - cut, resume_offset=cut))
             assert sent + tokens_of(resumed) == tokens, (salt, cut)
-            # the tokens sent went through decode steps: only the prompt was prefilled
+            # The guard of the test: the tokens sent went through decode steps, only the prompt
+            # was prefilled. A prefill of them gives numbers a little apart from decode steps; on
+            # the AVX-512 VNNI CPUs seen that changed later tokens of some of these ten streams,
+            # on an AVX2 CPU without AVX-512 (3e-7 apart) of none, so the tokens alone cannot tell.
             assert engine.stats().prefilled_tokens - prefilled == len(prompt) - resumed[0].cached_tokens
             assert text_of(whole[:cut]) + text_of(resumed) == text_of(whole), (salt, cut)
             last = resumed[-1]
             assert (last.prompt_tokens, last.completion_tokens) == (len(prompt) + cut, N - cut)
-    # The replay exists because a prefill computes other numbers than decode steps do: that must
-    # hold here. How far apart decides whether a prefill of the tokens sent would also have
-    # changed later tokens: on the AVX-512 VNNI CPUs seen, some of these ten streams did; on an
-    # AVX2 CPU without AVX-512 the logits were 3e-7 apart and none did.
-    assert not _prefill_and_decode_agree(int4_model, prompt_of(engine, 30, 0)), "prefill and decode agree bit for bit"
-
-
-def _prefill_and_decode_agree(folder: Path, ids: list[int]) -> bool:
-    """Whether the last token's logits come out the same from a prefill of ``ids`` as from a
-    decode step after a prefill of the rest (two rows, as the engine decodes a lone stream
-    where one-row kernels round apart)."""
-    spec = DecoderSpec.from_folder(folder)
-    runner = open_runner(folder, spec, EngineSettings(intra_op_threads=1))
-
-    def scratch() -> BatchKV:
-        kv = BatchKV(spec.layers, 2, spec.kv_heads, spec.head_size, runner.kv_dtype, 32, spec.context_length)
-        kv.ensure(len(ids) + 1, 0)
-        return kv
-
-    whole = runner.prefill_fresh(scratch(), [0], [ids])[0]
-    kv = scratch()
-    runner.prefill_fresh(kv, [0], [ids[:-1]])
-    step = runner.decode(kv, 2, np.asarray([ids[-1]] * 2), np.asarray([len(ids) - 1, 0]))[0]
-    return bool(np.array_equal(whole, step))
 
 
 async def test_resumed_streams_replay_side_by_side_with_a_fresh_one(engine: GenerationEngine) -> None:
