@@ -234,14 +234,16 @@ class RunningBatch:
     def decode_step(self) -> np.ndarray:
         """One decode step of every decoding row; returns logits [rows, vocab].
 
-        With ``pad_lone_row``, a lone decoding row runs as two: the second is row 1 as it
-        stands (the first prefilling sequence, or a free row), fed the same token at its own
-        length, so what it writes lands where that row has nothing yet (its next prefill chunk
-        starts there); its logits are dropped."""
+        With ``pad_lone_row``, a lone greedy or seeded decoding row (the streams whose tokens
+        another node must be able to reproduce) runs as two: the second is row 1 as it stands
+        (the first prefilling sequence, or a free row), fed the same token at its own length, so
+        what it writes lands where that row has nothing yet (its next prefill chunk starts
+        there); its logits are dropped. An unseeded sampled stream is never reproduced, so it
+        decodes alone."""
         n = len(self.decoding)
         tokens = np.fromiter((s.pending for s in self.decoding), dtype=np.int64, count=n)
         lengths = np.fromiter((s.length for s in self.decoding), dtype=np.int64, count=n)
-        if n == 1 and self.pad_lone_row:
+        if n == 1 and self.pad_lone_row and _reproducible(self.decoding[0]):
             beside = self.prefilling[0].length if self.prefilling else 0
             padded = self.runner.decode(self.kv, 2, np.repeat(tokens, 2), np.append(lengths, beside))
             logits: np.ndarray = padded[:1]
@@ -323,6 +325,11 @@ def plan_chunks(remaining: list[int], budget: int) -> list[int]:
     width = -best[1]
     rows = min(len(remaining), budget // width)
     return [min(r, width) for r in remaining[:rows]]
+
+
+def _reproducible(seq: Sequence) -> bool:
+    """Whether ``seq``'s tokens are a function of its prompt (greedy, or sampled with a seed)."""
+    return seq.params.temperature == 0 or seq.params.seed is not None
 
 
 def lone_row_rounds_apart(runner: DecoderRunner, block_tokens: int) -> bool:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+import pytest
+
 from edge_node.generation import GenerationEngine, SamplingParams
+from edge_node.generation.kv import BatchKV
+from edge_node.generation.runners import InPlaceRunner
 from support.generation import EngineFactory, collect, prompt_of, text_of, tokens_of
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
@@ -111,3 +116,27 @@ async def test_a_lone_row_padded_to_two_leaves_the_prompt_prefilled_beside_it_in
     assert joined is not None and got == first_alone
     assert await joined == alone
     assert first_token_at[0] < len(got), "b's prompt was not prefilled while a decoded"
+
+
+async def test_only_a_lone_greedy_or_seeded_row_is_padded(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unseeded sampled stream is never reproduced on another node: it decodes alone."""
+    rows: list[int] = []
+    decode = InPlaceRunner.decode
+
+    def counted(self: InPlaceRunner, kv: BatchKV, n: int, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        rows.append(n)
+        return decode(self, kv, n, tokens, lengths)
+
+    engine = await make_engine(batch_invariant="on")
+    monkeypatch.setattr(InPlaceRunner, "decode", counted)
+    prompt = prompt_of(engine, 12)
+    for params, expected in (
+        (SamplingParams(max_tokens=6, temperature=0.8, ignore_eos=True), 1),
+        (SamplingParams(max_tokens=6, temperature=0.8, seed=5, ignore_eos=True), 2),
+        (GREEDY, 2),
+    ):
+        rows.clear()
+        await collect(engine, prompt, params)
+        assert set(rows) == {expected}, params
