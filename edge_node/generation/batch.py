@@ -30,8 +30,9 @@ class RunningBatch:
         spec = runner.spec
         self.runner = runner
         self.rows = rows
-        #: A lone decoding row runs beside a scratch one (``decode_step``; ``lone_row_rounds_apart``).
-        self.pad_lone_row = pad_lone_row and rows > 1
+        #: A lone decoding row runs beside row 1 (``decode_step``; ``lone_row_rounds_apart``);
+        #: needs ``rows`` > 1.
+        self.pad_lone_row = pad_lone_row
         self.budget = budget
         self.cache = cache
         self.kv = BatchKV(
@@ -243,7 +244,7 @@ class RunningBatch:
         n = len(self.decoding)
         tokens = np.fromiter((s.pending for s in self.decoding), dtype=np.int64, count=n)
         lengths = np.fromiter((s.length for s in self.decoding), dtype=np.int64, count=n)
-        if n == 1 and self.pad_lone_row and _reproducible(self.decoding[0]):
+        if n == 1 and self.pad_lone_row and self.decoding[0].params.reproducible:
             beside = self.prefilling[0].length if self.prefilling else 0
             padded = self.runner.decode(self.kv, 2, np.repeat(tokens, 2), np.append(lengths, beside))
             logits: np.ndarray = padded[:1]
@@ -325,11 +326,6 @@ def plan_chunks(remaining: list[int], budget: int) -> list[int]:
     width = -best[1]
     rows = min(len(remaining), budget // width)
     return [min(r, width) for r in remaining[:rows]]
-
-
-def _reproducible(seq: Sequence) -> bool:
-    """Whether ``seq``'s tokens are a function of its prompt (greedy, or sampled with a seed)."""
-    return seq.params.temperature == 0 or seq.params.seed is not None
 
 
 def lone_row_rounds_apart(runner: DecoderRunner, block_tokens: int) -> bool:

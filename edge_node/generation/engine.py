@@ -55,9 +55,8 @@ class GenerationEngine:
         total = settings.budget_tokens(runner.bytes_per_token) // settings.block_tokens
         self._budget = BlockBudget(total, settings.block_tokens)
         self._cache = PrefixCache(settings.block_tokens) if settings.prefix_cache else None
-        pad = settings.batch_invariant == "on" or (
-            settings.batch_invariant == "auto" and settings.max_batch > 1 and _rounds_apart(runner, settings)
-        )
+        mode = settings.batch_invariant  # one row never shares a batch: nothing to pad, nothing to probe
+        pad = settings.max_batch > 1 and (mode == "on" or (mode == "auto" and _rounds_apart(runner, settings)))
         self._batch = RunningBatch(runner, settings.max_batch, self._budget, self._cache, pad_lone_row=pad)
         self._scheduler = Scheduler(self._batch, settings, spec.eos_token_ids)
         self._queues: dict[_Sequence, asyncio.Queue[Delivery]] = {}

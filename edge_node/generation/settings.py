@@ -39,13 +39,14 @@ class EngineSettings(BaseModel):
     not always encode back to the token ids generated, so without it the next turn recomputes
     the reply from where they part. 0: off."""
     batch_invariant: Literal["auto", "on", "off"] = "auto"
-    """Run a lone greedy or seeded decoding row beside a scratch row, so such a stream's numbers
-    never depend on whether it decoded alone (an unseeded sampled one is never reproduced): on some CPUs ONNX Runtime's one-row MatMul rounds differently
-    from its many-row one (an AVX2 CPU without AVX-512, measured), and a greedy or seeded
-    stream resumed on another node would then not continue exactly. ``auto``: probe at load
-    and pad only where the two differ (that CPU: a lone 4-bit stream of the 200m model decoded
-    at 0.81x its unpadded speed; nothing changes once two streams decode). ``on``: always;
-    ``off``: never."""
+    """Run a lone greedy or seeded decoding row beside a scratch row, so such a stream's
+    numbers never depend on whether it decoded alone (an unseeded sampled one is never
+    reproduced): on some CPUs ONNX Runtime's one-row MatMul rounds differently from its
+    many-row one (an AVX2 CPU without AVX-512, measured), and a greedy or seeded stream
+    resumed on another node would then not continue exactly. ``auto``: probe at load and pad
+    only where the two differ (that CPU: a lone 4-bit stream of the 200m model decoded at
+    0.81x its unpadded speed; nothing changes once two streams decode). ``on``: always;
+    ``off``: never. A batch of one row (``max_batch`` 1) is never padded."""
     max_waiting: int = Field(64, ge=0)
     """Requests that may wait for KV room or a batch slot; beyond that a request gets 429."""
     retry_after_s: float = Field(1.0, gt=0)

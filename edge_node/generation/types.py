@@ -126,6 +126,12 @@ class SamplingParams:
         """True when decoding takes the most likely token every step."""
         return self.temperature == 0
 
+    @property
+    def reproducible(self) -> bool:
+        """True when the tokens are a function of the prompt alone (greedy, or sampled with a
+        seed): what another node must be able to continue exactly."""
+        return self.greedy or self.seed is not None
+
 
 def _check_int(name: str, value: object, *, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
