@@ -199,7 +199,12 @@ def run_mode(pg: PostgresInstance, work: Path, threads: str | None, args: argpar
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="pg-restart-"))
+    """Every mode in a work directory of its own, removed at the end."""
+    with tempfile.TemporaryDirectory(prefix="pg-restart-") as work:
+        return _run(args, Path(work))
+
+
+def _run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     modes: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     with PostgresInstance() as pg:

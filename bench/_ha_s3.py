@@ -117,7 +117,7 @@ class _Pushes:
                 except httpx.TransportError as exc:
                     with self.lock:
                         self.spans.append((started, time.monotonic()))
-                        self.refused.append(f"{proc.name}: UNEXPECTED {type(exc).__name__}")
+                        self.refused.append(f"{proc.name}: UNEXPECTED {type(exc).__name__} {exc!r:.160}")
                     continue
                 with self.lock:
                     self.spans.append((started, time.monotonic()))

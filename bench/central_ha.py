@@ -218,11 +218,16 @@ def _lost_pushes(fleet: ReplicatedFleet, acked: list[str], s3: S3Server, bucket:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole run in a work directory of its own, removed at the end (models, simulator files)."""
+    with tempfile.TemporaryDirectory(prefix="central-ha-") as work:
+        return _run(args, Path(work))
+
+
+def _run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rng = random.Random(7)
     interval = 1.0 / args.rate
     node_ids = [f"sim-{i:06d}" for i in range(args.nodes)]
     silent = set(rng.sample(node_ids, max(1, round(args.nodes * args.silent_fraction))))
-    work = Path(tempfile.mkdtemp(prefix="central-ha-"))
     model = build_mlp(work / "demo.onnx", width=_WIDTH, hidden_layers=1)
     errors: list[str] = []
     with PostgresInstance() as pg, S3Server() as s3, MosquittoBroker() as broker:

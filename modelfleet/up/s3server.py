@@ -244,8 +244,11 @@ class S3Server:
             raise
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Stop; the server's log stays behind only when the block failed (to read why)."""
         if self._own is not None:
             self._own.stop()
+            if kind is None:
+                shutil.rmtree(self._own.logs_dir, ignore_errors=True)
         self.stop()
 
     def client(self, config: Any = None) -> Any:
